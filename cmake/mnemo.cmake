@@ -1,0 +1,32 @@
+# Helpers shared by every module's CMakeLists.txt.
+
+# mnemo_add_library(NAME SOURCES ... DEPS ...): a static library for one module (DESIGN §2).
+# Public headers come from include/; module-private headers from src/.
+function(mnemo_add_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# mnemo_add_test(NAME SOURCES ... DEPS ...): a GoogleTest binary registered with ctest.
+function(mnemo_add_test name)
+  if(NOT MNEMO_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+    PROPERTIES ENVIRONMENT "MNEMO_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()
+
+# mnemo_add_bench(NAME SOURCES ... DEPS ...): a Google Benchmark binary (not run by ctest).
+function(mnemo_add_bench name)
+  if(NOT MNEMO_BUILD_BENCH)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
+endfunction()

@@ -1,0 +1,198 @@
+// GGUF reader (mmap'd, fully bounds-checked) and writer.
+//
+// Source: the GGUF specification, ggml-org/ggml docs/gguf.md (versions 2 and 3). Section
+// references below ("GGUF spec §...") name its headings. All integers little-endian.
+//
+// File layout (GGUF spec "File Structure"):
+//   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv | n_kv x (string key, u32 type,
+//   value) | n_tensors x tensor info (string name, u32 n_dims, u64 dims[n_dims], u32 ggml_type,
+//   u64 offset) | padding to general.alignment | tensor data (each tensor at data_offset + offset,
+//   offset a multiple of the alignment).
+//
+// Reader guarantees: every count, length and offset is checked against the file size before it
+// is used; a malformed file yields Status::corruption() whose message names the problem and the
+// byte offset; no allocation is larger than the file. Never a crash on any input.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "mnemo/quant.h"
+#include "mnemo/status.h"
+
+namespace mnemo::gguf {
+
+/// Metadata value type ids (GGUF spec "gguf_metadata_value_type").
+enum class ValueType : uint32_t {
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
+};
+
+/// "uint32", "string", "array", ...
+std::string_view value_type_name(ValueType t);
+
+struct Value;
+/// An array value: element type plus elements (arrays may nest: GGUF spec allows arrays of
+/// arrays).
+struct Array {
+  ValueType elem_type = ValueType::UINT8;
+  std::vector<Value> items;
+};
+
+/// One metadata value. Integers keep their declared GGUF type in `type`.
+struct Value {
+  ValueType type = ValueType::UINT8;
+  std::variant<uint64_t, int64_t, double, bool, std::string, Array> v;
+
+  static Value u8(uint8_t x) { return {ValueType::UINT8, uint64_t{x}}; }
+  static Value i8(int8_t x) { return {ValueType::INT8, int64_t{x}}; }
+  static Value u16(uint16_t x) { return {ValueType::UINT16, uint64_t{x}}; }
+  static Value i16(int16_t x) { return {ValueType::INT16, int64_t{x}}; }
+  static Value u32(uint32_t x) { return {ValueType::UINT32, uint64_t{x}}; }
+  static Value i32(int32_t x) { return {ValueType::INT32, int64_t{x}}; }
+  static Value u64(uint64_t x) { return {ValueType::UINT64, x}; }
+  static Value i64(int64_t x) { return {ValueType::INT64, x}; }
+  static Value f32(float x) { return {ValueType::FLOAT32, double{x}}; }
+  static Value f64(double x) { return {ValueType::FLOAT64, x}; }
+  static Value boolean(bool x) { return {ValueType::BOOL, x}; }
+  static Value str(std::string x) { return {ValueType::STRING, std::move(x)}; }
+  static Value array(ValueType elem, std::vector<Value> items) {
+    return {ValueType::ARRAY, Array{elem, std::move(items)}};
+  }
+
+  bool is_integer() const;  // any of the 8 integer types
+  bool is_float() const;    // FLOAT32 or FLOAT64
+  /// The value as a signed / unsigned integer if it is an integer that fits.
+  std::optional<int64_t> as_int() const;
+  std::optional<uint64_t> as_uint() const;
+  /// The value as double if it is an integer or a float.
+  std::optional<double> as_double() const;
+  const std::string* as_string() const;
+  const Array* as_array() const;
+  std::optional<bool> as_bool() const;
+};
+
+/// One tensor's description (GGUF spec "gguf_tensor_info_t").
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> dims;  // ne[0] (fastest-varying, row length) first, as in GGUF
+  GgmlType type = GgmlType::F32;
+  uint64_t offset = 0;        // relative to the start of the data section
+  uint64_t n_bytes = 0;       // row_size(type, dims[0]) * product(dims[1:])
+  const uint8_t* data = nullptr;  // into the mapping (reader); null for writer-side infos
+
+  int64_t n_elements() const;
+};
+
+/// A parsed, memory-mapped GGUF file. Move-only; tensor data pointers stay valid while it lives.
+class File {
+ public:
+  /// Opens and validates `path` (mmap). NotFound for a missing file, IOError if it cannot be
+  /// mapped, Corruption / NotSupported for a malformed file (message has the byte offset).
+  static Result<File> open(const std::string& path);
+  /// Parses a buffer the caller keeps alive as long as the File (fuzzing, tests). No copy.
+  static Result<File> from_memory(std::span<const uint8_t> bytes);
+
+  File(File&&) noexcept;
+  File& operator=(File&&) noexcept;
+  ~File();
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }  // absolute offset of the data section
+  uint64_t file_size() const { return bytes_.size(); }
+
+  /// All metadata in file order (keys are unique: a duplicate key is a Corruption error).
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
+  const Value* find(std::string_view key) const;
+
+  /// `general.architecture`, or "" when absent.
+  std::string architecture() const;
+
+  /// Typed accessors. Missing key -> NotFound naming it; wrong type -> InvalidArgument naming
+  /// the key, the expected and the actual type.
+  Result<uint64_t> get_uint(std::string_view key) const;
+  Result<int64_t> get_int(std::string_view key) const;
+  Result<double> get_float(std::string_view key) const;
+  Result<bool> get_bool(std::string_view key) const;
+  Result<std::string> get_string(std::string_view key) const;
+  Result<const Array*> get_array(std::string_view key) const;
+
+  /// Architecture-prefixed accessors: get_arch_uint("context_length") reads
+  /// "{general.architecture}.context_length".
+  Result<uint64_t> get_arch_uint(std::string_view suffix) const;
+  Result<double> get_arch_float(std::string_view suffix) const;
+  std::string arch_key(std::string_view suffix) const;
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;
+
+ private:
+  File() = default;
+  Status parse();
+
+  std::span<const uint8_t> bytes_;
+  void* map_ = nullptr;     // mmap base when opened from a path
+  size_t map_size_ = 0;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, Value>> kv_;
+  std::map<std::string, size_t, std::less<>> kv_index_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+/// Builds a GGUF v3 file in memory order and writes it. Used for tiny synthetic models in tests
+/// and tools. Output is read back identically by the `gguf` PyPI package (tested).
+class Writer {
+ public:
+  /// alignment: general.alignment (a power of two); written as metadata only if not 32.
+  explicit Writer(uint64_t alignment = 32);
+
+  /// Adds a metadata key (InvalidArgument on a duplicate key).
+  Status add(std::string key, Value value);
+  /// Adds a tensor; `data` must hold exactly row_size(type, dims[0]) * prod(dims[1:]) bytes
+  /// (InvalidArgument otherwise, or for a duplicate name / bad shape). The bytes are copied.
+  Status add_tensor(std::string name, std::vector<int64_t> dims, GgmlType type,
+                    std::span<const uint8_t> data);
+  /// Convenience: an F32 tensor from floats.
+  Status add_tensor_f32(std::string name, std::vector<int64_t> dims, std::span<const float> data);
+
+  /// The whole file as bytes.
+  std::vector<uint8_t> serialize() const;
+  /// Writes the file (IOError naming the path on failure).
+  Status write(const std::string& path) const;
+
+ private:
+  uint64_t alignment_;
+  std::vector<std::pair<std::string, Value>> kv_;
+  struct PendingTensor {
+    std::string name;
+    std::vector<int64_t> dims;
+    GgmlType type;
+    std::vector<uint8_t> data;
+  };
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace mnemo::gguf

