@@ -1,2 +1,235 @@
-// Placeholder: filled in by the quant module work.
+// The type traits table (ids, names, block sizes), row-size arithmetic, fp16/bf16 scalar
+// converters, and the dispatch of dequantize_row / quantize_row to the scalar references.
+//
+// Source of the numbers: GGUF spec (ggml-org/ggml docs/gguf.md, "ggml_type") and ggml's
+// ggml-common.h / ggml.c type_traits; cross-checked against gguf-py's GGML_QUANT_SIZES.
+#include <array>
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include "mnemo/check.h"
 #include "mnemo/quant.h"
+#include "quant/ref.h"
+
+namespace mnemo {
+namespace {
+
+using quant_internal::DequantizeFn;
+using quant_internal::QuantizeFn;
+
+// One row of the table: the public traits plus the converters behind them.
+struct TypeEntry {
+  TypeTraits traits;
+  DequantizeFn dequantize;  // nullptr: not supported
+  QuantizeFn quantize;      // nullptr: not supported
+};
+
+constexpr uint32_t kMaxTypeId = 41;  // highest id in GgmlType (Q1_0)
+
+constexpr TypeEntry make(GgmlType t, std::string_view name, uint32_t block_size,
+                         uint32_t type_size, DequantizeFn dq = nullptr,
+                         QuantizeFn q = nullptr) {
+  return TypeEntry{TypeTraits{t, name, block_size, type_size, dq != nullptr, q != nullptr}, dq, q};
+}
+
+// Indexed by type id; entries with an empty name are retired / unknown ids.
+std::array<TypeEntry, kMaxTypeId + 1> build_table() {
+  namespace qi = quant_internal;
+  std::array<TypeEntry, kMaxTypeId + 1> t{};
+  auto set = [&t](const TypeEntry& e) { t[static_cast<uint32_t>(e.traits.type)] = e; };
+  using G = GgmlType;
+  set(make(G::F32, "f32", 1, 4, qi::dequantize_row_f32, qi::quantize_row_f32));
+  set(make(G::F16, "f16", 1, 2, qi::dequantize_row_f16, qi::quantize_row_f16));
+  set(make(G::Q4_0, "q4_0", 32, 18));
+  set(make(G::Q4_1, "q4_1", 32, 20));
+  set(make(G::Q5_0, "q5_0", 32, 22));
+  set(make(G::Q5_1, "q5_1", 32, 24));
+  set(make(G::Q8_0, "q8_0", 32, 34));
+  // Q8_1 is 36 bytes in ggml (fp16 d, fp16 s, 32 x int8). gguf-py's GGML_QUANT_SIZES says 40, a
+  // stale value from when d and s were floats; ggml (the source of truth for the format) wins.
+  set(make(G::Q8_1, "q8_1", 32, 36));
+  set(make(G::Q2_K, "q2_K", 256, 84));
+  set(make(G::Q3_K, "q3_K", 256, 110));
+  set(make(G::Q4_K, "q4_K", 256, 144));
+  set(make(G::Q5_K, "q5_K", 256, 176));
+  set(make(G::Q6_K, "q6_K", 256, 210));
+  set(make(G::Q8_K, "q8_K", 256, 292));
+  set(make(G::IQ2_XXS, "iq2_xxs", 256, 66));
+  set(make(G::IQ2_XS, "iq2_xs", 256, 74));
+  set(make(G::IQ3_XXS, "iq3_xxs", 256, 98));
+  set(make(G::IQ1_S, "iq1_s", 256, 50));
+  set(make(G::IQ4_NL, "iq4_nl", 32, 18));
+  set(make(G::IQ3_S, "iq3_s", 256, 110));
+  set(make(G::IQ2_S, "iq2_s", 256, 82));
+  set(make(G::IQ4_XS, "iq4_xs", 256, 136));
+  set(make(G::I8, "i8", 1, 1));
+  set(make(G::I16, "i16", 1, 2));
+  set(make(G::I32, "i32", 1, 4));
+  set(make(G::I64, "i64", 1, 8));
+  set(make(G::F64, "f64", 1, 8));
+  set(make(G::IQ1_M, "iq1_m", 256, 56));
+  set(make(G::BF16, "bf16", 1, 2, qi::dequantize_row_bf16, qi::quantize_row_bf16));
+  set(make(G::TQ1_0, "tq1_0", 256, 54));
+  set(make(G::TQ2_0, "tq2_0", 256, 66));
+  set(make(G::MXFP4, "mxfp4", 32, 17));
+  set(make(G::NVFP4, "nvfp4", 64, 36));
+  set(make(G::Q1_0, "q1_0", 128, 18));
+  return t;
+}
+
+const std::array<TypeEntry, kMaxTypeId + 1>& table() {
+  static const std::array<TypeEntry, kMaxTypeId + 1> kTable = build_table();
+  return kTable;
+}
+
+// Entry of a known type; CHECK-fails on an id without traits (a GgmlType value cast from an
+// unvalidated integer is a bug: outside ids go through type_traits()).
+const TypeEntry& entry(GgmlType type) {
+  const uint32_t id = static_cast<uint32_t>(type);
+  CHECK(id <= kMaxTypeId && !table()[id].traits.name.empty()) << "unknown ggml type id " << id;
+  return table()[id];
+}
+
+bool known(GgmlType type) {
+  const uint32_t id = static_cast<uint32_t>(type);
+  return id <= kMaxTypeId && !table()[id].traits.name.empty();
+}
+
+char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+}  // namespace
+
+std::optional<TypeTraits> type_traits(uint32_t type_id) {
+  if (type_id > kMaxTypeId || table()[type_id].traits.name.empty()) return std::nullopt;
+  return table()[type_id].traits;
+}
+
+const TypeTraits& traits(GgmlType type) { return entry(type).traits; }
+
+std::string_view type_name(GgmlType type) {
+  return known(type) ? entry(type).traits.name : std::string_view("unknown");
+}
+
+std::optional<GgmlType> type_from_name(std::string_view name) {
+  for (const TypeEntry& e : table()) {
+    const std::string_view n = e.traits.name;
+    if (n.empty() || n.size() != name.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < n.size() && same; ++i) same = ascii_lower(n[i]) == ascii_lower(name[i]);
+    if (same) return e.traits.type;
+  }
+  return std::nullopt;
+}
+
+size_t row_size(GgmlType t, int64_t n) {
+  const TypeTraits& tr = traits(t);
+  CHECK(n >= 0 && n % tr.block_size == 0)
+      << "row of " << n << " elements of type " << tr.name << " (block size " << tr.block_size
+      << ")";
+  return static_cast<size_t>(n / tr.block_size) * tr.type_size;
+}
+
+Status check_row_shape(GgmlType t, int64_t n) {
+  if (!known(t)) {
+    return Status::invalid_argument("unknown ggml type id " +
+                                    std::to_string(static_cast<uint32_t>(t)));
+  }
+  const TypeTraits& tr = entry(t).traits;
+  if (n < 0) {
+    return Status::invalid_argument("negative row length " + std::to_string(n) + " for type " +
+                                    std::string(tr.name));
+  }
+  if (n % tr.block_size != 0) {
+    return Status::invalid_argument("row length " + std::to_string(n) + " of type " +
+                                    std::string(tr.name) + " is not a multiple of its block size " +
+                                    std::to_string(tr.block_size));
+  }
+  return Status();
+}
+
+Status dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
+  MNEMO_RETURN_IF_ERROR(check_row_shape(t, n));
+  const TypeEntry& e = entry(t);
+  if (e.dequantize == nullptr) {
+    return Status::not_supported("type " + std::string(e.traits.name) +
+                                 " is not supported for dequantize");
+  }
+  e.dequantize(src, dst, n);
+  return Status();
+}
+
+Status quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
+  MNEMO_RETURN_IF_ERROR(check_row_shape(t, n));
+  const TypeEntry& e = entry(t);
+  if (e.quantize == nullptr) {
+    return Status::not_supported("type " + std::string(e.traits.name) +
+                                 " is not supported for quantize");
+  }
+  e.quantize(src, dst, n);
+  return Status();
+}
+
+// --- fp16 / bf16 -------------------------------------------------------------------------------
+// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Conversions are exact bit
+// manipulation (no hardware F16C needed), round-to-nearest-even on the way down.
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf, or NaN with its payload
+  } else if (exp != 0) {
+    bits = sign | ((exp + (127 - 15)) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;  // +-0
+  } else {
+    // Subnormal half: value = mant * 2^-24. Normalize the mantissa into a float.
+    int e = -1;
+    do {
+      mant <<= 1;
+      ++e;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | ((mant & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t fp32_to_fp16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return sign | 0x7e00u;  // NaN -> canonical quiet NaN (as ggml)
+  if (ax >= 0x477ff000u) return sign | 0x7c00u; // rounds to >= 65520: inf
+  if (ax >= 0x38800000u) {
+    // Normal half range (>= 2^-14). Drop 13 mantissa bits with round-to-nearest-even; a carry
+    // out of the mantissa correctly bumps the exponent.
+    const uint32_t rebased = ax - ((127u - 15u) << 23);
+    const uint32_t rounded = rebased + 0x0fffu + ((rebased >> 13) & 1u);
+    return sign | static_cast<uint16_t>(rounded >> 13);
+  }
+  if (ax < 0x33000000u) return sign;  // below half the smallest subnormal (2^-25): +-0
+  // Subnormal half: value / 2^-24, rounded to nearest even.
+  const uint32_t e = ax >> 23;                     // biased float exponent, 102..112
+  const uint32_t m = (ax & 0x7fffffu) | 0x800000u; // 24-bit significand
+  const uint32_t shift = 126u - e;                 // 14..24: m * 2^(e-150) / 2^-24
+  const uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  const uint32_t r = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+  return sign | static_cast<uint16_t>(r);
+}
+
+float bf16_to_fp32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+uint16_t fp32_to_bf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN: keep sign/payload top, force quiet
+  }
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);  // nearest even
+}
+
+}  // namespace mnemo
