@@ -10,8 +10,18 @@
 //   offset a multiple of the alignment).
 //
 // Reader guarantees: every count, length and offset is checked against the file size before it
-// is used; a malformed file yields Status::corruption() whose message names the problem and the
-// byte offset; no allocation is larger than the file. Never a crash on any input.
+// is used; a malformed file yields Status::corruption() (Status::not_supported() for an unknown
+// version or tensor type id) whose message names the problem and the byte offset. No allocation
+// is sized from an unchecked count: each count is first bounded by the bytes left in the file
+// divided by the smallest encoding of one item, so memory use is at most a small constant factor
+// (one Value, ~48 bytes, per encoded byte in the worst case) of the file size. Array nesting is
+// bounded by kMaxArrayDepth. Never a crash on any input (fuzzed: tests/fuzz/fuzz_gguf.cc).
+//
+// Beyond the spec's letter, the reader also rejects (as llama.cpp / gguf-py do): duplicate keys,
+// duplicate tensor names, general.alignment that is not a nonzero power-of-two uint32, a bool byte
+// other than 0 or 1, more than kMaxDims dimensions, a dimension < 1, an element count above
+// INT64_MAX, a row length that is not a multiple of the type's block size, and a tensor offset
+// that is not a multiple of the alignment or whose data ends past the end of the file.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +39,20 @@
 #include "mnemo/status.h"
 
 namespace mnemo::gguf {
+
+/// "GGUF" as a little-endian u32 (GGUF spec "File Structure": magic).
+inline constexpr uint32_t kMagic = 0x46554747;
+/// Versions the reader accepts (GGUF spec: v2 moved counts and lengths to u64; v3 added
+/// big-endian files, which mnemo does not read). The writer writes kVersion.
+inline constexpr uint32_t kMinVersion = 2;
+inline constexpr uint32_t kVersion = 3;
+/// Alignment of the data section and of every tensor offset when general.alignment is absent
+/// (GGUF spec "Standardized key-value pairs": general.alignment).
+inline constexpr uint64_t kDefaultAlignment = 32;
+/// Most dimensions a tensor may have (ggml's GGML_MAX_DIMS).
+inline constexpr uint32_t kMaxDims = 4;
+/// Deepest array nesting the reader accepts (an array of arrays has depth 2). Bounds recursion.
+inline constexpr int kMaxArrayDepth = 16;
 
 /// Metadata value type ids (GGUF spec "gguf_metadata_value_type").
 enum class ValueType : uint32_t {
@@ -91,6 +115,11 @@ struct Value {
   std::optional<bool> as_bool() const;
 };
 
+/// Deep equality: same types (declared GGUF type, element type) and same values. Floats compare
+/// with ==, so a NaN is unequal to itself.
+bool operator==(const Value& a, const Value& b);
+bool operator==(const Array& a, const Array& b);
+
 /// One tensor's description (GGUF spec "gguf_tensor_info_t").
 struct TensorInfo {
   std::string name;
@@ -100,6 +129,7 @@ struct TensorInfo {
   uint64_t n_bytes = 0;       // row_size(type, dims[0]) * product(dims[1:])
   const uint8_t* data = nullptr;  // into the mapping (reader); null for writer-side infos
 
+  /// Product of dims (1 for a 0-dimensional scalar).
   int64_t n_elements() const;
 };
 
@@ -166,13 +196,21 @@ class File {
 /// and tools. Output is read back identically by the `gguf` PyPI package (tested).
 class Writer {
  public:
-  /// alignment: general.alignment (a power of two); written as metadata only if not 32.
-  explicit Writer(uint64_t alignment = 32);
+  /// alignment: general.alignment (a power of two that fits a uint32 — CHECKed, it is a
+  /// programmer's choice); written as the first metadata key, as uint32, only if not 32.
+  /// Every tensor starts at a multiple of it and is zero-padded to one (as gguf-py and ggml do),
+  /// the last one included.
+  explicit Writer(uint64_t alignment = kDefaultAlignment);
 
-  /// Adds a metadata key (InvalidArgument on a duplicate key).
+  /// Adds a metadata key (InvalidArgument on a duplicate key, an empty key, or a malformed value:
+  /// an integer out of its declared type's range, a payload that does not match `type`, an array
+  /// item whose type differs from elem_type, nesting deeper than kMaxArrayDepth). Adding
+  /// general.alignment is InvalidArgument unless it is the uint32 given to the constructor.
   Status add(std::string key, Value value);
   /// Adds a tensor; `data` must hold exactly row_size(type, dims[0]) * prod(dims[1:]) bytes
   /// (InvalidArgument otherwise, or for a duplicate name / bad shape). The bytes are copied.
+  /// Bad shape: more than kMaxDims dims, a dim < 1, dims[0] not a multiple of the block size, an
+  /// element count above INT64_MAX. Names must be 1..63 bytes (llama.cpp's GGML_MAX_NAME).
   Status add_tensor(std::string name, std::vector<int64_t> dims, GgmlType type,
                     std::span<const uint8_t> data);
   /// Convenience: an F32 tensor from floats.

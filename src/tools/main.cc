@@ -1,1 +1,32 @@
-int main() { return 0; }
+// The `mnemo` command: one binary, one subcommand per job (DESIGN §2, tools/).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mnemo: LLM inference engine and server built around its memory subsystem"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("mnemo 0.1.0"));
+
+  std::map<const CLI::App*, mnemo::tools::RunFn> runs;
+  auto add = [&](const char* name, const char* help, auto reg) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    runs[sub] = reg(*sub);
+  };
+  add("inspect", "Print a GGUF file's architecture, hyper-parameters, tokenizer and tensors",
+      mnemo::tools::register_inspect);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  for (CLI::App* sub : app.get_subcommands()) {
+    auto it = runs.find(sub);
+    if (it != runs.end()) return it->second();
+  }
+  return 2;
+}

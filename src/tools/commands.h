@@ -1,0 +1,18 @@
+// Subcommands of the `mnemo` binary. Each registers its flags on a CLI11 subcommand and runs
+// when selected; a run function returns the process exit code (0 ok, 1 error, 2 usage error)
+// and prints errors to stderr itself.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace mnemo::tools {
+
+/// A subcommand's run function, bound to its parsed options.
+using RunFn = std::function<int()>;
+
+/// `mnemo inspect FILE [--json]`: architecture, hyper-parameters, tokenizer summary, tensor
+/// table, totals of a GGUF file.
+RunFn register_inspect(CLI::App& app);
+
+}  // namespace mnemo::tools
