@@ -1,0 +1,91 @@
+// Sampler chain: logits of one output row -> the next token.
+//
+// Order (as llama.cpp's default chain): penalties -> top-k -> top-p -> min-p -> temperature ->
+// draw. temp <= 0 means greedy (argmax after penalties). Each stage is a plain function over a
+// candidate list so tests can check it against a direct formula.
+//
+// Sources: nucleus (top-p) sampling, Holtzman et al. 2019 "The Curious Case of Neural Text
+// Degeneration"; min-p, Nguyen et al. 2024 "Turning Up the Heat: Min-p Sampling"; repetition
+// penalty, Keskar et al. 2019 "CTRL" (divide positive logits, multiply negative ones);
+// frequency/presence penalties as the OpenAI API documents them
+// (logit -= count * frequency_penalty + (count > 0) * presence_penalty).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mnemo/status.h"
+
+namespace mnemo {
+
+/// Sampling settings (names as llama.cpp's CLI and server use them).
+struct SamplingParams {
+  float temp = 0.8f;              // <= 0: greedy
+  int32_t top_k = 40;             // <= 0: off
+  float top_p = 0.95f;            // >= 1: off
+  float min_p = 0.05f;            // <= 0: off
+  float repeat_penalty = 1.0f;    // 1: off
+  int32_t repeat_last_n = 64;     // window of recent tokens the penalties look at; 0: off
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  uint64_t seed = 0xFFFFFFFFull;  // kDefaultSeed draws a random seed
+
+  static constexpr uint64_t kRandomSeed = 0xFFFFFFFFull;
+
+  /// InvalidArgument naming the field for out-of-range values (negative temp is allowed: greedy).
+  Status validate() const;
+};
+
+/// One candidate token with its (possibly adjusted) logit and probability.
+struct TokenCandidate {
+  int32_t id;
+  float logit;
+  float p;
+};
+
+/// Stateful sampler for one sequence: keeps the recent-token window for the penalties and its own
+/// random generator (so parallel sequences are independent and reproducible per seed).
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  /// Picks the next token from `logits` (n_vocab floats). Does not call accept().
+  int32_t sample(std::span<const float> logits);
+  /// Records a token (prompt or generated) for the penalty window.
+  void accept(int32_t token);
+  /// Forgets the penalty window and re-seeds.
+  void reset();
+
+  const SamplingParams& params() const { return params_; }
+  /// The seed actually used (a drawn one when params.seed == kRandomSeed).
+  uint64_t seed() const { return seed_; }
+
+ private:
+  SamplingParams params_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> recent_;          // last repeat_last_n accepted tokens
+  std::vector<TokenCandidate> cands_;   // scratch, n_vocab
+};
+
+namespace sampling {
+/// Index of the largest logit (the lowest index among ties). n >= 1.
+int32_t argmax(std::span<const float> logits);
+/// Applies repetition / frequency / presence penalties for the tokens in `recent` in place.
+void apply_penalties(std::vector<TokenCandidate>& c, std::span<const int32_t> recent,
+                     float repeat_penalty, float frequency_penalty, float presence_penalty);
+/// Sorts by logit descending and keeps the k best (k <= 0 or k >= size: keep all, sorted).
+void top_k(std::vector<TokenCandidate>& c, int32_t k);
+/// Computes p = softmax(logit / 1) over the candidates (sorted descending expected).
+void softmax(std::vector<TokenCandidate>& c);
+/// Keeps the smallest prefix whose probability mass reaches p (at least min_keep). Needs softmax.
+void top_p(std::vector<TokenCandidate>& c, float p, size_t min_keep = 1);
+/// Keeps candidates with p >= min_p * p_max (at least min_keep). Needs softmax.
+void min_p(std::vector<TokenCandidate>& c, float min_p, size_t min_keep = 1);
+}  // namespace sampling
+
+}  // namespace mnemo

@@ -1,0 +1,110 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "mnemo/sampling.h"
+
+namespace mnemo {
+namespace {
+
+std::vector<TokenCandidate> make(std::vector<float> logits) {
+  std::vector<TokenCandidate> c;
+  for (size_t i = 0; i < logits.size(); ++i) c.push_back({int32_t(i), logits[i], 0.0f});
+  return c;
+}
+
+TEST(SamplingTest, GreedyIsArgmaxWithLowestIndexOnTies) {
+  SamplingParams p;
+  p.temp = 0.0f;
+  Sampler s(p);
+  std::vector<float> logits = {0.1f, 3.0f, -2.0f, 3.0f};
+  EXPECT_EQ(s.sample(logits), 1);
+}
+
+TEST(SamplingTest, PenaltiesFollowTheirFormulas) {
+  auto c = make({2.0f, -2.0f, 1.0f});
+  std::vector<int32_t> recent = {0, 1, 1};
+  sampling::apply_penalties(c, recent, 2.0f, 0.5f, 0.25f);
+  // token 0: 2/2 - 1*0.5 - 0.25; token 1: -2*2 - 2*0.5 - 0.25; token 2 untouched.
+  EXPECT_FLOAT_EQ(c[0].logit, 1.0f - 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(c[1].logit, -4.0f - 1.0f - 0.25f);
+  EXPECT_FLOAT_EQ(c[2].logit, 1.0f);
+}
+
+TEST(SamplingTest, RepetitionPenaltyChangesGreedyChoice) {
+  SamplingParams p;
+  p.temp = 0.0f;
+  p.repeat_penalty = 4.0f;
+  Sampler s(p);
+  std::vector<float> logits = {1.0f, 2.0f};
+  EXPECT_EQ(s.sample(logits), 1);
+  s.accept(1);
+  EXPECT_EQ(s.sample(logits), 0);  // 2/4 = 0.5 < 1
+}
+
+TEST(SamplingTest, TopKTopPMinPKeepTheRightSets) {
+  auto c = make({1.0f, 4.0f, 3.0f, 2.0f});
+  sampling::top_k(c, 2);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].id, 1);
+  EXPECT_EQ(c[1].id, 2);
+
+  auto d = make({std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)});
+  sampling::top_k(d, 0);
+  sampling::softmax(d);
+  EXPECT_NEAR(d[0].p, 0.5f, 1e-6);
+  auto e = d;
+  sampling::top_p(e, 0.75f);
+  EXPECT_EQ(e.size(), 2u);  // 0.5 + 0.3 >= 0.75
+  auto f = d;
+  sampling::min_p(f, 0.25f);  // threshold 0.125: keeps 0.5, 0.3, 0.15
+  EXPECT_EQ(f.size(), 3u);
+}
+
+TEST(SamplingTest, SameSeedSameDrawsAndFrequenciesMatchProbabilities) {
+  SamplingParams p;
+  p.temp = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 1234;
+  std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  Sampler a(p), b(p);
+  std::map<int, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    int32_t x = a.sample(logits);
+    EXPECT_EQ(x, b.sample(logits));
+    counts[x]++;
+  }
+  // Binomial standard deviation for p=0.6, n=20000 is ~0.0035: 0.02 is > 5 sigma.
+  EXPECT_NEAR(counts[0] / double(n), 0.6, 0.02);
+  EXPECT_NEAR(counts[1] / double(n), 0.3, 0.02);
+  EXPECT_NEAR(counts[2] / double(n), 0.1, 0.02);
+}
+
+TEST(SamplingTest, LowTemperatureConcentratesOnTheBest) {
+  SamplingParams p;
+  p.temp = 0.05f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 7;
+  Sampler s(p);
+  std::vector<float> logits = {1.0f, 1.5f, 0.5f};
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(s.sample(logits), 1);
+}
+
+TEST(SamplingTest, ValidateRejectsOutOfRange) {
+  SamplingParams p;
+  p.top_p = 1.5f;
+  EXPECT_EQ(p.validate().code(), StatusCode::kInvalidArgument);
+  p = SamplingParams();
+  p.repeat_penalty = 0.0f;
+  EXPECT_FALSE(p.validate().ok());
+  EXPECT_TRUE(SamplingParams().validate().ok());
+}
+
+}  // namespace
+}  // namespace mnemo
