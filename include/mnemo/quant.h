@@ -92,15 +92,25 @@ Status check_row_shape(GgmlType t, int64_t n);
 /// Converts n elements of type t at src (row_size(t, n) bytes) into n floats at dst.
 /// Returns NotSupported ("type X is not supported for dequantize") for types without a
 /// reference implementation, InvalidArgument for a bad n. Bit-exact with ggml's reference
-/// dequantize_row_* (verified against the `gguf` PyPI package's gguf.quants).
+/// dequantize_row_* (verified against the `gguf` PyPI package's gguf.quants and against
+/// libggml-base itself). Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K,
+/// Q8_K, IQ4_NL (traits(t).can_dequantize).
+/// Preconditions (CHECKed, they are bugs, not input errors): src is aligned to the block's
+/// alignment (2 bytes; 4 for Q8_K; any row start inside a GGUF tensor or a float buffer is),
+/// src and dst do not overlap. Cost: one table lookup, then a plain loop; thread-safe.
 Status dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
 /// Converts n floats at src into type t at dst (row_size(t, n) bytes), with ggml's reference
-/// (non-imatrix) rounding. NotSupported for types without a reference quantize.
+/// (non-imatrix) rounding, quantize_row_*_ref. NotSupported for types without a reference
+/// quantize. Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_K, IQ4_NL
+/// (traits(t).can_quantize). Bit-exact with ggml for finite input; NaN / inf input gives
+/// unspecified (but defined) blocks. Preconditions as for dequantize_row (dst aligned).
 Status quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
-/// Scalar IEEE half <-> float (round to nearest even), and bf16 <-> float (round to nearest
-/// even, NaN kept quiet), as ggml's reference converters.
+/// Scalar IEEE half <-> float (round to nearest even; overflow to inf; NaN -> 0x7e00 with the
+/// sign, and a NaN half widens to a quiet NaN with its payload), and bf16 <-> float (round to
+/// nearest even; a NaN narrows to its top 16 bits with the quiet bit set), as ggml's reference
+/// converters (ggml-impl.h) bit for bit, for all inputs.
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);

@@ -10,6 +10,7 @@
 
 #include "mnemo/check.h"
 #include "mnemo/quant.h"
+#include "quant/blocks.h"
 #include "quant/ref.h"
 
 namespace mnemo {
@@ -23,14 +24,16 @@ struct TypeEntry {
   TypeTraits traits;
   DequantizeFn dequantize;  // nullptr: not supported
   QuantizeFn quantize;      // nullptr: not supported
+  uint32_t align;           // required alignment of the block data, bytes (alignof(block))
 };
 
 constexpr uint32_t kMaxTypeId = 41;  // highest id in GgmlType (Q1_0)
 
 constexpr TypeEntry make(GgmlType t, std::string_view name, uint32_t block_size,
-                         uint32_t type_size, DequantizeFn dq = nullptr,
-                         QuantizeFn q = nullptr) {
-  return TypeEntry{TypeTraits{t, name, block_size, type_size, dq != nullptr, q != nullptr}, dq, q};
+                         uint32_t type_size, DequantizeFn dq = nullptr, QuantizeFn q = nullptr,
+                         uint32_t align = 1) {
+  return TypeEntry{TypeTraits{t, name, block_size, type_size, dq != nullptr, q != nullptr}, dq, q,
+                   align};
 }
 
 // Indexed by type id; entries with an empty name are retired / unknown ids.
@@ -41,25 +44,32 @@ std::array<TypeEntry, kMaxTypeId + 1> build_table() {
   using G = GgmlType;
   set(make(G::F32, "f32", 1, 4, qi::dequantize_row_f32, qi::quantize_row_f32));
   set(make(G::F16, "f16", 1, 2, qi::dequantize_row_f16, qi::quantize_row_f16));
-  set(make(G::Q4_0, "q4_0", 32, 18));
-  set(make(G::Q4_1, "q4_1", 32, 20));
-  set(make(G::Q5_0, "q5_0", 32, 22));
-  set(make(G::Q5_1, "q5_1", 32, 24));
-  set(make(G::Q8_0, "q8_0", 32, 34));
+  set(make(G::Q4_0, "q4_0", 32, 18, qi::dequantize_row_q4_0, qi::quantize_row_q4_0,
+           alignof(block_q4_0)));
+  set(make(G::Q4_1, "q4_1", 32, 20, qi::dequantize_row_q4_1, qi::quantize_row_q4_1,
+           alignof(block_q4_1)));
+  set(make(G::Q5_0, "q5_0", 32, 22, qi::dequantize_row_q5_0, qi::quantize_row_q5_0,
+           alignof(block_q5_0)));
+  set(make(G::Q5_1, "q5_1", 32, 24, qi::dequantize_row_q5_1, qi::quantize_row_q5_1,
+           alignof(block_q5_1)));
+  set(make(G::Q8_0, "q8_0", 32, 34, qi::dequantize_row_q8_0, qi::quantize_row_q8_0,
+           alignof(block_q8_0)));
   // Q8_1 is 36 bytes in ggml (fp16 d, fp16 s, 32 x int8). gguf-py's GGML_QUANT_SIZES says 40, a
   // stale value from when d and s were floats; ggml (the source of truth for the format) wins.
   set(make(G::Q8_1, "q8_1", 32, 36));
-  set(make(G::Q2_K, "q2_K", 256, 84));
-  set(make(G::Q3_K, "q3_K", 256, 110));
-  set(make(G::Q4_K, "q4_K", 256, 144));
-  set(make(G::Q5_K, "q5_K", 256, 176));
-  set(make(G::Q6_K, "q6_K", 256, 210));
-  set(make(G::Q8_K, "q8_K", 256, 292));
+  set(make(G::Q2_K, "q2_K", 256, 84, qi::dequantize_row_q2_K, nullptr, alignof(block_q2_K)));
+  set(make(G::Q3_K, "q3_K", 256, 110, qi::dequantize_row_q3_K, nullptr, alignof(block_q3_K)));
+  set(make(G::Q4_K, "q4_K", 256, 144, qi::dequantize_row_q4_K, nullptr, alignof(block_q4_K)));
+  set(make(G::Q5_K, "q5_K", 256, 176, qi::dequantize_row_q5_K, nullptr, alignof(block_q5_K)));
+  set(make(G::Q6_K, "q6_K", 256, 210, qi::dequantize_row_q6_K, nullptr, alignof(block_q6_K)));
+  set(make(G::Q8_K, "q8_K", 256, 292, qi::dequantize_row_q8_K, qi::quantize_row_q8_K,
+           alignof(block_q8_K)));
   set(make(G::IQ2_XXS, "iq2_xxs", 256, 66));
   set(make(G::IQ2_XS, "iq2_xs", 256, 74));
   set(make(G::IQ3_XXS, "iq3_xxs", 256, 98));
   set(make(G::IQ1_S, "iq1_s", 256, 50));
-  set(make(G::IQ4_NL, "iq4_nl", 32, 18));
+  set(make(G::IQ4_NL, "iq4_nl", 32, 18, qi::dequantize_row_iq4_nl, qi::quantize_row_iq4_nl,
+           alignof(block_iq4_nl)));
   set(make(G::IQ3_S, "iq3_s", 256, 110));
   set(make(G::IQ2_S, "iq2_s", 256, 82));
   set(make(G::IQ4_XS, "iq4_xs", 256, 136));
@@ -155,6 +165,9 @@ Status dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
     return Status::not_supported("type " + std::string(e.traits.name) +
                                  " is not supported for dequantize");
   }
+  CHECK(reinterpret_cast<uintptr_t>(src) % e.align == 0)
+      << "dequantize_row: " << e.traits.name << " data at " << src << " is not " << e.align
+      << "-byte aligned";
   e.dequantize(src, dst, n);
   return Status();
 }
@@ -166,6 +179,9 @@ Status quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
     return Status::not_supported("type " + std::string(e.traits.name) +
                                  " is not supported for quantize");
   }
+  CHECK(reinterpret_cast<uintptr_t>(dst) % e.align == 0)
+      << "quantize_row: " << e.traits.name << " data at " << dst << " is not " << e.align
+      << "-byte aligned";
   e.quantize(src, dst, n);
   return Status();
 }
@@ -180,7 +196,9 @@ float fp16_to_fp32(uint16_t h) {
   uint32_t mant = h & 0x3ffu;
   uint32_t bits;
   if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf, or NaN with its payload
+    // inf, or NaN with its payload; a signaling NaN comes out quiet, as from ggml's converter
+    // and from F16C's vcvtph2ps (numpy keeps it signaling: the only difference from gguf-py).
+    bits = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x00400000u : 0u);
   } else if (exp != 0) {
     bits = sign | ((exp + (127 - 15)) << 23) | (mant << 13);
   } else if (mant == 0) {
