@@ -1,0 +1,129 @@
+// Models: hyper-parameters and weights bound to a GGUF file's tensors, for the architectures
+// mnemo runs (llama, qwen2, qwen3, gemma3).
+//
+// Tensor names and metadata keys follow what llama.cpp's converter writes (GGUF spec "Standardized
+// tensor names", and gguf-py's constants.py MODEL_TENSORS for each architecture), so published
+// GGUF files load unchanged. Weights are not copied: they point into the file's mapping.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mnemo/gguf.h"
+#include "mnemo/quant.h"
+#include "mnemo/status.h"
+
+namespace mnemo {
+
+/// Supported architectures (value of general.architecture).
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma3 };
+
+/// "llama", "qwen2", "qwen3", "gemma3".
+const char* arch_name(Arch arch);
+/// The architecture for a general.architecture string; NotSupported listing the supported ones.
+Result<Arch> arch_from_name(const std::string& name);
+
+/// RoPE pair layout: kNorm rotates adjacent pairs (x[2i], x[2i+1]) (llama); kNeox rotates
+/// (x[i], x[i + rope_dim/2]) (qwen2, qwen3, gemma3). Su et al. 2021, "RoFormer".
+enum class RopeType { kNorm, kNeox };
+
+/// Sliding-window kind for the attention mask (see memory.h for the exact predicates).
+enum class SwaType { kNone, kStandard, kChunked };
+
+/// Hyper-parameters read from GGUF metadata ({arch}.* keys) plus per-architecture constants.
+struct HParams {
+  Arch arch = Arch::kLlama;
+  uint32_t n_vocab = 0;
+  uint32_t n_ctx_train = 0;     // {arch}.context_length
+  uint32_t n_embd = 0;          // {arch}.embedding_length
+  uint32_t n_layer = 0;         // {arch}.block_count
+  uint32_t n_head = 0;          // {arch}.attention.head_count
+  uint32_t n_head_kv = 0;       // {arch}.attention.head_count_kv (default n_head)
+  uint32_t head_dim_k = 0;      // {arch}.attention.key_length (default n_embd / n_head)
+  uint32_t head_dim_v = 0;      // {arch}.attention.value_length (default head_dim_k)
+  uint32_t n_ff = 0;            // {arch}.feed_forward_length
+  float rms_eps = 1e-5f;        // {arch}.attention.layer_norm_rms_epsilon
+  uint32_t rope_dim = 0;        // {arch}.rope.dimension_count (default head_dim_k)
+  float rope_freq_base = 10000.0f;      // {arch}.rope.freq_base
+  float rope_freq_base_swa = 10000.0f;  // base of the sliding-window layers (gemma3: 10000)
+  float rope_freq_scale = 1.0f;         // 1 / {arch}.rope.scaling.factor for linear scaling
+  RopeType rope_type = RopeType::kNorm;
+  uint32_t n_swa = 0;           // {arch}.attention.sliding_window (0: none)
+  SwaType swa_type = SwaType::kNone;
+  uint32_t swa_period = 0;      // gemma3: every 6th layer (il % 6 == 5) is global
+  float attn_scale = 0.0f;      // multiplier of Q before QK^T (1/sqrt(head_dim_k) by default)
+  float embd_scale = 1.0f;      // gemma: sqrt(n_embd)
+  bool tied_output = false;     // output projection is token_embd
+
+  uint32_t n_embd_k_gqa() const { return head_dim_k * n_head_kv; }
+  uint32_t n_embd_v_gqa() const { return head_dim_v * n_head_kv; }
+  /// True for layers that use the sliding window (gemma3 local layers).
+  bool is_swa_layer(uint32_t il) const {
+    return n_swa > 0 && swa_period > 0 && (il % swa_period) != swa_period - 1;
+  }
+};
+
+/// A weight tensor bound to the mapping: ne1 rows of ne0 elements of `type` (GGUF order:
+/// ne0 is the row length). data == nullptr means "absent" (optional tensors).
+struct Weight {
+  const uint8_t* data = nullptr;
+  GgmlType type = GgmlType::F32;
+  int64_t ne0 = 0;
+  int64_t ne1 = 1;
+  size_t row_bytes = 0;
+
+  bool present() const { return data != nullptr; }
+  /// Row r as a byte pointer. r < ne1.
+  const uint8_t* row(int64_t r) const { return data + size_t(r) * row_bytes; }
+  /// The data as floats; only for F32 tensors (CHECKed).
+  const float* f32() const;
+};
+
+/// One transformer block's weights (absent tensors have data == nullptr).
+struct LayerWeights {
+  Weight attn_norm;                     // [n_embd]
+  Weight wq, wk, wv, wo;                // [n_embd -> n_head*hd], [-> n_embd_k_gqa], ..., [-> n_embd]
+  Weight bq, bk, bv;                    // qwen2 biases
+  Weight attn_q_norm, attn_k_norm;      // qwen3 / gemma3 per-head RMSNorm [head_dim]
+  Weight post_attn_norm;                // gemma3 [n_embd]
+  Weight ffn_norm;                      // [n_embd]
+  Weight ffn_gate, ffn_up, ffn_down;    // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]
+  Weight post_ffn_norm;                 // gemma3 [n_embd]
+};
+
+/// Loaded model: the mapped file, hyper-parameters and weights. Immutable after load, so one
+/// Model can be shared by several contexts and threads.
+class Model {
+ public:
+  /// Opens and validates a GGUF model. NotFound / Corruption from the reader; NotSupported for an
+  /// unknown architecture (the message lists the supported ones) or tensor type; InvalidArgument
+  /// naming the tensor for a missing tensor or a wrong shape.
+  static Result<std::unique_ptr<Model>> load(const std::string& path);
+
+  const HParams& hparams() const { return hp_; }
+  const gguf::File& file() const { return file_; }
+  const Weight& token_embd() const { return token_embd_; }  // [n_vocab rows of n_embd]
+  const Weight& output_norm() const { return output_norm_; }
+  const Weight& output() const { return output_; }          // [n_vocab rows of n_embd]
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  /// Total bytes of all tensors.
+  uint64_t n_bytes() const;
+  /// Number of parameters.
+  uint64_t n_params() const;
+  /// A short description: "llama 30 blocks, 134.5 M params, Q4_1".
+  std::string describe() const;
+
+ private:
+  explicit Model(gguf::File file) : file_(std::move(file)) {}
+  Status load_hparams();
+  Status bind_weights();
+
+  gguf::File file_;
+  HParams hp_;
+  Weight token_embd_, output_norm_, output_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace mnemo

@@ -1,0 +1,263 @@
+// Model loading: hyper-parameters from {arch}.* metadata, weights bound to tensors by the names
+// llama.cpp's converter writes ("token_embd.weight", "blk.N.attn_q.weight", ...).
+#include "mnemo/model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+namespace mnemo {
+namespace {
+
+struct ArchName {
+  Arch arch;
+  const char* name;
+};
+constexpr ArchName kArchNames[] = {
+    {Arch::kLlama, "llama"}, {Arch::kQwen2, "qwen2"}, {Arch::kQwen3, "qwen3"}, {Arch::kGemma3, "gemma3"}};
+
+// Reads an optional unsigned hyper-parameter; a present key of the wrong type is an error.
+Status read_u32(const gguf::File& f, const char* suffix, uint32_t* out, bool required) {
+  const std::string key = f.arch_key(suffix);
+  if (f.find(key) == nullptr) {
+    if (required) return Status::invalid_argument("missing hyper-parameter " + key);
+    return Status();
+  }
+  auto v = f.get_uint(key);
+  if (!v.ok()) return v.status();
+  if (*v > 0xFFFFFFFFull) return Status::invalid_argument(fmt::format("{} = {} is too large", key, *v));
+  *out = static_cast<uint32_t>(*v);
+  return Status();
+}
+
+Status read_f32(const gguf::File& f, const char* suffix, float* out) {
+  const std::string key = f.arch_key(suffix);
+  if (f.find(key) == nullptr) return Status();
+  auto v = f.get_float(key);
+  if (!v.ok()) return v.status();
+  if (!std::isfinite(*v)) return Status::invalid_argument(key + " is not a finite number");
+  *out = static_cast<float>(*v);
+  return Status();
+}
+
+}  // namespace
+
+const char* arch_name(Arch arch) {
+  for (const auto& a : kArchNames) {
+    if (a.arch == arch) return a.name;
+  }
+  return "unknown";
+}
+
+Result<Arch> arch_from_name(const std::string& name) {
+  std::string supported;
+  for (const auto& a : kArchNames) {
+    if (name == a.name) return a.arch;
+    supported += supported.empty() ? a.name : std::string(", ") + a.name;
+  }
+  return Status::not_supported(fmt::format("architecture '{}' is not supported (supported: {})",
+                                           name.empty() ? "(none)" : name, supported));
+}
+
+const float* Weight::f32() const {
+  CHECK(type == GgmlType::F32) << "weight is " << type_name(type) << ", not f32";
+  return reinterpret_cast<const float*>(data);
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
+  auto file = gguf::File::open(path);
+  if (!file.ok()) return file.status();
+  std::unique_ptr<Model> m(new Model(std::move(file).value()));
+  MNEMO_RETURN_IF_ERROR(m->load_hparams().with_context(path));
+  MNEMO_RETURN_IF_ERROR(m->bind_weights().with_context(path));
+  return m;
+}
+
+Status Model::load_hparams() {
+  const gguf::File& f = file_;
+  MNEMO_ASSIGN_OR_RETURN(hp_.arch, arch_from_name(f.architecture()));
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "context_length", &hp_.n_ctx_train, false));
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "embedding_length", &hp_.n_embd, true));
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "block_count", &hp_.n_layer, true));
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "feed_forward_length", &hp_.n_ff, true));
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.head_count", &hp_.n_head, true));
+  if (hp_.n_embd == 0 || hp_.n_layer == 0 || hp_.n_head == 0 || hp_.n_ff == 0) {
+    return Status::invalid_argument("embedding_length, block_count, head_count and "
+                                    "feed_forward_length must be positive");
+  }
+  if (hp_.n_layer > 4096 || hp_.n_embd > (1u << 20) || hp_.n_head > 4096) {
+    return Status::invalid_argument("hyper-parameters are implausibly large");
+  }
+  hp_.n_head_kv = hp_.n_head;
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.head_count_kv", &hp_.n_head_kv, false));
+  if (hp_.n_head_kv == 0 || hp_.n_head % hp_.n_head_kv != 0) {
+    return Status::invalid_argument(fmt::format(
+        "head_count_kv {} must divide head_count {}", hp_.n_head_kv, hp_.n_head));
+  }
+  hp_.head_dim_k = hp_.n_embd / hp_.n_head;
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.key_length", &hp_.head_dim_k, false));
+  hp_.head_dim_v = hp_.head_dim_k;
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.value_length", &hp_.head_dim_v, false));
+  if (hp_.head_dim_k == 0 || hp_.head_dim_v == 0 || hp_.head_dim_k % 2 != 0) {
+    return Status::invalid_argument("key_length / value_length must be positive and even");
+  }
+  hp_.rope_dim = hp_.head_dim_k;
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "rope.dimension_count", &hp_.rope_dim, false));
+  if (hp_.rope_dim > hp_.head_dim_k || hp_.rope_dim % 2 != 0) {
+    return Status::invalid_argument("rope.dimension_count must be even and <= key_length");
+  }
+  MNEMO_RETURN_IF_ERROR(read_f32(f, "attention.layer_norm_rms_epsilon", &hp_.rms_eps));
+  MNEMO_RETURN_IF_ERROR(read_f32(f, "rope.freq_base", &hp_.rope_freq_base));
+  float scale_factor = 0.0f;
+  MNEMO_RETURN_IF_ERROR(read_f32(f, "rope.scaling.factor", &scale_factor));
+  if (const gguf::Value* t = f.find(f.arch_key("rope.scaling.type"))) {
+    const std::string* s = t->as_string();
+    if (s == nullptr || (*s != "none" && *s != "linear")) {
+      return Status::not_supported(fmt::format("rope scaling type {} is not supported (none, linear)",
+                                               s ? *s : std::string("(not a string)")));
+    }
+    if (*s == "none") scale_factor = 0.0f;
+  }
+  if (scale_factor > 0.0f) hp_.rope_freq_scale = 1.0f / scale_factor;
+
+  // Vocabulary size: {arch}.vocab_size, else the tokenizer's token list, else token_embd rows.
+  if (const gguf::Value* v = f.find(f.arch_key("vocab_size"))) {
+    auto n = v->as_uint();
+    if (!n || *n == 0 || *n > (1u << 24)) return Status::invalid_argument("bad vocab_size");
+    hp_.n_vocab = static_cast<uint32_t>(*n);
+  } else if (auto tokens = f.get_array("tokenizer.ggml.tokens"); tokens.ok()) {
+    hp_.n_vocab = static_cast<uint32_t>((*tokens)->items.size());
+  }
+
+  hp_.attn_scale = 1.0f / std::sqrt(float(hp_.head_dim_k));
+  switch (hp_.arch) {
+    case Arch::kLlama:
+      hp_.rope_type = RopeType::kNorm;
+      break;
+    case Arch::kQwen2:
+    case Arch::kQwen3:
+      hp_.rope_type = RopeType::kNeox;
+      break;
+    case Arch::kGemma3:
+      // Gemma 3: interleaved local (sliding-window) and global layers, 5 local per global; local
+      // layers use RoPE base 10000; embeddings scaled by sqrt(n_embd); Q scaled by
+      // 1/sqrt(query_pre_attn_scalar) = 1/sqrt(head_dim) for the small models (Gemma 3 report).
+      hp_.rope_type = RopeType::kNeox;
+      MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.sliding_window", &hp_.n_swa, false));
+      hp_.swa_type = hp_.n_swa > 0 ? SwaType::kStandard : SwaType::kNone;
+      hp_.swa_period = 6;
+      hp_.rope_freq_base_swa = 10000.0f;
+      hp_.embd_scale = std::sqrt(float(hp_.n_embd));
+      break;
+  }
+  return Status();
+}
+
+Status Model::bind_weights() {
+  const HParams& hp = hp_;
+  // Binds tensor `name`, checking its shape is [ne0, ne1] (ne1 = 1 for vectors) and that mnemo
+  // can compute with its type.
+  auto bind = [&](const std::string& name, int64_t ne0, int64_t ne1, bool required,
+                  Weight* out) -> Status {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) {
+      if (required) return Status::invalid_argument("missing tensor " + name);
+      return Status();
+    }
+    const int64_t t_ne0 = t->dims.empty() ? 1 : t->dims[0];
+    int64_t t_ne1 = 1;
+    for (size_t i = 1; i < t->dims.size(); ++i) t_ne1 *= t->dims[i];
+    if (t_ne0 != ne0 || t_ne1 != ne1) {
+      return Status::invalid_argument(fmt::format("tensor {} has shape [{}, {}], expected [{}, {}]",
+                                                  name, t_ne0, t_ne1, ne0, ne1));
+    }
+    if (!traits(t->type).can_dequantize) {
+      return Status::not_supported(fmt::format("tensor {}: type {} is not supported", name,
+                                               type_name(t->type)));
+    }
+    out->data = t->data;
+    out->type = t->type;
+    out->ne0 = ne0;
+    out->ne1 = ne1;
+    out->row_bytes = row_size(t->type, ne0);
+    return Status();
+  };
+
+  const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() != 2) {
+    return Status::invalid_argument("missing or malformed tensor token_embd.weight");
+  }
+  if (hp_.n_vocab == 0) hp_.n_vocab = static_cast<uint32_t>(embd->dims[1]);
+  MNEMO_RETURN_IF_ERROR(bind("token_embd.weight", hp.n_embd, hp.n_vocab, true, &token_embd_));
+  MNEMO_RETURN_IF_ERROR(bind("output_norm.weight", hp.n_embd, 1, true, &output_norm_));
+  MNEMO_RETURN_IF_ERROR(bind("output.weight", hp.n_embd, hp.n_vocab, false, &output_));
+  if (!output_.present()) {
+    output_ = token_embd_;
+    hp_.tied_output = true;
+  }
+
+  const int64_t n_q = int64_t(hp.n_head) * hp.head_dim_k;
+  const int64_t n_attn_out = int64_t(hp.n_head) * hp.head_dim_v;
+  const bool qk_norm = hp.arch == Arch::kQwen3 || hp.arch == Arch::kGemma3;
+  const bool gemma = hp.arch == Arch::kGemma3;
+  const bool bias = hp.arch == Arch::kQwen2;
+  layers_.resize(hp.n_layer);
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& l = layers_[il];
+    auto name = [il](const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); };
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_norm.weight"), hp.n_embd, 1, true, &l.attn_norm));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_q.weight"), hp.n_embd, n_q, true, &l.wq));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_k.weight"), hp.n_embd, hp.n_embd_k_gqa(), true, &l.wk));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_v.weight"), hp.n_embd, hp.n_embd_v_gqa(), true, &l.wv));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_output.weight"), n_attn_out, hp.n_embd, true, &l.wo));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_q.bias"), n_q, 1, bias, &l.bq));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_k.bias"), hp.n_embd_k_gqa(), 1, bias, &l.bk));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_v.bias"), hp.n_embd_v_gqa(), 1, bias, &l.bv));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_q_norm.weight"), hp.head_dim_k, 1, qk_norm, &l.attn_q_norm));
+    MNEMO_RETURN_IF_ERROR(bind(name("attn_k_norm.weight"), hp.head_dim_k, 1, qk_norm, &l.attn_k_norm));
+    MNEMO_RETURN_IF_ERROR(bind(name("post_attention_norm.weight"), hp.n_embd, 1, gemma, &l.post_attn_norm));
+    MNEMO_RETURN_IF_ERROR(bind(name("ffn_norm.weight"), hp.n_embd, 1, true, &l.ffn_norm));
+    MNEMO_RETURN_IF_ERROR(bind(name("ffn_gate.weight"), hp.n_embd, hp.n_ff, true, &l.ffn_gate));
+    MNEMO_RETURN_IF_ERROR(bind(name("ffn_up.weight"), hp.n_embd, hp.n_ff, true, &l.ffn_up));
+    MNEMO_RETURN_IF_ERROR(bind(name("ffn_down.weight"), hp.n_ff, hp.n_embd, true, &l.ffn_down));
+    MNEMO_RETURN_IF_ERROR(bind(name("post_ffw_norm.weight"), hp.n_embd, 1, gemma, &l.post_ffn_norm));
+    for (const Weight* w : {&l.attn_norm, &l.ffn_norm, &l.attn_q_norm, &l.attn_k_norm,
+                            &l.post_attn_norm, &l.post_ffn_norm, &l.bq, &l.bk, &l.bv}) {
+      if (w->present() && w->type != GgmlType::F32) {
+        return Status::not_supported(fmt::format("blk.{}: norm and bias tensors must be f32, got {}",
+                                                 il, type_name(w->type)));
+      }
+    }
+  }
+  if (output_norm_.type != GgmlType::F32) {
+    return Status::not_supported("output_norm.weight must be f32");
+  }
+  return Status();
+}
+
+uint64_t Model::n_bytes() const {
+  uint64_t n = 0;
+  for (const auto& t : file_.tensors()) n += t.n_bytes;
+  return n;
+}
+
+uint64_t Model::n_params() const {
+  uint64_t n = 0;
+  for (const auto& t : file_.tensors()) n += uint64_t(t.n_elements());
+  return n;
+}
+
+std::string Model::describe() const {
+  std::map<std::string, uint64_t> by_type;
+  for (const auto& t : file_.tensors()) by_type[std::string(type_name(t.type))] += t.n_bytes;
+  std::string main_type;
+  uint64_t best = 0;
+  for (const auto& [name, bytes] : by_type) {
+    if (bytes > best) best = bytes, main_type = name;
+  }
+  return fmt::format("{} {} blocks, {:.1f} M params, {:.1f} MiB ({})", arch_name(hp_.arch),
+                     hp_.n_layer, n_params() / 1e6, n_bytes() / 1048576.0, main_type);
+}
+
+}  // namespace mnemo
