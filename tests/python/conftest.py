@@ -1,0 +1,32 @@
+"""Shared pytest fixtures for mnemo's Python tests (run by scripts/test).
+
+Binaries come from the build directory named by MNEMO_BUILD_DIR (default: <repo>/build); real
+models from <repo>/models (scripts/fetch-model).
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository root."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def build_dir() -> Path:
+    """The CMake build directory holding the binaries under test (env MNEMO_BUILD_DIR)."""
+    d = Path(os.environ.get("MNEMO_BUILD_DIR", REPO_ROOT / "build")).resolve()
+    if not d.is_dir():
+        pytest.fail(f"build directory {d} does not exist: run scripts/build or set MNEMO_BUILD_DIR")
+    return d
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    """Where scripts/fetch-model puts the real GGUF models (may lack some: tests skip then)."""
+    return REPO_ROOT / "models"
