@@ -61,11 +61,11 @@ enum class GgmlType : uint32_t {
 /// Static facts about one type.
 struct TypeTraits {
   GgmlType type;
-  std::string_view name;   // lower-case ggml name: "f32", "q4_0", "q4_K", "iq4_nl", "bf16"
-  uint32_t block_size;     // elements per block (1 for plain types)
-  uint32_t type_size;      // bytes per block
-  bool can_dequantize;     // mnemo has a reference dequantize for it
-  bool can_quantize;       // mnemo has a reference quantize for it
+  std::string_view name;  // lower-case ggml name: "f32", "q4_0", "q4_K", "iq4_nl", "bf16"
+  uint32_t block_size;    // elements per block (1 for plain types)
+  uint32_t type_size;     // bytes per block
+  bool can_dequantize;    // mnemo has a reference dequantize for it
+  bool can_quantize;      // mnemo has a reference quantize for it
 };
 
 /// Traits of a known type id, or nullopt for an unknown / retired id (e.g. 4, 31, 1000).

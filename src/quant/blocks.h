@@ -20,14 +20,14 @@
 
 namespace mnemo {
 
-inline constexpr int kQK4_0 = 32;   // elements per block_q4_0
-inline constexpr int kQK4_1 = 32;   // elements per block_q4_1
-inline constexpr int kQK5_0 = 32;   // elements per block_q5_0
-inline constexpr int kQK5_1 = 32;   // elements per block_q5_1
-inline constexpr int kQK8_0 = 32;   // elements per block_q8_0
-inline constexpr int kQK8_1 = 32;   // elements per block_q8_1
-inline constexpr int kQK4_NL = 32;  // elements per block_iq4_nl
-inline constexpr int kQK_K = 256;   // elements per K-quant super-block (q2_K .. q8_K)
+inline constexpr int kQK4_0 = 32;       // elements per block_q4_0
+inline constexpr int kQK4_1 = 32;       // elements per block_q4_1
+inline constexpr int kQK5_0 = 32;       // elements per block_q5_0
+inline constexpr int kQK5_1 = 32;       // elements per block_q5_1
+inline constexpr int kQK8_0 = 32;       // elements per block_q8_0
+inline constexpr int kQK8_1 = 32;       // elements per block_q8_1
+inline constexpr int kQK4_NL = 32;      // elements per block_iq4_nl
+inline constexpr int kQK_K = 256;       // elements per K-quant super-block (q2_K .. q8_K)
 inline constexpr int kKScaleSize = 12;  // bytes of packed 6-bit scales/mins in q4_K / q5_K
 
 // Q4_0, 18 bytes, 4.5 bits/weight. x[i] = d * (q[i] - 8), q in [0, 15].

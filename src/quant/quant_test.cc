@@ -2,6 +2,8 @@
 // independent rounding reference, hand-built blocks with known values, and per-type round-trip
 // error bounds on random data. Bit-exactness against ggml / gguf-py lives in
 // tests/python/test_quant.py.
+#include "mnemo/quant.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "mnemo/quant.h"
 #include "quant/blocks.h"
 
 namespace mnemo {
@@ -32,23 +33,23 @@ struct ExpectedType {
 
 // From the GGUF spec / ggml-common.h (Q8_1 is 36 bytes in ggml; gguf-py's 40 is stale).
 constexpr ExpectedType kExpected[] = {
-    {0, "f32", 1, 4, true, true},          {1, "f16", 1, 2, true, true},
-    {2, "q4_0", 32, 18, true, true},       {3, "q4_1", 32, 20, true, true},
-    {6, "q5_0", 32, 22, true, true},       {7, "q5_1", 32, 24, true, true},
-    {8, "q8_0", 32, 34, true, true},       {9, "q8_1", 32, 36, false, false},
-    {10, "q2_K", 256, 84, true, false},    {11, "q3_K", 256, 110, true, false},
-    {12, "q4_K", 256, 144, true, false},   {13, "q5_K", 256, 176, true, false},
-    {14, "q6_K", 256, 210, true, false},   {15, "q8_K", 256, 292, true, true},
+    {0, "f32", 1, 4, true, true},           {1, "f16", 1, 2, true, true},
+    {2, "q4_0", 32, 18, true, true},        {3, "q4_1", 32, 20, true, true},
+    {6, "q5_0", 32, 22, true, true},        {7, "q5_1", 32, 24, true, true},
+    {8, "q8_0", 32, 34, true, true},        {9, "q8_1", 32, 36, false, false},
+    {10, "q2_K", 256, 84, true, false},     {11, "q3_K", 256, 110, true, false},
+    {12, "q4_K", 256, 144, true, false},    {13, "q5_K", 256, 176, true, false},
+    {14, "q6_K", 256, 210, true, false},    {15, "q8_K", 256, 292, true, true},
     {16, "iq2_xxs", 256, 66, false, false}, {17, "iq2_xs", 256, 74, false, false},
     {18, "iq3_xxs", 256, 98, false, false}, {19, "iq1_s", 256, 50, false, false},
-    {20, "iq4_nl", 32, 18, true, true},    {21, "iq3_s", 256, 110, false, false},
-    {22, "iq2_s", 256, 82, false, false},  {23, "iq4_xs", 256, 136, false, false},
-    {24, "i8", 1, 1, false, false},        {25, "i16", 1, 2, false, false},
-    {26, "i32", 1, 4, false, false},       {27, "i64", 1, 8, false, false},
-    {28, "f64", 1, 8, false, false},       {29, "iq1_m", 256, 56, false, false},
-    {30, "bf16", 1, 2, true, true},        {34, "tq1_0", 256, 54, false, false},
-    {35, "tq2_0", 256, 66, false, false},  {39, "mxfp4", 32, 17, false, false},
-    {40, "nvfp4", 64, 36, false, false},   {41, "q1_0", 128, 18, false, false},
+    {20, "iq4_nl", 32, 18, true, true},     {21, "iq3_s", 256, 110, false, false},
+    {22, "iq2_s", 256, 82, false, false},   {23, "iq4_xs", 256, 136, false, false},
+    {24, "i8", 1, 1, false, false},         {25, "i16", 1, 2, false, false},
+    {26, "i32", 1, 4, false, false},        {27, "i64", 1, 8, false, false},
+    {28, "f64", 1, 8, false, false},        {29, "iq1_m", 256, 56, false, false},
+    {30, "bf16", 1, 2, true, true},         {34, "tq1_0", 256, 54, false, false},
+    {35, "tq2_0", 256, 66, false, false},   {39, "mxfp4", 32, 17, false, false},
+    {40, "nvfp4", 64, 36, false, false},    {41, "q1_0", 128, 18, false, false},
 };
 
 TEST(TypeTraitsTest, TableMatchesSpec) {
@@ -207,7 +208,10 @@ uint16_t ref_round(float f, uint16_t top, double value_top, ValueFn value) {
   uint16_t hi = top;
   while (hi - lo > 1) {
     const uint16_t mid = static_cast<uint16_t>((lo + hi) / 2);
-    if (value(mid) <= a) lo = mid; else hi = mid;
+    if (value(mid) <= a)
+      lo = mid;
+    else
+      hi = mid;
   }
   const double vlo = value(lo);
   const double vhi = lo + 1 == top ? value_top : value(static_cast<uint16_t>(lo + 1));
@@ -263,9 +267,9 @@ TEST(Fp16Test, EdgeCases) {
   EXPECT_EQ(fp32_to_fp16(std::numeric_limits<float>::quiet_NaN()), 0x7e00);
   EXPECT_EQ(fp32_to_fp16(-std::numeric_limits<float>::quiet_NaN()), 0xfe00);
   EXPECT_EQ(fp32_to_fp16(from_bits(0x7f800001u)), 0x7e00);  // signaling NaN, tiny payload
-  EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7bff);                 // largest half
-  EXPECT_EQ(fp32_to_fp16(65519.996f), 0x7bff);               // just below the midpoint
-  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7c00);                 // midpoint: ties to even = inf
+  EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7bff);                // largest half
+  EXPECT_EQ(fp32_to_fp16(65519.996f), 0x7bff);              // just below the midpoint
+  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7c00);                // midpoint: ties to even = inf
   EXPECT_EQ(fp32_to_fp16(1e10f), 0x7c00);
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
@@ -275,16 +279,15 @@ TEST(Fp16Test, EdgeCases) {
   EXPECT_EQ(fp32_to_fp16(5 * std::ldexp(1.0f, -25)), 0x0002);  // 2.5 ulp: tie to even (2)
   EXPECT_EQ(fp32_to_fp16(1e-30f), 0x0000);
   EXPECT_EQ(fp32_to_fp16(-1e-30f), 0x8000);
-  EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even (down)
-  EXPECT_EQ(fp32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);            // tie -> even (down)
+  EXPECT_EQ(fp32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);        // tie -> even (up)
   EXPECT_EQ(fp32_to_fp16(2047.0f / 1024 + std::ldexp(1.0f, -11)), 0x4000);  // carry into exp
   // Largest subnormal rounding up into the smallest normal.
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -26)), 0x0400);
 }
 
 // Every half code's value, the midpoints between neighbours, and one float ulp either side.
-std::vector<float> rounding_probes(uint16_t top, double value_top,
-                                   double (*value)(uint16_t)) {
+std::vector<float> rounding_probes(uint16_t top, double value_top, double (*value)(uint16_t)) {
   std::vector<float> probes;
   for (uint32_t c = 0; c < top; ++c) {
     const double v = value(static_cast<uint16_t>(c));
@@ -331,13 +334,13 @@ TEST(Bf16Test, EdgeCasesAndRounding) {
   EXPECT_EQ(fp32_to_bf16(inf), 0x7f80);
   EXPECT_EQ(fp32_to_bf16(-inf), 0xff80);
   EXPECT_EQ(fp32_to_bf16(std::numeric_limits<float>::quiet_NaN()), 0x7fc0);
-  EXPECT_EQ(fp32_to_bf16(from_bits(0x7f800001u)), 0x7fc0);  // signaling -> quiet
-  EXPECT_EQ(fp32_to_bf16(from_bits(0xff812345u)), 0xffc1);  // sign and top payload kept
+  EXPECT_EQ(fp32_to_bf16(from_bits(0x7f800001u)), 0x7fc0);             // signaling -> quiet
+  EXPECT_EQ(fp32_to_bf16(from_bits(0xff812345u)), 0xffc1);             // sign and top payload kept
   EXPECT_EQ(fp32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds to inf
-  EXPECT_EQ(fp32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);      // tie -> even (down)
-  EXPECT_EQ(fp32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // tie -> even (up)
-  EXPECT_EQ(fp32_to_bf16(from_bits(0x00010000u)), 0x0001);           // subnormals kept
-  EXPECT_EQ(fp32_to_bf16(from_bits(0x00008000u)), 0x0000);           // subnormal tie -> even
+  EXPECT_EQ(fp32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);        // tie -> even (down)
+  EXPECT_EQ(fp32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);    // tie -> even (up)
+  EXPECT_EQ(fp32_to_bf16(from_bits(0x00010000u)), 0x0001);             // subnormals kept
+  EXPECT_EQ(fp32_to_bf16(from_bits(0x00008000u)), 0x0000);             // subnormal tie -> even
   EXPECT_EQ(fp32_to_bf16(from_bits(0x00018000u)), 0x0002);
   for (uint32_t c = 0; c < 0x10000; ++c) {
     const float f = bf16_to_fp32(static_cast<uint16_t>(c));
@@ -398,12 +401,12 @@ TEST(DequantizeTest, Q4_KScalesAndMins) {
   // (j >= 4 form: low nibbles in scales[10], high bits in scales[2] / scales[6]).
   b.scales[1] = 5;
   b.scales[5] = 9;
-  b.scales[10] = 0x7a;                 // scale low nibble 0xa, min low nibble 0x7
+  b.scales[10] = 0x7a;                         // scale low nibble 0xa, min low nibble 0x7
   b.scales[2] = static_cast<uint8_t>(2 << 6);  // scale high bits 0b10
   b.scales[6] = static_cast<uint8_t>(3 << 6);  // min high bits 0b11
   for (int l = 0; l < 32; ++l) {
-    b.qs[l] = static_cast<uint8_t>(0x0c << 4);        // elements 32..63: q = 12 (sub-block 1)
-    b.qs[96 + l] = static_cast<uint8_t>(0x03);        // elements 192..223: q = 3 (sub-block 6)
+    b.qs[l] = static_cast<uint8_t>(0x0c << 4);  // elements 32..63: q = 12 (sub-block 1)
+    b.qs[96 + l] = static_cast<uint8_t>(0x03);  // elements 192..223: q = 3 (sub-block 6)
   }
   const std::vector<float> y = dequant(GgmlType::Q4_K, &b, 256);
   EXPECT_EQ(y[0], 0.0f);
@@ -454,6 +457,26 @@ TEST(QuantizeTest, Q8_KBsumsAndZeroBlocks) {
   const auto it = std::max_element(x.begin() + 256, x.end(),
                                    [](float a, float c) { return std::fabs(a) < std::fabs(c); });
   EXPECT_EQ(b[1].qs[it - (x.begin() + 256)], -127);
+}
+
+TEST(QuantizeTest, ZeroBlocksFollowGgmlSignedZeros) {
+  // ggml's running signed max starts at +0.0, so an all-zero block gets d = +0.0 / -8 = -0.0
+  // (fp16 0x8000) for Q4_0 / Q5_0 whatever the zeros' signs; Q8_0 uses |max| / 127 = +0.0.
+  const std::vector<float> x(32, -0.0f);
+  block_q4_0 b4;
+  ASSERT_TRUE(quantize_row(GgmlType::Q4_0, x.data(), &b4, 32).ok());
+  EXPECT_EQ(b4.d, 0x8000);
+  block_q5_0 b5;
+  ASSERT_TRUE(quantize_row(GgmlType::Q5_0, x.data(), &b5, 32).ok());
+  EXPECT_EQ(b5.d, 0x8000);
+  block_q8_0 b8;
+  ASSERT_TRUE(quantize_row(GgmlType::Q8_0, x.data(), &b8, 32).ok());
+  EXPECT_EQ(b8.d, 0x0000);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(b8.qs[j], 0);
+  block_iq4_nl bi;
+  ASSERT_TRUE(quantize_row(GgmlType::IQ4_NL, x.data(), &bi, 32).ok());
+  EXPECT_EQ(bi.d, 0x0000);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(bi.qs[j], 0);  // indices of a d = 0 block: all 0
 }
 
 // ---- round trips ----------------------------------------------------------------------------
@@ -508,13 +531,27 @@ std::vector<float> make_row(int kind, int64_t n, std::mt19937* rng) {
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   for (int64_t i = 0; i < n; ++i) {
     switch (kind) {
-      case 0: x[i] = normal(*rng); break;
-      case 1: x[i] = uni(*rng) * 3e4f; break;                        // large magnitudes
-      case 2: x[i] = -std::fabs(normal(*rng)) - 0.5f; break;         // negative only
-      case 3: x[i] = 0.0f; break;                                     // zeros
-      case 4: x[i] = normal(*rng) * std::pow(10.0f, static_cast<float>(i % 7) - 3); break;
-      case 5: x[i] = 1e-3f * normal(*rng) + 7.0f; break;             // offset, small range
-      default: x[i] = (i % 32 == 5) ? 50.0f : 0.01f * normal(*rng); break;  // outliers
+      case 0:
+        x[i] = normal(*rng);
+        break;
+      case 1:
+        x[i] = uni(*rng) * 3e4f;
+        break;  // large magnitudes
+      case 2:
+        x[i] = -std::fabs(normal(*rng)) - 0.5f;
+        break;  // negative only
+      case 3:
+        x[i] = 0.0f;
+        break;  // zeros
+      case 4:
+        x[i] = normal(*rng) * std::pow(10.0f, static_cast<float>(i % 7) - 3);
+        break;
+      case 5:
+        x[i] = 1e-3f * normal(*rng) + 7.0f;
+        break;  // offset, small range
+      default:
+        x[i] = (i % 32 == 5) ? 50.0f : 0.01f * normal(*rng);
+        break;  // outliers
     }
   }
   return x;
@@ -588,17 +625,38 @@ TEST_P(RoundTripTest, RelativeRmseOnNormalData) {
   const GgmlType t = GetParam();
   double ceiling = 0.0;
   switch (t) {
-    case GgmlType::F32: ceiling = 0.0; break;
-    case GgmlType::F16: ceiling = 3e-4; break;
-    case GgmlType::BF16: ceiling = 2.5e-3; break;
-    case GgmlType::Q8_0: ceiling = 7e-3; break;
-    case GgmlType::Q8_K: ceiling = 9.5e-3; break;
-    case GgmlType::Q5_0: ceiling = 0.056; break;
-    case GgmlType::Q5_1: ceiling = 0.05; break;
-    case GgmlType::Q4_0: ceiling = 0.11; break;
-    case GgmlType::Q4_1: ceiling = 0.10; break;
-    case GgmlType::IQ4_NL: ceiling = 0.105; break;
-    default: FAIL() << "no ceiling for " << type_name(t);
+    case GgmlType::F32:
+      ceiling = 0.0;
+      break;
+    case GgmlType::F16:
+      ceiling = 3e-4;
+      break;
+    case GgmlType::BF16:
+      ceiling = 2.5e-3;
+      break;
+    case GgmlType::Q8_0:
+      ceiling = 7e-3;
+      break;
+    case GgmlType::Q8_K:
+      ceiling = 9.5e-3;
+      break;
+    case GgmlType::Q5_0:
+      ceiling = 0.056;
+      break;
+    case GgmlType::Q5_1:
+      ceiling = 0.05;
+      break;
+    case GgmlType::Q4_0:
+      ceiling = 0.11;
+      break;
+    case GgmlType::Q4_1:
+      ceiling = 0.10;
+      break;
+    case GgmlType::IQ4_NL:
+      ceiling = 0.105;
+      break;
+    default:
+      FAIL() << "no ceiling for " << type_name(t);
   }
   const int64_t n = 256 * 256;
   std::mt19937 rng(4321);

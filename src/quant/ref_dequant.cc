@@ -11,12 +11,13 @@
 
 #include "mnemo/quant.h"
 #include "quant/blocks.h"
+#include "quant/fp16.h"
 #include "quant/ref.h"
 
 namespace mnemo::quant_internal {
 namespace {
 
-float half(uint16_t h) { return fp16_to_fp32(h); }
+float half(uint16_t h) { return half_to_float(h); }
 
 // Q4_K / Q5_K: the six-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
 inline void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
@@ -40,7 +41,7 @@ void dequantize_row_f16(const void* vx, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, x + 2 * i, 2);
-    y[i] = fp16_to_fp32(h);
+    y[i] = half_to_float(h);
   }
 }
 
@@ -49,7 +50,7 @@ void dequantize_row_bf16(const void* vx, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, x + 2 * i, 2);
-    y[i] = bf16_to_fp32(h);
+    y[i] = bf16_to_float(h);
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "mnemo/quant.h"
 #include "quant/blocks.h"
+#include "quant/fp16.h"
 #include "quant/ref.h"
 
 namespace mnemo::quant_internal {
@@ -94,7 +95,7 @@ void quantize_row_f32(const float* x, void* vy, int64_t n) {
 void quantize_row_f16(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<uint8_t*>(vy);
   for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h = fp32_to_fp16(x[i]);
+    const uint16_t h = float_to_half(x[i]);
     std::memcpy(y + 2 * i, &h, 2);
   }
 }
@@ -102,7 +103,7 @@ void quantize_row_f16(const float* x, void* vy, int64_t n) {
 void quantize_row_bf16(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<uint8_t*>(vy);
   for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h = fp32_to_bf16(x[i]);
+    const uint16_t h = float_to_bf16(x[i]);
     std::memcpy(y + 2 * i, &h, 2);
   }
 }
@@ -115,7 +116,7 @@ void quantize_row_q4_0(const float* x, void* vy, int64_t n) {
     const float max = signed_absmax(x, kQK4_0, &amax);
     const float d = max / -8;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = fp32_to_fp16(d);
+    b->d = float_to_half(d);
     for (int j = 0; j < kQK4_0 / 2; ++j) {
       const int q0 = trunc_small(clampf(x[j] * id + 8.5f, 0.0f, 15.0f));
       const int q1 = trunc_small(clampf(x[j + kQK4_0 / 2] * id + 8.5f, 0.0f, 15.0f));
@@ -133,8 +134,8 @@ void quantize_row_q4_1(const float* x, void* vy, int64_t n) {
     min_max(x, kQK4_1, &mn, &mx);
     const float d = (mx - mn) / 15;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = fp32_to_fp16(d);
-    b->m = fp32_to_fp16(mn);
+    b->d = float_to_half(d);
+    b->m = float_to_half(mn);
     for (int j = 0; j < kQK4_1 / 2; ++j) {
       const int q0 = trunc_small(clampf((x[j] - mn) * id + 0.5f, 0.0f, 15.0f));
       const int q1 = trunc_small(clampf((x[j + kQK4_1 / 2] - mn) * id + 0.5f, 0.0f, 15.0f));
@@ -151,7 +152,7 @@ void quantize_row_q5_0(const float* x, void* vy, int64_t n) {
     const float max = signed_absmax(x, kQK5_0, &amax);
     const float d = max / -16;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = fp32_to_fp16(d);
+    b->d = float_to_half(d);
     uint32_t qh = 0;
     for (int j = 0; j < kQK5_0 / 2; ++j) {
       const int q0 = trunc_small(clampf(x[j] * id + 16.5f, 0.0f, 31.0f));
@@ -173,8 +174,8 @@ void quantize_row_q5_1(const float* x, void* vy, int64_t n) {
     min_max(x, kQK5_1, &mn, &mx);
     const float d = (mx - mn) / 31;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = fp32_to_fp16(d);
-    b->m = fp32_to_fp16(mn);
+    b->d = float_to_half(d);
+    b->m = float_to_half(mn);
     uint32_t qh = 0;
     for (int j = 0; j < kQK5_1 / 2; ++j) {
       const int q0 = trunc_small(clampf((x[j] - mn) * id + 0.5f, 0.0f, 31.0f));
@@ -198,7 +199,7 @@ void quantize_row_q8_0(const float* x, void* vy, int64_t n) {
     }
     const float d = amax / 127;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = fp32_to_fp16(d);
+    b->d = float_to_half(d);
     for (int j = 0; j < kQK8_0; ++j) {
       b->qs[j] = static_cast<int8_t>(round_half_away(clampf(x[j] * id, -127.0f, 127.0f)));
     }
@@ -270,7 +271,7 @@ void quantize_row_iq4_nl(const float* x, void* vy, int64_t n) {
       }
       d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
     }
-    b->d = fp32_to_fp16(d);
+    b->d = float_to_half(d);
     for (int j = 0; j < kQK4_NL / 2; ++j) {
       b->qs[j] = static_cast<uint8_t>(idx[j] | (idx[j + kQK4_NL / 2] << 4));
     }

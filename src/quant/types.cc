@@ -4,13 +4,13 @@
 // Source of the numbers: GGUF spec (ggml-org/ggml docs/gguf.md, "ggml_type") and ggml's
 // ggml-common.h / ggml.c type_traits; cross-checked against gguf-py's GGML_QUANT_SIZES.
 #include <array>
-#include <bit>
 #include <cstring>
 #include <string>
 
 #include "mnemo/check.h"
 #include "mnemo/quant.h"
 #include "quant/blocks.h"
+#include "quant/fp16.h"
 #include "quant/ref.h"
 
 namespace mnemo {
@@ -29,9 +29,8 @@ struct TypeEntry {
 
 constexpr uint32_t kMaxTypeId = 41;  // highest id in GgmlType (Q1_0)
 
-constexpr TypeEntry make(GgmlType t, std::string_view name, uint32_t block_size,
-                         uint32_t type_size, DequantizeFn dq = nullptr, QuantizeFn q = nullptr,
-                         uint32_t align = 1) {
+constexpr TypeEntry make(GgmlType t, std::string_view name, uint32_t block_size, uint32_t type_size,
+                         DequantizeFn dq = nullptr, QuantizeFn q = nullptr, uint32_t align = 1) {
   return TypeEntry{TypeTraits{t, name, block_size, type_size, dq != nullptr, q != nullptr}, dq, q,
                    align};
 }
@@ -134,9 +133,8 @@ std::optional<GgmlType> type_from_name(std::string_view name) {
 
 size_t row_size(GgmlType t, int64_t n) {
   const TypeTraits& tr = traits(t);
-  CHECK(n >= 0 && n % tr.block_size == 0)
-      << "row of " << n << " elements of type " << tr.name << " (block size " << tr.block_size
-      << ")";
+  CHECK(n >= 0 && n % tr.block_size == 0) << "row of " << n << " elements of type " << tr.name
+                                          << " (block size " << tr.block_size << ")";
   return static_cast<size_t>(n / tr.block_size) * tr.type_size;
 }
 
@@ -186,68 +184,11 @@ Status quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
   return Status();
 }
 
-// --- fp16 / bf16 -------------------------------------------------------------------------------
-// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Conversions are exact bit
-// manipulation (no hardware F16C needed), round-to-nearest-even on the way down.
+// --- fp16 / bf16: the inline versions live in quant/fp16.h --------------------------------------
 
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    // inf, or NaN with its payload; a signaling NaN comes out quiet, as from ggml's converter
-    // and from F16C's vcvtph2ps (numpy keeps it signaling: the only difference from gguf-py).
-    bits = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x00400000u : 0u);
-  } else if (exp != 0) {
-    bits = sign | ((exp + (127 - 15)) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;  // +-0
-  } else {
-    // Subnormal half: value = mant * 2^-24. Normalize the mantissa into a float.
-    int e = -1;
-    do {
-      mant <<= 1;
-      ++e;
-    } while ((mant & 0x400u) == 0);
-    bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | ((mant & 0x3ffu) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-uint16_t fp32_to_fp16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return sign | 0x7e00u;  // NaN -> canonical quiet NaN (as ggml)
-  if (ax >= 0x477ff000u) return sign | 0x7c00u; // rounds to >= 65520: inf
-  if (ax >= 0x38800000u) {
-    // Normal half range (>= 2^-14). Drop 13 mantissa bits with round-to-nearest-even; a carry
-    // out of the mantissa correctly bumps the exponent.
-    const uint32_t rebased = ax - ((127u - 15u) << 23);
-    const uint32_t rounded = rebased + 0x0fffu + ((rebased >> 13) & 1u);
-    return sign | static_cast<uint16_t>(rounded >> 13);
-  }
-  if (ax < 0x33000000u) return sign;  // below half the smallest subnormal (2^-25): +-0
-  // Subnormal half: value / 2^-24, rounded to nearest even.
-  const uint32_t e = ax >> 23;                     // biased float exponent, 102..112
-  const uint32_t m = (ax & 0x7fffffu) | 0x800000u; // 24-bit significand
-  const uint32_t shift = 126u - e;                 // 14..24: m * 2^(e-150) / 2^-24
-  const uint32_t q = m >> shift;
-  const uint32_t rem = m & ((1u << shift) - 1u);
-  const uint32_t half = 1u << (shift - 1u);
-  const uint32_t r = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
-  return sign | static_cast<uint16_t>(r);
-}
-
-float bf16_to_fp32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
-uint16_t fp32_to_bf16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN: keep sign/payload top, force quiet
-  }
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);  // nearest even
-}
+float fp16_to_fp32(uint16_t h) { return quant_internal::half_to_float(h); }
+uint16_t fp32_to_fp16(float f) { return quant_internal::float_to_half(f); }
+float bf16_to_fp32(uint16_t h) { return quant_internal::bf16_to_float(h); }
+uint16_t fp32_to_bf16(float f) { return quant_internal::float_to_bf16(f); }
 
 }  // namespace mnemo
