@@ -125,8 +125,8 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // ne[0] (fastest-varying, row length) first, as in GGUF
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;        // relative to the start of the data section
-  uint64_t n_bytes = 0;       // row_size(type, dims[0]) * product(dims[1:])
+  uint64_t offset = 0;            // relative to the start of the data section
+  uint64_t n_bytes = 0;           // row_size(type, dims[0]) * product(dims[1:])
   const uint8_t* data = nullptr;  // into the mapping (reader); null for writer-side infos
 
   /// Product of dims (1 for a 0-dimensional scalar).
@@ -181,7 +181,7 @@ class File {
   Status parse();
 
   std::span<const uint8_t> bytes_;
-  void* map_ = nullptr;     // mmap base when opened from a path
+  void* map_ = nullptr;  // mmap base when opened from a path
   size_t map_size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

@@ -13,7 +13,9 @@
 namespace mnemo::gguf::internal {
 
 /// True for the 13 value type ids of GGUF spec "gguf_metadata_value_type" (0..12).
-inline bool is_known_value_type(uint32_t id) { return id <= static_cast<uint32_t>(ValueType::FLOAT64); }
+inline bool is_known_value_type(uint32_t id) {
+  return id <= static_cast<uint32_t>(ValueType::FLOAT64);
+}
 
 /// Bytes of a fixed-size scalar (1, 2, 4 or 8), or 0 for STRING / ARRAY.
 inline uint64_t scalar_size(ValueType t) {

@@ -2,6 +2,8 @@
 // tensors, accessor errors, writer argument errors, and one test per malformed-file case with
 // the error code, the problem and the byte offset checked. Malformed files are built byte by byte
 // with RawFile below, independently of the Writer.
+#include "mnemo/gguf.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,8 +13,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include "mnemo/gguf.h"
 
 namespace mnemo::gguf {
 
@@ -134,8 +134,7 @@ std::vector<std::pair<std::string, Value>> sample_metadata() {
       {"t.arr_empty", V::array(ValueType::INT32, {})},
       {"t.arr_nested",
        V::array(ValueType::ARRAY,
-                {V::array(ValueType::INT32, {V::i32(1), V::i32(2)}),
-                 V::array(ValueType::INT32, {}),
+                {V::array(ValueType::INT32, {V::i32(1), V::i32(2)}), V::array(ValueType::INT32, {}),
                  V::array(ValueType::INT32, {V::i32(3)})})},
       {"t.arr_nested3",
        V::array(ValueType::ARRAY,
@@ -284,7 +283,8 @@ std::string temp_path(const std::string& name) {
 
 TEST(GgufRoundTrip, OpenFromPathAndMove) {
   Writer w = sample_writer(64);
-  for (const auto& t : sample_tensors()) ASSERT_TRUE(w.add_tensor(t.name, t.dims, t.type, t.data).ok());
+  for (const auto& t : sample_tensors())
+    ASSERT_TRUE(w.add_tensor(t.name, t.dims, t.type, t.data).ok());
   const std::string path = temp_path("open.gguf");
   ASSERT_TRUE(w.write(path).ok());
   {
@@ -467,10 +467,8 @@ TEST(GgufWriter, MetadataErrors) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(w.add("b", Value{ValueType::INT16, int64_t{40000}}).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.add("b", Value{ValueType::UINT32, int64_t{1}}).code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.add("b", Value{ValueType::STRING, uint64_t{1}}).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.add("b", Value{ValueType::UINT32, int64_t{1}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.add("b", Value{ValueType::STRING, uint64_t{1}}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(w.add("b", Value{static_cast<ValueType>(13), uint64_t{1}}).code(),
             StatusCode::kInvalidArgument);
   // Array items must match the element type.
@@ -530,7 +528,8 @@ TEST(GgufMalformed, TruncatedHeader) {
 
 TEST(GgufMalformed, TruncatedAtEveryByte) {
   Writer w = sample_writer(64);
-  for (const auto& t : sample_tensors()) ASSERT_TRUE(w.add_tensor(t.name, t.dims, t.type, t.data).ok());
+  for (const auto& t : sample_tensors())
+    ASSERT_TRUE(w.add_tensor(t.name, t.dims, t.type, t.data).ok());
   const std::vector<uint8_t> bytes = w.serialize();
   auto full = File::from_memory(bytes);
   ASSERT_TRUE(full.ok());
@@ -689,8 +688,8 @@ TEST(GgufMalformed, DuplicateKey) {
   raw.header(0, 3).kv_u32("a", 1).kv_u32("b", 2);
   const uint64_t at = raw.size();
   raw.kv_u32("a", 3);
-  expect_error(raw, StatusCode::kCorruption, {"duplicate metadata key 'a'", "first at byte offset 24"},
-               at);
+  expect_error(raw, StatusCode::kCorruption,
+               {"duplicate metadata key 'a'", "first at byte offset 24"}, at);
 }
 
 TEST(GgufMalformed, DuplicateTensorName) {
@@ -698,8 +697,8 @@ TEST(GgufMalformed, DuplicateTensorName) {
   raw.header(2, 0).tensor_info("w", {4}, kTypeF32, 0);
   const uint64_t at = raw.size();
   raw.tensor_info("w", {4}, kTypeF32, 32).pad(32).zeros(64);
-  expect_error(raw, StatusCode::kCorruption, {"duplicate tensor name 'w'", "first at byte offset 24"},
-               at);
+  expect_error(raw, StatusCode::kCorruption,
+               {"duplicate tensor name 'w'", "first at byte offset 24"}, at);
 }
 
 TEST(GgufMalformed, AlignmentNotPowerOfTwo) {

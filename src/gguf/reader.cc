@@ -86,7 +86,8 @@ Status read_value_type(Cursor& c, std::string_view what, ValueType* out) {
   uint32_t id = 0;
   MNEMO_RETURN_IF_ERROR(c.read(&id, what));
   if (!internal::is_known_value_type(id)) {
-    return Status::corruption("unknown " + std::string(what) + " " + std::to_string(id) + at(start));
+    return Status::corruption("unknown " + std::string(what) + " " + std::to_string(id) +
+                              at(start));
   }
   *out = static_cast<ValueType>(id);
   return Status();
@@ -311,9 +312,8 @@ Status File::parse() {
                               " bytes that remain" + at(16));
   }
   if (n_tensors > c.remaining() / internal::kMinTensorInfoSize) {
-    return Status::corruption("tensor count " + std::to_string(n_tensors) +
-                              " cannot fit in the " + std::to_string(c.remaining()) +
-                              " bytes that remain" + at(8));
+    return Status::corruption("tensor count " + std::to_string(n_tensors) + " cannot fit in the " +
+                              std::to_string(c.remaining()) + " bytes that remain" + at(8));
   }
 
   // Metadata (GGUF spec "gguf_metadata_kv_t").
@@ -327,8 +327,8 @@ Status File::parse() {
     auto [it, inserted] = kv_index_.emplace(key, kv_.size());
     if (!inserted) {
       return Status::corruption("duplicate metadata key " + quoted(key) + at(start) +
-                                " (first at byte offset " +
-                                std::to_string(kv_offsets[it->second]) + ")");
+                                " (first at byte offset " + std::to_string(kv_offsets[it->second]) +
+                                ")");
     }
     ValueType type{};
     MNEMO_RETURN_IF_ERROR(read_value_type(c, "value type of key " + quoted(key), &type));
@@ -423,11 +423,11 @@ Status File::parse() {
     const auto begin = checked_add(data_offset_, t.offset);
     const auto end = begin ? checked_add(*begin, t.n_bytes) : std::nullopt;
     if (!end || *end > bytes_.size()) {
-      return Status::corruption(
-          "tensor " + quoted(t.name) + " data [data_offset " + std::to_string(data_offset_) +
-          " + " + std::to_string(t.offset) + ", +" + std::to_string(t.n_bytes) +
-          " bytes) ends past the end of the file (" + std::to_string(bytes_.size()) + " bytes)" +
-          at(info_offsets[i]));
+      return Status::corruption("tensor " + quoted(t.name) + " data [data_offset " +
+                                std::to_string(data_offset_) + " + " + std::to_string(t.offset) +
+                                ", +" + std::to_string(t.n_bytes) +
+                                " bytes) ends past the end of the file (" +
+                                std::to_string(bytes_.size()) + " bytes)" + at(info_offsets[i]));
     }
     t.data = bytes_.data() + *begin;
   }
@@ -523,16 +523,18 @@ std::string File::arch_key(std::string_view suffix) const {
 
 Result<uint64_t> File::get_arch_uint(std::string_view suffix) const {
   if (architecture().empty()) {
-    return Status::not_found("metadata key 'general.architecture' (a string) not found; needed for '{arch}." +
-                             std::string(suffix) + "'");
+    return Status::not_found(
+        "metadata key 'general.architecture' (a string) not found; needed for '{arch}." +
+        std::string(suffix) + "'");
   }
   return get_uint(arch_key(suffix));
 }
 
 Result<double> File::get_arch_float(std::string_view suffix) const {
   if (architecture().empty()) {
-    return Status::not_found("metadata key 'general.architecture' (a string) not found; needed for '{arch}." +
-                             std::string(suffix) + "'");
+    return Status::not_found(
+        "metadata key 'general.architecture' (a string) not found; needed for '{arch}." +
+        std::string(suffix) + "'");
   }
   return get_float(arch_key(suffix));
 }

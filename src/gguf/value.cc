@@ -9,19 +9,32 @@ namespace mnemo::gguf {
 
 std::string_view value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::UINT8: return "uint8";
-    case ValueType::INT8: return "int8";
-    case ValueType::UINT16: return "uint16";
-    case ValueType::INT16: return "int16";
-    case ValueType::UINT32: return "uint32";
-    case ValueType::INT32: return "int32";
-    case ValueType::FLOAT32: return "float32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::UINT64: return "uint64";
-    case ValueType::INT64: return "int64";
-    case ValueType::FLOAT64: return "float64";
+    case ValueType::UINT8:
+      return "uint8";
+    case ValueType::INT8:
+      return "int8";
+    case ValueType::UINT16:
+      return "uint16";
+    case ValueType::INT16:
+      return "int16";
+    case ValueType::UINT32:
+      return "uint32";
+    case ValueType::INT32:
+      return "int32";
+    case ValueType::FLOAT32:
+      return "float32";
+    case ValueType::BOOL:
+      return "bool";
+    case ValueType::STRING:
+      return "string";
+    case ValueType::ARRAY:
+      return "array";
+    case ValueType::UINT64:
+      return "uint64";
+    case ValueType::INT64:
+      return "int64";
+    case ValueType::FLOAT64:
+      return "float64";
   }
   return "unknown";
 }
@@ -42,9 +55,7 @@ bool Value::is_integer() const {
   }
 }
 
-bool Value::is_float() const {
-  return type == ValueType::FLOAT32 || type == ValueType::FLOAT64;
-}
+bool Value::is_float() const { return type == ValueType::FLOAT32 || type == ValueType::FLOAT64; }
 
 // Integers live in the uint64_t alternative (unsigned types) or the int64_t one (signed types);
 // the checks below look at the alternative actually held, so a hand-built Value whose payload
@@ -117,8 +128,7 @@ std::optional<std::string> tensor_shape_error(std::span<const int64_t> dims, Ggm
   uint64_t n_elements = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] < 1) {
-      return "dimension " + std::to_string(i) + " is " + std::to_string(dims[i]) +
-             ", must be >= 1";
+      return "dimension " + std::to_string(i) + " is " + std::to_string(dims[i]) + ", must be >= 1";
     }
     auto n = checked_mul(n_elements, static_cast<uint64_t>(dims[i]));
     if (!n || *n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {

@@ -38,14 +38,22 @@ Status validate_value(const Value& v, int depth, std::string_view where) {
     return Status();
   };
   switch (v.type) {
-    case ValueType::UINT8: return check_uint(UINT8_MAX);
-    case ValueType::UINT16: return check_uint(UINT16_MAX);
-    case ValueType::UINT32: return check_uint(UINT32_MAX);
-    case ValueType::UINT64: return check_uint(UINT64_MAX);
-    case ValueType::INT8: return check_int(INT8_MIN, INT8_MAX);
-    case ValueType::INT16: return check_int(INT16_MIN, INT16_MAX);
-    case ValueType::INT32: return check_int(INT32_MIN, INT32_MAX);
-    case ValueType::INT64: return check_int(INT64_MIN, INT64_MAX);
+    case ValueType::UINT8:
+      return check_uint(UINT8_MAX);
+    case ValueType::UINT16:
+      return check_uint(UINT16_MAX);
+    case ValueType::UINT32:
+      return check_uint(UINT32_MAX);
+    case ValueType::UINT64:
+      return check_uint(UINT64_MAX);
+    case ValueType::INT8:
+      return check_int(INT8_MIN, INT8_MAX);
+    case ValueType::INT16:
+      return check_int(INT16_MIN, INT16_MAX);
+    case ValueType::INT32:
+      return check_int(INT32_MIN, INT32_MAX);
+    case ValueType::INT64:
+      return check_int(INT64_MIN, INT64_MAX);
     case ValueType::FLOAT32:
     case ValueType::FLOAT64:
       if (!std::holds_alternative<double>(v.v)) return bad("float value must hold double");
@@ -70,10 +78,9 @@ Status validate_value(const Value& v, int depth, std::string_view where) {
         const Value& item = a->items[i];
         const std::string item_where = std::string(where) + "[" + std::to_string(i) + "]";
         if (item.type != a->elem_type) {
-          return Status::invalid_argument(item_where + ": item type " +
-                                          std::string(value_type_name(item.type)) +
-                                          " differs from the array element type " +
-                                          std::string(value_type_name(a->elem_type)));
+          return Status::invalid_argument(
+              item_where + ": item type " + std::string(value_type_name(item.type)) +
+              " differs from the array element type " + std::string(value_type_name(a->elem_type)));
         }
         MNEMO_RETURN_IF_ERROR(validate_value(item, depth + 1, item_where));
       }
@@ -104,18 +111,42 @@ class Sink {
 // Writes a validated value without its type tag (GGUF spec "gguf_metadata_value_t").
 void put_value(Sink& s, const Value& v) {
   switch (v.type) {
-    case ValueType::UINT8: s.put(static_cast<uint8_t>(std::get<uint64_t>(v.v))); return;
-    case ValueType::INT8: s.put(static_cast<int8_t>(std::get<int64_t>(v.v))); return;
-    case ValueType::UINT16: s.put(static_cast<uint16_t>(std::get<uint64_t>(v.v))); return;
-    case ValueType::INT16: s.put(static_cast<int16_t>(std::get<int64_t>(v.v))); return;
-    case ValueType::UINT32: s.put(static_cast<uint32_t>(std::get<uint64_t>(v.v))); return;
-    case ValueType::INT32: s.put(static_cast<int32_t>(std::get<int64_t>(v.v))); return;
-    case ValueType::UINT64: s.put(std::get<uint64_t>(v.v)); return;
-    case ValueType::INT64: s.put(std::get<int64_t>(v.v)); return;
-    case ValueType::FLOAT32: s.put(static_cast<float>(std::get<double>(v.v))); return;
-    case ValueType::FLOAT64: s.put(std::get<double>(v.v)); return;
-    case ValueType::BOOL: s.put(static_cast<uint8_t>(std::get<bool>(v.v) ? 1 : 0)); return;
-    case ValueType::STRING: s.put_string(std::get<std::string>(v.v)); return;
+    case ValueType::UINT8:
+      s.put(static_cast<uint8_t>(std::get<uint64_t>(v.v)));
+      return;
+    case ValueType::INT8:
+      s.put(static_cast<int8_t>(std::get<int64_t>(v.v)));
+      return;
+    case ValueType::UINT16:
+      s.put(static_cast<uint16_t>(std::get<uint64_t>(v.v)));
+      return;
+    case ValueType::INT16:
+      s.put(static_cast<int16_t>(std::get<int64_t>(v.v)));
+      return;
+    case ValueType::UINT32:
+      s.put(static_cast<uint32_t>(std::get<uint64_t>(v.v)));
+      return;
+    case ValueType::INT32:
+      s.put(static_cast<int32_t>(std::get<int64_t>(v.v)));
+      return;
+    case ValueType::UINT64:
+      s.put(std::get<uint64_t>(v.v));
+      return;
+    case ValueType::INT64:
+      s.put(std::get<int64_t>(v.v));
+      return;
+    case ValueType::FLOAT32:
+      s.put(static_cast<float>(std::get<double>(v.v)));
+      return;
+    case ValueType::FLOAT64:
+      s.put(std::get<double>(v.v));
+      return;
+    case ValueType::BOOL:
+      s.put(static_cast<uint8_t>(std::get<bool>(v.v) ? 1 : 0));
+      return;
+    case ValueType::STRING:
+      s.put_string(std::get<std::string>(v.v));
+      return;
     case ValueType::ARRAY: {
       const Array& a = std::get<Array>(v.v);
       s.put(static_cast<uint32_t>(a.elem_type));
@@ -142,9 +173,8 @@ Status Writer::add(std::string key, Value value) {
   for (const auto& [k, v] : kv_) {
     if (k == key) {
       if (key == "general.alignment") {
-        return Status::invalid_argument(
-            "general.alignment is set by the Writer constructor (" + std::to_string(alignment_) +
-            ")");
+        return Status::invalid_argument("general.alignment is set by the Writer constructor (" +
+                                        std::to_string(alignment_) + ")");
       }
       return Status::invalid_argument("duplicate metadata key '" + key + "'");
     }
@@ -178,10 +208,9 @@ Status Writer::add_tensor(std::string name, std::vector<int64_t> dims, GgmlType 
     return Status::invalid_argument("tensor '" + name + "': " + *err);
   }
   if (data.size() != n_bytes) {
-    return Status::invalid_argument("tensor '" + name + "' of type " +
-                                    std::string(type_name(type)) + " needs " +
-                                    std::to_string(n_bytes) + " bytes, got " +
-                                    std::to_string(data.size()));
+    return Status::invalid_argument(
+        "tensor '" + name + "' of type " + std::string(type_name(type)) + " needs " +
+        std::to_string(n_bytes) + " bytes, got " + std::to_string(data.size()));
   }
   tensors_.push_back({std::move(name), std::move(dims), type, {data.begin(), data.end()}});
   return Status();
@@ -189,9 +218,9 @@ Status Writer::add_tensor(std::string name, std::vector<int64_t> dims, GgmlType 
 
 Status Writer::add_tensor_f32(std::string name, std::vector<int64_t> dims,
                               std::span<const float> data) {
-  return add_tensor(std::move(name), std::move(dims), GgmlType::F32,
-                    std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()),
-                                             data.size_bytes()));
+  return add_tensor(
+      std::move(name), std::move(dims), GgmlType::F32,
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size_bytes()));
 }
 
 std::vector<uint8_t> Writer::serialize() const {
