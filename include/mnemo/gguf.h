@@ -71,7 +71,8 @@ enum class ValueType : uint32_t {
   FLOAT64 = 12,
 };
 
-/// "uint32", "string", "array", ...
+/// Lower-case name of a value type, as gguf-py spells it ("uint32", "float32", "string",
+/// "array", ...); "unknown" for an id outside the enum.
 std::string_view value_type_name(ValueType t);
 
 struct Value;
@@ -82,7 +83,11 @@ struct Array {
   std::vector<Value> items;
 };
 
-/// One metadata value. Integers keep their declared GGUF type in `type`.
+/// One metadata value (GGUF spec "gguf_metadata_value_t"). Integers keep their declared GGUF
+/// type in `type`; the payload is uint64_t for unsigned integer types, int64_t for signed ones,
+/// double for FLOAT32 / FLOAT64 (a float32 widened exactly), bool, std::string (raw bytes, UTF-8
+/// not checked) or Array. Build values with the factories below; the Writer rejects a Value
+/// whose payload does not match its type.
 struct Value {
   ValueType type = ValueType::UINT8;
   std::variant<uint64_t, int64_t, double, bool, std::string, Array> v;
@@ -105,11 +110,13 @@ struct Value {
 
   bool is_integer() const;  // any of the 8 integer types
   bool is_float() const;    // FLOAT32 or FLOAT64
-  /// The value as a signed / unsigned integer if it is an integer that fits.
+  /// The value as a signed / unsigned integer if it is an integer that fits (nullopt for a
+  /// negative as_uint(), a uint64 above INT64_MAX as_int(), or a non-integer).
   std::optional<int64_t> as_int() const;
   std::optional<uint64_t> as_uint() const;
-  /// The value as double if it is an integer or a float.
+  /// The value as double if it is an integer or a float (a uint64/int64 may round).
   std::optional<double> as_double() const;
+  /// Views into the value (valid while it lives); null / nullopt when the type differs.
   const std::string* as_string() const;
   const Array* as_array() const;
   std::optional<bool> as_bool() const;
@@ -133,7 +140,9 @@ struct TensorInfo {
   int64_t n_elements() const;
 };
 
-/// A parsed, memory-mapped GGUF file. Move-only; tensor data pointers stay valid while it lives.
+/// A parsed, memory-mapped GGUF file. Move-only; tensor data pointers (and pointers returned
+/// by find / get_array / find_tensor) stay valid while it lives, across moves. Immutable after
+/// parsing, so const methods may be called from several threads at once.
 class File {
  public:
   /// Opens and validates `path` (mmap). NotFound for a missing file, IOError if it cannot be
@@ -146,20 +155,28 @@ class File {
   File& operator=(File&&) noexcept;
   ~File();
 
+  /// GGUF version of the file: 2 or 3.
   uint32_t version() const { return version_; }
+  /// general.alignment, or kDefaultAlignment (32) when absent; bytes, a power of two.
   uint64_t alignment() const { return alignment_; }
-  uint64_t data_offset() const { return data_offset_; }  // absolute offset of the data section
+  /// Absolute byte offset of the data section: the end of the tensor infos rounded up to the
+  /// alignment (may equal file_size() or exceed it for a file without tensors).
+  uint64_t data_offset() const { return data_offset_; }
+  /// Bytes in the file / buffer.
   uint64_t file_size() const { return bytes_.size(); }
 
   /// All metadata in file order (keys are unique: a duplicate key is a Corruption error).
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
+  /// The value of `key`, or null when absent.
   const Value* find(std::string_view key) const;
 
   /// `general.architecture`, or "" when absent.
   std::string architecture() const;
 
   /// Typed accessors. Missing key -> NotFound naming it; wrong type -> InvalidArgument naming
-  /// the key, the expected and the actual type.
+  /// the key, the expected and the actual type. get_uint / get_int accept any integer type whose
+  /// value fits (InvalidArgument naming the value otherwise); get_float accepts FLOAT32 / FLOAT64
+  /// and integers; get_bool, get_string and get_array only their own type.
   Result<uint64_t> get_uint(std::string_view key) const;
   Result<int64_t> get_int(std::string_view key) const;
   Result<double> get_float(std::string_view key) const;
@@ -168,12 +185,16 @@ class File {
   Result<const Array*> get_array(std::string_view key) const;
 
   /// Architecture-prefixed accessors: get_arch_uint("context_length") reads
-  /// "{general.architecture}.context_length".
+  /// "{general.architecture}.context_length" (GGUF spec "LLM": "[llm].context_length"). NotFound
+  /// naming general.architecture when the file has none, else as get_uint / get_float.
   Result<uint64_t> get_arch_uint(std::string_view suffix) const;
   Result<double> get_arch_float(std::string_view suffix) const;
+  /// "{architecture()}.{suffix}" (".{suffix}" when there is no architecture).
   std::string arch_key(std::string_view suffix) const;
 
+  /// Tensor infos in file order; names are unique.
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  /// The tensor called `name`, or null.
   const TensorInfo* find_tensor(std::string_view name) const;
 
  private:
@@ -193,7 +214,9 @@ class File {
 };
 
 /// Builds a GGUF v3 file in memory order and writes it. Used for tiny synthetic models in tests
-/// and tools. Output is read back identically by the `gguf` PyPI package (tested).
+/// and tools: it holds a copy of every tensor's bytes until serialize() (not for large models).
+/// Not thread-safe. Output is read back identically by the `gguf` PyPI package
+/// (tests/python/test_gguf.py) and by File.
 class Writer {
  public:
   /// alignment: general.alignment (a power of two that fits a uint32 — CHECKed, it is a
@@ -216,7 +239,8 @@ class Writer {
   /// Convenience: an F32 tensor from floats.
   Status add_tensor_f32(std::string name, std::vector<int64_t> dims, std::span<const float> data);
 
-  /// The whole file as bytes.
+  /// The whole file as bytes: metadata and tensors in the order added, tensor offsets assigned
+  /// consecutively, each rounded up to the alignment.
   std::vector<uint8_t> serialize() const;
   /// Writes the file (IOError naming the path on failure).
   Status write(const std::string& path) const;
