@@ -1,0 +1,145 @@
+// Pre-tokenizer splits (tokenizer/pretokenizer.h) and the byte-level alphabet, against
+// hand-derived expectations from the regex semantics llama.cpp implements.
+#include "tokenizer/pretokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tokenizer/unicode.h"
+
+namespace mnemo::tok {
+namespace {
+
+using Words = std::vector<std::string>;
+
+Words split(PreTokenizer pre, const std::string& text) {
+  auto p = Pretokenizer::create(pre);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return p.value()->split_raw(text);
+}
+
+TEST(ByteAlphabet, KnownSymbols) {
+  EXPECT_EQ(byte_to_cpt('!'), uint32_t{'!'});
+  EXPECT_EQ(byte_to_cpt('~'), uint32_t{'~'});
+  EXPECT_EQ(byte_to_cpt(0x00), 0x100u);
+  EXPECT_EQ(byte_to_cpt('\t'), 0x109u);  // 'ĉ'
+  EXPECT_EQ(byte_to_cpt('\n'), 0x10Au);  // 'Ċ'
+  EXPECT_EQ(byte_to_cpt(' '), 0x120u);   // 'Ġ'
+  EXPECT_EQ(byte_to_cpt(0x7F), 0x121u);
+  EXPECT_EQ(byte_to_cpt(0xA0), 0x142u);
+  EXPECT_EQ(byte_to_cpt(0xAD), 0x143u);  // the last of the 68 remapped bytes
+  EXPECT_EQ(byte_to_cpt(0xE9), 0xE9u);
+  EXPECT_EQ(byte_to_symbol(' '), "\xC4\xA0");
+  for (int b = 0; b < 256; ++b) {
+    EXPECT_EQ(cpt_to_byte(byte_to_cpt(static_cast<uint8_t>(b))), b);
+  }
+  EXPECT_EQ(cpt_to_byte(0x144), -1);
+  EXPECT_EQ(cpt_to_byte(' '), -1);
+}
+
+TEST(Utf8, DecodeLikeLlamaCpp) {
+  EXPECT_EQ(utf8_decode("a\xC3\xA9"), (std::vector<uint32_t>{'a', 0xE9}));
+  // Stray continuation byte, truncated sequence, 0xFF: each one byte -> U+FFFD.
+  EXPECT_EQ(utf8_decode("\x80"), (std::vector<uint32_t>{0xFFFD}));
+  EXPECT_EQ(utf8_decode("\xE2\x82"), (std::vector<uint32_t>{0xFFFD, 0xFFFD}));
+  EXPECT_EQ(utf8_decode("\xFFx"), (std::vector<uint32_t>{0xFFFD, 'x'}));
+  EXPECT_EQ(utf8_decode("\xF0\x9F\xA6\x99"), (std::vector<uint32_t>{0x1F999}));
+  // No overlong check (as llama.cpp): C0 80 is U+0000.
+  EXPECT_EQ(utf8_decode(std::string("\xC0\x80", 2)), (std::vector<uint32_t>{0}));
+  std::string s;
+  utf8_append(0x1F999, &s);
+  EXPECT_EQ(s, "\xF0\x9F\xA6\x99");
+}
+
+TEST(Pretokenizer, ExpandWhitespace) {
+  const std::string e = Pretokenizer::expand_whitespace(R"(a\s+(?!\S)[^\s\p{L}]\\s)");
+  EXPECT_EQ(e.find("\\s"), e.rfind("\\s"));  // only the escaped backslash + 's' remains
+  EXPECT_NE(e.find("[^\\t-\\r "), std::string::npos);
+  EXPECT_NE(e.find("\\x{3000}"), std::string::npos);
+}
+
+TEST(Pretokenizer, Gpt2) {
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "Hello world"), (Words{"Hello", " world"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "I'm they'll"), (Words{"I", "'m", " they", "'ll"}));
+  // Contractions are case-sensitive for gpt2.
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "I'M"), (Words{"I", "'", "M"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a  b"), (Words{"a", " ", " b"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a \n b"), (Words{"a", " \n", " b"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\nb"), (Words{"a", "\n", "b"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "x  "), (Words{"x", "  "}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "12345 6"), (Words{"12345", " 6"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a...!? b"), (Words{"a", "...!?", " b"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2, ""), Words{});
+}
+
+TEST(Pretokenizer, WhitespaceIsLlamaCppSet) {
+  // U+0085 (NEL) is whitespace for llama.cpp: two of them before a letter split 1 + 1.
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xC2\x85\xC2\x85" "b"),
+            (Words{"a", "\xC2\x85", "\xC2\x85", "b"}));
+  // U+001C is not (Python's str.isspace says it is; llama.cpp's table does not).
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\x1C\x1C" "b"), (Words{"a", "\x1C\x1C", "b"}));
+  // U+3000 ideographic space is.
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xE3\x80\x80" "b"), (Words{"a", "\xE3\x80\x80", "b"}));
+}
+
+TEST(Pretokenizer, InvalidUtf8BecomesReplacementChar) {
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xFF" "b"), (Words{"a", "\xEF\xBF\xBD", "b"}));
+  auto p = Pretokenizer::create(PreTokenizer::kGpt2);
+  ASSERT_TRUE(p.ok());
+  // Byte-level: U+FFFD's bytes EF BF BD -> 'ï', '¿', '½'.
+  EXPECT_EQ(p.value()->split("\xFF"), (Words{"\xC3\xAF\xC2\xBF\xC2\xBD"}));
+  // A surrogate (ED A0 80) is kept as llama.cpp keeps it, and is not a letter.
+  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xED\xA0\x80"), (Words{"a", "\xED\xA0\x80"}));
+}
+
+TEST(Pretokenizer, Llama3) {
+  EXPECT_EQ(split(PreTokenizer::kLlama3, "I'M 12345"), (Words{"I", "'M", " ", "123", "45"}));
+  EXPECT_EQ(split(PreTokenizer::kLlama3, "a \n b"), (Words{"a", " \n", " b"}));
+  EXPECT_EQ(split(PreTokenizer::kLlama3, "(hello) x"), (Words{"(hello", ")", " x"}));
+  EXPECT_EQ(split(PreTokenizer::kLlama3, "x;\n\ny"), (Words{"x", ";\n\n", "y"}));
+  EXPECT_EQ(split(PreTokenizer::kLlama3, "\tfoo"), (Words{"\tfoo"}));
+  EXPECT_EQ(split(PreTokenizer::kLlama3, "a   b"), (Words{"a", "  ", " b"}));
+}
+
+TEST(Pretokenizer, Qwen2SplitsEveryDigit) {
+  EXPECT_EQ(split(PreTokenizer::kQwen2, "x 2024!"), (Words{"x", " ", "2", "0", "2", "4", "!"}));
+}
+
+TEST(Pretokenizer, SmollmDigitsFirst) {
+  // \p{N} first: every digit alone, then gpt2 on the rest (" 6" loses its digit to pass 1).
+  EXPECT_EQ(split(PreTokenizer::kSmollm, "ab12 6"), (Words{"ab", "1", "2", " ", "6"}));
+  EXPECT_EQ(split(PreTokenizer::kSmollm, "Hello world"), (Words{"Hello", " world"}));
+}
+
+TEST(Pretokenizer, DefaultCascade) {
+  // Punctuation runs first, then gpt2, then digit runs, then triples of ASCII digits.
+  EXPECT_EQ(split(PreTokenizer::kDefault, "ab,cd 12345"),
+            (Words{"ab", ",", "cd", " ", "123", "45"}));
+}
+
+TEST(Pretokenizer, CustomPatternErrors) {
+  auto bad = Pretokenizer::create(std::vector<std::string>{"(unclosed"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("(unclosed"), std::string::npos);
+}
+
+TEST(Pretokenizer, LongInputsAreLinear) {
+  auto p = Pretokenizer::create(PreTokenizer::kLlama3);
+  ASSERT_TRUE(p.ok());
+  // 2 MB of one word, of spaces, and of punctuation: must finish (JIT stack, no blow-up).
+  for (const std::string& unit : {std::string("a"), std::string(" "), std::string("!")}) {
+    std::string s;
+    for (int i = 0; i < (2 << 20); ++i) s += unit;
+    s += "x";
+    const Words w = p.value()->split_raw(s);
+    size_t total = 0;
+    for (const auto& x : w) total += x.size();
+    EXPECT_EQ(total, s.size());
+  }
+}
+
+}  // namespace
+}  // namespace mnemo::tok
