@@ -46,8 +46,16 @@ TEST(Utf8, DecodeLikeLlamaCpp) {
   EXPECT_EQ(utf8_decode("\xE2\x82"), (std::vector<uint32_t>{0xFFFD, 0xFFFD}));
   EXPECT_EQ(utf8_decode("\xFFx"), (std::vector<uint32_t>{0xFFFD, 'x'}));
   EXPECT_EQ(utf8_decode("\xF0\x9F\xA6\x99"), (std::vector<uint32_t>{0x1F999}));
-  // No overlong check (as llama.cpp): C0 80 is U+0000.
-  EXPECT_EQ(utf8_decode(std::string("\xC0\x80", 2)), (std::vector<uint32_t>{0}));
+  // Overlong forms and values past U+10FFFF: every byte is U+FFFD (as llama.cpp).
+  EXPECT_EQ(utf8_decode(std::string("\xC0\x80", 2)), (std::vector<uint32_t>{0xFFFD, 0xFFFD}));
+  EXPECT_EQ(utf8_decode("\xE0\x9F\xBF"), (std::vector<uint32_t>{0xFFFD, 0xFFFD, 0xFFFD}));
+  EXPECT_EQ(utf8_decode("\xF0\x8F\xBF\xBF").size(), 4u);
+  EXPECT_EQ(utf8_decode("\xF4\x90\x80\x80"),
+            (std::vector<uint32_t>{0xFFFD, 0xFFFD, 0xFFFD, 0xFFFD}));
+  EXPECT_EQ(utf8_decode("\xE0\xA0\x80"), (std::vector<uint32_t>{0x800}));
+  EXPECT_EQ(utf8_decode("\xF4\x8F\xBF\xBF"), (std::vector<uint32_t>{0x10FFFF}));
+  // Surrogates are decoded.
+  EXPECT_EQ(utf8_decode("\xED\xA0\x80"), (std::vector<uint32_t>{0xD800}));
   std::string s;
   utf8_append(0x1F999, &s);
   EXPECT_EQ(s, "\xF0\x9F\xA6\x99");

@@ -28,7 +28,7 @@ std::vector<uint32_t> utf8_decode(std::string_view s) {
       out.push_back(kReplacementChar);
       i += 1;
     } else if ((c & 0x20) == 0) {
-      if (i + 1 < n && is_cont(p[i + 1])) {
+      if (c >= 0xC2 && i + 1 < n && is_cont(p[i + 1])) {  // C0, C1: overlong
         out.push_back((uint32_t{c & 0x1Fu} << 6) | (p[i + 1] & 0x3Fu));
         i += 2;
       } else {
@@ -36,18 +36,25 @@ std::vector<uint32_t> utf8_decode(std::string_view s) {
         i += 1;
       }
     } else if ((c & 0x10) == 0) {
-      if (i + 2 < n && is_cont(p[i + 1]) && is_cont(p[i + 2])) {
-        out.push_back((uint32_t{c & 0x0Fu} << 12) | (uint32_t{p[i + 1] & 0x3Fu} << 6) |
-                      (p[i + 2] & 0x3Fu));
+      const uint32_t cpt = i + 2 < n && is_cont(p[i + 1]) && is_cont(p[i + 2])
+                               ? (uint32_t{c & 0x0Fu} << 12) | (uint32_t{p[i + 1] & 0x3Fu} << 6) |
+                                     (p[i + 2] & 0x3Fu)
+                               : 0;
+      if (cpt >= 0x800) {  // surrogates D800-DFFF pass, as in llama.cpp
+        out.push_back(cpt);
         i += 3;
       } else {
         out.push_back(kReplacementChar);
         i += 1;
       }
     } else if ((c & 0x08) == 0) {
-      if (i + 3 < n && is_cont(p[i + 1]) && is_cont(p[i + 2]) && is_cont(p[i + 3])) {
-        out.push_back((uint32_t{c & 0x07u} << 18) | (uint32_t{p[i + 1] & 0x3Fu} << 12) |
-                      (uint32_t{p[i + 2] & 0x3Fu} << 6) | (p[i + 3] & 0x3Fu));
+      const uint32_t cpt =
+          i + 3 < n && is_cont(p[i + 1]) && is_cont(p[i + 2]) && is_cont(p[i + 3])
+              ? (uint32_t{c & 0x07u} << 18) | (uint32_t{p[i + 1] & 0x3Fu} << 12) |
+                    (uint32_t{p[i + 2] & 0x3Fu} << 6) | (p[i + 3] & 0x3Fu)
+              : 0;
+      if (cpt >= 0x10000 && cpt <= 0x10FFFF) {
+        out.push_back(cpt);
         i += 4;
       } else {
         out.push_back(kReplacementChar);

@@ -1,9 +1,11 @@
 // UTF-8 and byte-level helpers shared by the tokenizers (module-private).
 //
-// The decoder follows llama.cpp's unicode_cpt_from_utf8 exactly, because the BPE pre-tokenizer
-// must see the same code points llama.cpp sees: a lead byte announces the length (no check for
-// overlong forms or surrogates), and a byte that cannot start a complete sequence becomes U+FFFD
-// and consumes one byte.
+// The decoder follows llama.cpp's unicode_cpts_from_utf8 (as of llama.cpp 0.7.0, build 11669,
+// checked byte by byte against it), because the BPE pre-tokenizer must see the same code points
+// llama.cpp sees: a lead byte announces the length; a sequence that is truncated, has a bad
+// continuation byte, is overlong (C0/C1, E0 80-9F, F0 80-8F) or exceeds U+10FFFF is not decoded:
+// its first byte becomes U+FFFD and decoding goes on at the next byte. Surrogates (ED A0-BF) are
+// decoded like any 3-byte sequence.
 #pragma once
 
 #include <cstddef>
