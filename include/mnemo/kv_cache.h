@@ -1,0 +1,255 @@
+// KvCache: the KV cache of attention layers (DESIGN.md §3), and KvCacheContext, its per-batch
+// transaction. Semantics of the sequence operations: include/mnemo/memory.h.
+//
+// Streams. A unified cache has one stream of n_ctx cells shared by all sequences (a cell may
+// belong to several sequences: shared prefixes; seq_cp only adds membership). A split cache
+// (the default) has n_stream = n_seq_max streams of n_ctx cells each; sequence s lives in stream
+// s, so attention never scans another sequence's cells. In split mode a batch row must belong to
+// exactly one sequence (validation rejects shared rows: copy a prefix with seq_cp instead), and
+// seq_cp across streams copies K/V rows for any position range, converting types if needed.
+//
+// Storage: include/mnemo/kv_storage.h (per layer per stream, rows per cell, own types per
+// stream). Bookkeeping: include/mnemo/kv_cells.h (one KvCells per stream).
+//
+// find_slot (placement of one ubatch's rows in one stream), run by init_batch for every ubatch
+// before anything changes: starting at the stream's head, cells are taken in order, wrapping
+// around, if they are empty or every sequence in them masks them for the new row (invariant 3 in
+// memory.h): the row's own sequence at a position >= the row's (causal), or a cell outside the
+// sliding window of its owner as seen from the owner's next position (pos_max + 1 before this
+// ubatch), evicted oldest first (the cell's pos must be the owner's current seq_pos_min, so a
+// sequence always holds a gap-free range of positions). When the first n cells from head all
+// qualify the placement is contiguous (the fast path); otherwise it is scattered. Cost per
+// ubatch: O(cells scanned), which is O(n_tokens) while the stream has room after head.
+//
+// Masks (per ubatch and stream, after apply()): a row at pos p of sequence s must not attend to
+// cell c when c is empty, c does not hold s (cross-sequence isolation), pos(c) > p (causal), or
+// the window hides it: standard SWA pos(c) <= p - n_swa, chunked pos(c) < (p / n_swa) * n_swa.
+//
+// Lifetime: created by KvCache::create as a std::unique_ptr; neither copyable nor movable
+// (contexts keep a pointer); copy() deep-copies. Single-threaded (the server loop owns it).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mnemo/batch.h"
+#include "mnemo/kv_cells.h"
+#include "mnemo/kv_storage.h"
+#include "mnemo/memory.h"
+#include "mnemo/quant.h"
+#include "mnemo/ubatch.h"
+
+namespace mnemo {
+
+struct KvJournal;
+class KvCache;
+
+enum class SwaType : uint8_t {
+  kNone = 0,   // full attention
+  kStandard,   // a token at p sees positions (p - n_swa, p]
+  kChunked,    // a token at p sees positions [(p / n_swa) * n_swa, p]
+};
+std::string_view swa_type_name(SwaType t);
+
+/// True when the window hides a cell at pos_cell from a token at pos_token (see SwaType).
+inline bool is_masked_swa(SwaType t, uint32_t n_swa, Pos pos_cell, Pos pos_token) {
+  switch (t) {
+    case SwaType::kNone: return false;
+    case SwaType::kStandard:
+      return static_cast<int64_t>(pos_token) - pos_cell >= static_cast<int64_t>(n_swa);
+    case SwaType::kChunked:
+      return pos_cell < (pos_token / static_cast<Pos>(n_swa)) * static_cast<Pos>(n_swa);
+  }
+  return false;
+}
+
+struct KvCacheConfig {
+  uint32_t n_ctx = 0;         // cells per stream
+  uint32_t n_seq_max = 1;     // sequences [0, n_seq_max); <= kMaxSeq
+  bool unified = false;       // true: 1 stream for all sequences; false: 1 stream per sequence
+  GgmlType k_type = GgmlType::F16;
+  GgmlType v_type = GgmlType::F16;
+  /// Optional [n_stream] per-stream K/V types overriding k_type / v_type.
+  std::vector<KvStorage::StreamTypes> stream_types;
+  std::vector<uint32_t> n_embd_k_gqa;  // [n_layer] K row width (elements) of each model layer
+  std::vector<uint32_t> n_embd_v_gqa;  // [n_layer] V row width
+  /// Which model layers this cache holds (null: all). Views exist only for held layers.
+  std::function<bool(uint32_t il)> layer_filter;
+  SwaType swa_type = SwaType::kNone;   // the window of the held layers (and what find_slot reuses)
+  uint32_t n_swa = 0;                  // window size; >= 1 unless swa_type is kNone
+  /// find_slot may reuse cells the window hides from every owner. false keeps every position
+  /// until seq_rm (SwaKvCache's swa_full: placement then matches a cache without a window).
+  bool swa_reuse = true;
+  bool causal = true;                  // causal attention (false: embeddings-style, no causal mask)
+  uint32_t n_pad = 32;                 // n_kv is used_max rounded up to this (capped at n_ctx)
+};
+
+/// Where the rows of one ubatch that belong to one stream go.
+struct StreamSlots {
+  uint32_t stream = 0;
+  std::vector<uint32_t> rows;   // ubatch row indices, ascending (for split_equal: one sequence)
+  std::vector<uint32_t> cells;  // [rows.size()] the cell of each row in the stream
+  bool contiguous = false;      // cells[k] == cells[0] + k for all k
+};
+
+/// The transaction returned by KvCache::init_batch / init_full / init_update (see MemoryContext
+/// for the protocol). Views, placement and masks are what the model's attention needs.
+class KvCacheContext final : public MemoryContext {
+ public:
+  enum class Mode : uint8_t { kBatch, kFull, kUpdate };
+
+  /// Cells with a pending shift in one stream (update contexts).
+  struct StreamShifts {
+    uint32_t stream = 0;
+    std::vector<uint32_t> cells;   // cells whose K must be re-rotated
+    std::vector<int32_t> deltas;   // [cells.size()] position delta since K was written / rotated
+  };
+
+  ~KvCacheContext() override;
+
+  // MemoryContext.
+  std::span<const Ubatch> ubatches() const override;
+  uint32_t ubatch_index() const override { return cur_; }
+  const Ubatch& ubatch() const override;
+  bool next() override;
+  Status apply() override;
+  void rollback() override;
+  const KvCacheContext* kv_for_layer(uint32_t il) const override;
+
+  Mode mode() const { return mode_; }
+  const KvCache& cache() const { return *cache_; }
+
+  /// Placement of the current ubatch: one entry per stream it touches, ascending by stream.
+  const std::vector<StreamSlots>& placement() const;
+  /// Attention over stream s scans cells [0, n_kv(s)): used_max rounded up to n_pad, capped at
+  /// n_ctx (after apply(); n_ctx for an init_full context).
+  uint32_t n_kv(uint32_t stream) const;
+  /// K / V views of model layer il in stream s (il must be held by the cache).
+  KvView k_view(uint32_t il, uint32_t stream) const;
+  KvView v_view(uint32_t il, uint32_t stream) const;
+
+  /// Mask predicate, after apply(): true when row k of `slots` (an entry of placement()) must not
+  /// attend to `cell` of slots.stream (rules in the header comment).
+  bool is_masked(const StreamSlots& slots, uint32_t k, uint32_t cell) const;
+  /// Dense mask for placement()[i], after apply(): [rows.size(), n_kv(stream)] row-major floats,
+  /// 0 where the row may attend, -INFINITY where it may not. Resizes *out.
+  void build_mask(size_t i, std::vector<float>* out) const;
+
+  /// Update contexts: the streams with pending shifts (empty otherwise).
+  const std::vector<StreamShifts>& shifts() const { return shifts_; }
+
+ private:
+  friend class KvCache;
+  KvCacheContext(KvCache* cache, Mode mode, MemoryStatus status = MemoryStatus::kSuccess,
+                 std::string message = {});
+
+  KvCache* cache_;
+  Mode mode_;
+  std::shared_ptr<const std::vector<Ubatch>> ubatches_;
+  std::vector<std::vector<StreamSlots>> placements_;  // [n_ubatches]
+  std::vector<StreamShifts> shifts_;
+  std::unique_ptr<KvJournal> journal_;
+  uint32_t cur_ = 0;        // current ubatch
+  uint32_t n_applied_ = 0;  // ubatches applied so far (they are applied in order)
+  uint64_t epoch_ = 0;      // the cache's epoch this context expects (CHECKed)
+  bool spent_ = false;      // rolled back; no further apply
+};
+
+class KvCache final : public Memory {
+ public:
+  /// Validates `config` (kInvalidArgument naming the field: n_ctx == 0, n_seq_max outside
+  /// [1, 256], mismatched layer vectors, a bad type or row width, n_swa == 0 with a window, ...)
+  /// and allocates the storage (kNoSpace when the OS refuses).
+  static Result<std::unique_ptr<KvCache>> create(KvCacheConfig config);
+  /// Deep copy: cells, storage bytes, types.
+  Result<std::unique_ptr<KvCache>> copy() const;
+  ~KvCache() override;
+
+  // Memory.
+  using Memory::init_batch;
+  std::unique_ptr<MemoryContext> init_batch(const Batch& batch, uint32_t n_ubatch,
+                                            const BatchLimits& limits) override;
+  std::unique_ptr<MemoryContext> init_full() override;
+  std::unique_ptr<MemoryContext> init_update() override;
+  Status seq_rm(SeqId seq, Pos p0, Pos p1) override;
+  Status seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) override;
+  Status seq_keep(SeqId seq) override;
+  Status seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) override;
+  Status seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) override;
+  Pos seq_pos_min(SeqId seq) const override;
+  Pos seq_pos_max(SeqId seq) const override;
+  void clear() override;
+  MemoryBreakdown breakdown() const override;
+  uint32_t n_seq_max() const override { return config_.n_seq_max; }
+
+  /// Building blocks for composite memories (SwaKvCache, later HybridMemory), which validate
+  /// and split once and plan every child before committing any:
+  /// the limits this cache validates batches with (n_seq_max, multi-sequence rows) ...
+  BatchLimits batch_limits(const BatchLimits& base) const;
+  /// ... the split it needs (kEqual in split mode, kSimple in unified mode) ...
+  SplitStrategy split_strategy() const;
+  /// ... and placement of already split ubatches: a context with kSuccess, or kFailedPrepare
+  /// with a message; nothing changes either way.
+  std::unique_ptr<KvCacheContext> prepare(std::shared_ptr<const std::vector<Ubatch>> ubatches);
+
+  /// The Status each sequence operation would return, without doing it (composites check every
+  /// child before changing any).
+  Status check_seq_rm(SeqId seq, Pos p0, Pos p1) const;
+  Status check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const;
+  Status check_seq_keep(SeqId seq) const;
+  Status check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const;
+  Status check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const;
+
+  const KvCacheConfig& config() const { return config_; }
+  bool unified() const { return config_.unified; }
+  uint32_t n_stream() const { return static_cast<uint32_t>(cells_.size()); }
+  uint32_t n_ctx() const { return config_.n_ctx; }
+  /// The stream that holds sequence seq (0 in unified mode, seq in split mode).
+  uint32_t stream_of(SeqId seq) const { return config_.unified ? 0 : static_cast<uint32_t>(seq); }
+  const KvCells& cells(uint32_t stream) const { return cells_[stream]; }
+  const KvStorage& storage() const { return storage_; }
+  KvStorage& storage() { return storage_; }
+  /// Whether model layer il is held here; its index into storage() layers.
+  bool holds_layer(uint32_t il) const {
+    return il < layer_index_.size() && layer_index_[il] >= 0;
+  }
+  uint32_t layer_index(uint32_t il) const;
+  KvView k_view(uint32_t il, uint32_t stream) const;
+  KvView v_view(uint32_t il, uint32_t stream) const;
+  /// Changes on every mutation (contexts check it to catch interleaved use).
+  uint64_t epoch() const { return epoch_; }
+
+ private:
+  friend class KvCacheContext;
+  KvCache(KvCacheConfig config, KvStorage storage, std::vector<int32_t> layer_index);
+
+  Status check_seq(SeqId seq, const char* op, const char* what) const;
+  // Planning and committing (kv_cache_place.cc).
+  bool find_slot(const Ubatch& ub, StreamSlots* slots, KvJournal* journal, std::string* why);
+  bool place_ubatch(const Ubatch& ub, std::vector<StreamSlots>* placement, KvJournal* journal,
+                    std::string* why);
+  void apply_placement(const Ubatch& ub, const std::vector<StreamSlots>& placement,
+                       KvJournal* journal);
+  // Journaled cell change; saves the cell's K/V rows first when save_rows and it is occupied.
+  void journal_set(KvJournal* journal, uint32_t stream, uint32_t cell, Pos pos,
+                   const SeqSet& seqs, int32_t shift, bool save_rows);
+  void journal_head(KvJournal* journal, uint32_t stream, uint32_t head);
+  void undo(KvJournal* journal);
+  // Moves a stream's head back to `cell` when a freed cell lies before it.
+  void note_freed(uint32_t stream, uint32_t cell);
+
+  KvCacheConfig config_;
+  std::vector<KvCells> cells_;       // [n_stream]
+  KvStorage storage_;
+  std::vector<int32_t> layer_index_; // [n_layer] model layer -> storage layer, -1 if not held
+  uint64_t epoch_ = 0;
+  std::vector<Pos> pos_max_before_;  // [n_seq_max] find_slot scratch: seq_pos_max before a ubatch
+  std::vector<uint32_t> scratch_cells_;
+};
+
+}  // namespace mnemo

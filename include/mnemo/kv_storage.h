@@ -1,0 +1,118 @@
+// KvStorage: the K and V tensors of a KV cache, apart from its bookkeeping (STYLE.md habit 5).
+//
+// For every held layer l and stream s there is one K tensor and one V tensor, each n_cells rows:
+//   K[l][s]: [n_embd_k_gqa(l), n_cells] of k_type(s), row i = cell i, row_size(k_type, n_embd)
+//   V[l][s]: [n_embd_v_gqa(l), n_cells] of v_type(s), same layout (rows per cell, NOT transposed:
+//            attention reads quantized K/V straight from rows)
+// Each stream has its own K/V types and its own mapping (AlignedBuffer) holding all its layers,
+// so one stream can be freed and replaced with other types (requantization) on its own.
+//
+// Supported K/V types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; every row width
+// must be a multiple of the type's block size.
+//
+// Move-only; copy() deep-copies. Not thread-safe; the bytes behind views may be written by the
+// model's threads for the cells of the current ubatch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "mnemo/buffer.h"
+#include "mnemo/quant.h"
+#include "mnemo/status.h"
+
+namespace mnemo {
+
+/// A view of one K or V tensor of one (layer, stream): [n_embd, n_cells] of `type`.
+struct KvView {
+  GgmlType type = GgmlType::F16;
+  uint8_t* data = nullptr;  // row of cell 0
+  size_t row_bytes = 0;     // bytes per row = stride between cells = row_size(type, n_embd)
+  uint32_t n_embd = 0;      // elements per row
+  uint32_t n_cells = 0;     // rows
+
+  uint8_t* row(uint32_t cell) const { return data + static_cast<size_t>(cell) * row_bytes; }
+};
+
+/// True for the types a KV cache may store (list in the header comment).
+bool is_supported_kv_type(GgmlType t);
+
+class KvStorage {
+ public:
+  /// One held layer: its model layer index and K / V row widths (elements).
+  struct Layer {
+    uint32_t il = 0;
+    uint32_t n_embd_k = 0;
+    uint32_t n_embd_v = 0;
+  };
+  /// K / V types of one stream.
+  struct StreamTypes {
+    GgmlType k_type = GgmlType::F16;
+    GgmlType v_type = GgmlType::F16;
+  };
+
+  /// Allocates n_cells rows per (layer, stream), zero-filled. Errors: kInvalidArgument for an
+  /// unsupported type or a row width that is not a multiple of its block size (naming the layer
+  /// and stream), kNoSpace when the OS refuses the mapping.
+  static Result<KvStorage> create(uint32_t n_cells, std::vector<Layer> layers,
+                                  std::vector<StreamTypes> streams);
+
+  KvStorage(KvStorage&&) noexcept = default;
+  KvStorage& operator=(KvStorage&&) noexcept = default;
+  KvStorage(const KvStorage&) = delete;
+  KvStorage& operator=(const KvStorage&) = delete;
+
+  Result<KvStorage> copy() const;
+
+  uint32_t n_layer() const { return static_cast<uint32_t>(layers_.size()); }
+  uint32_t n_stream() const { return static_cast<uint32_t>(streams_.size()); }
+  uint32_t n_cells() const { return n_cells_; }
+  const Layer& layer(uint32_t l) const { return layers_[l]; }
+  GgmlType k_type(uint32_t s) const { return streams_[s].types.k_type; }
+  GgmlType v_type(uint32_t s) const { return streams_[s].types.v_type; }
+
+  /// Views of held layer l (index into layers, not the model layer) and stream s.
+  KvView k(uint32_t l, uint32_t s) const;
+  KvView v(uint32_t l, uint32_t s) const;
+
+  /// Bytes of one cell's rows over all layers, K and V (what save_cell writes).
+  size_t cell_bytes(uint32_t s) const { return streams_[s].cell_bytes; }
+  /// Copies every layer's K and V row of cell `cell` to out[0, cell_bytes(s)).
+  void save_cell(uint32_t s, uint32_t cell, uint8_t* out) const;
+  /// The inverse of save_cell.
+  void restore_cell(uint32_t s, uint32_t cell, const uint8_t* in);
+  /// Copies every layer's K and V row from (src_s, src_cell) to (dst_s, dst_cell), converting
+  /// through f32 (dequantize_row + quantize_row) when the streams' types differ.
+  void copy_cell(uint32_t src_s, uint32_t src_cell, uint32_t dst_s, uint32_t dst_cell);
+
+  /// Frees stream s's tensors and maps new zero-filled ones of the given types (contents lost).
+  /// Errors as create(); on error the stream is unchanged.
+  Status replace_stream(uint32_t s, StreamTypes types);
+
+  /// Bytes of the K (kind 'K') or V tensor of (l, s): n_cells * row_size.
+  size_t tensor_bytes(uint32_t l, uint32_t s, char kind) const;
+  /// Bytes mapped for stream s (page-rounded).
+  size_t mapped_bytes(uint32_t s) const { return streams_[s].buf.mapped_bytes(); }
+
+ private:
+  struct Stream {
+    StreamTypes types;
+    AlignedBuffer buf;             // all layers' K and V tensors of this stream
+    std::vector<size_t> k_off;     // [n_layer] byte offset of K[l] in buf
+    std::vector<size_t> v_off;     // [n_layer] byte offset of V[l] in buf
+    std::vector<size_t> k_row;     // [n_layer] K row bytes
+    std::vector<size_t> v_row;     // [n_layer] V row bytes
+    size_t cell_bytes = 0;         // sum of k_row + v_row
+  };
+  KvStorage() = default;
+  static Status check_types(const std::vector<Layer>& layers, uint32_t s, StreamTypes t);
+  static Result<Stream> make_stream(uint32_t n_cells, const std::vector<Layer>& layers,
+                                    StreamTypes types);
+
+  uint32_t n_cells_ = 0;
+  std::vector<Layer> layers_;
+  std::vector<Stream> streams_;
+};
+
+}  // namespace mnemo

@@ -1,0 +1,197 @@
+// Memory: the interface every implementation of a model's memory offers (KV cache, SWA KV cache;
+// later recurrent state and hybrids), and MemoryContext, the per-batch transaction
+// (STYLE.md habit 2; DESIGN.md §1 and §3).
+//
+// The decode loop (one thread owns the memory; nothing here is thread-safe):
+//
+//   auto upd = memory.init_update();            // pending position shifts, if any
+//   if (upd->status() == MemoryStatus::kSuccess) { re-rotate K (see KvCacheContext::shifts());
+//                                                  upd->apply(); }
+//   auto ctx = memory.init_batch(batch, n_ubatch, limits);
+//   if (ctx->status() != MemoryStatus::kSuccess) -> report ctx->message(); memory unchanged
+//   do {
+//     ctx->apply();                             // commit this ubatch's cells (journaled)
+//     forward(ctx->ubatch(), ...)               // write K/V rows, attend (views, masks)
+//     if (failed or aborted) { ctx->rollback(); break; }   // memory exactly as before init_batch
+//   } while (ctx->next());
+//
+// Invariants (DESIGN.md §3, pinned by the tests in src/memory/*_test.cc):
+//   1. init_batch either returns a context whose every ubatch fits, or fails and changes nothing.
+//   2. After rollback() the memory equals its state before init_batch: cell metadata byte-equal,
+//      and the K/V bytes of every occupied cell byte-equal (apply() saves the rows of occupied
+//      cells it reuses). Rows of empty cells hold no data and are not restored.
+//   3. A cell is reused only if every sequence in it masks it: causally (the same sequence, cell
+//      pos >= the new token's pos) or by the sliding window (outside its owner's window as seen
+//      from that owner's next position, oldest position first).
+//
+// Sequence operations. Positions are half-open ranges [p0, p1); a negative p0 means "from the
+// start", a negative p1 "to the end". Outside input (an out-of-range seq_id, a bad divisor, a
+// position overflow, no room) returns an error Status and changes nothing.
+//
+//   seq_rm(seq, p0, p1)         remove seq from the cells with pos in [p0, p1); a cell left with
+//                               no sequence becomes empty. seq < 0: every sequence.
+//   seq_cp(src, dst, p0, p1)    make dst also hold src's positions in [p0, p1). Unified cache:
+//                               dst joins src's cells (shared, no copy). Split cache: cells of
+//                               dst's stream get copies of the K/V rows (converted when the
+//                               streams' K/V types differ), pos and pending shift; any range.
+//   seq_keep(seq)               remove every other sequence from every cell.
+//   seq_add(seq, p0, p1, delta) pos += delta for seq's cells in [p0, p1), recording the shift for
+//                               RoPE re-rotation (init_update); a cell whose pos becomes < 0 is
+//                               emptied. In a unified cache a cell shared with other sequences
+//                               moves for all of them (it has one position).
+//   seq_div(seq, p0, p1, d)     pos = pos / d (integer division, d >= 1) for seq's cells in
+//                               [p0, p1), recording the shift as seq_add does.
+//   seq_pos_min(seq)            lowest position of seq held, -1 when none (or seq out of range).
+//   seq_pos_max(seq)            highest position of seq held, -1 when none (or seq out of range).
+//
+// Costs: every sequence operation is O(cells touched * log n); seq_pos_min / seq_pos_max are O(1).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mnemo/batch.h"
+#include "mnemo/quant.h"
+#include "mnemo/status.h"
+#include "mnemo/ubatch.h"
+
+namespace mnemo {
+
+class KvCacheContext;
+
+/// Outcome of preparing or running a memory transaction (a capacity outcome, STYLE habit 6).
+enum class MemoryStatus : uint8_t {
+  kSuccess = 0,    // the context is ready
+  kNoUpdate,       // init_update: nothing to do
+  kFailedPrepare,  // the batch does not fit (no space); nothing changed
+  kFailedCompute,  // the forward pass failed (set by the decode loop, not by the memory)
+  kInvalidBatch,   // the batch failed validation (message names the row); nothing changed
+};
+
+/// "success", "no_update", "failed_prepare", "failed_compute", "invalid_batch".
+std::string_view memory_status_name(MemoryStatus s);
+
+/// One transaction over a memory: the ubatches of one batch (init_batch), a worst-case view
+/// (init_full) or pending shifts (init_update). A context refers to the memory that made it,
+/// which must outlive it; while a context has applied ubatches, no other mutation of that memory
+/// may happen until the context is done (CHECKed: apply() and rollback() verify it).
+///
+/// This base class is also the whole of a failed context: status() says why, there is no ubatch,
+/// next() returns false and apply() returns the failure.
+class MemoryContext {
+ public:
+  MemoryContext(MemoryStatus status, std::string message)
+      : status_(status), message_(std::move(message)) {}
+  virtual ~MemoryContext() = default;
+  MemoryContext(const MemoryContext&) = delete;
+  MemoryContext& operator=(const MemoryContext&) = delete;
+
+  MemoryStatus status() const { return status_; }
+  /// Why the context failed; empty on success.
+  const std::string& message() const { return message_; }
+  bool ok() const { return status_ == MemoryStatus::kSuccess; }
+
+  /// All ubatches of the transaction, in processing order (empty for full / update contexts).
+  virtual std::span<const Ubatch> ubatches() const { return {}; }
+  /// Index of the current ubatch in ubatches().
+  virtual uint32_t ubatch_index() const { return 0; }
+  /// The current ubatch (an empty one when there is none).
+  virtual const Ubatch& ubatch() const;
+  /// Moves to the next ubatch; false when there is none left.
+  virtual bool next() { return false; }
+  /// Commits the current ubatch's cell metadata (or, for an update context, clears the applied
+  /// shifts). The only call that mutates the memory. Each ubatch is applied once, in order.
+  virtual Status apply();
+  /// Undoes everything this context applied, newest first: the memory returns to its state at
+  /// init_*. Safe to call when nothing was applied. Afterwards the context is spent.
+  virtual void rollback() {}
+
+  /// The KV context that governs attention layer il (views, placement, masks), or nullptr when
+  /// the memory holds no K/V for that layer.
+  virtual const KvCacheContext* kv_for_layer(uint32_t il) const { return nullptr; }
+
+ private:
+  MemoryStatus status_;
+  std::string message_;
+};
+
+/// Exact storage accounting of a memory (bytes of K/V tensors and of their mappings).
+struct MemoryBreakdown {
+  struct Tensor {
+    std::string part;      // which child: "kv" (KvCache), "kv_base" / "kv_swa" (SwaKvCache)
+    uint32_t layer = 0;    // model layer index
+    uint32_t stream = 0;
+    char kind = 'K';       // 'K' or 'V'
+    GgmlType type = GgmlType::F16;
+    uint32_t n_embd = 0;   // elements per row
+    uint32_t n_cells = 0;  // rows
+    size_t bytes = 0;      // n_cells * row_size(type, n_embd)
+  };
+  struct Stream {
+    std::string part;
+    uint32_t stream = 0;
+    uint32_t n_cells = 0;
+    uint32_t used = 0;     // occupied cells
+    uint32_t free = 0;     // n_cells - used
+    GgmlType k_type = GgmlType::F16;
+    GgmlType v_type = GgmlType::F16;
+    size_t tensor_bytes = 0;  // sum of this stream's tensors
+    size_t mapped_bytes = 0;  // bytes mapped from the OS for them (page-rounded, aligned)
+  };
+  std::vector<Tensor> tensors;
+  std::vector<Stream> streams;
+  size_t tensor_bytes = 0;
+  size_t mapped_bytes = 0;
+
+  /// A readable table: one line per stream, then totals.
+  std::string to_string() const;
+};
+
+/// The memory interface. Implementations are owned through std::unique_ptr and are neither
+/// copyable nor movable (contexts keep a pointer to them); an explicit copy() exists where a
+/// deep copy is needed.
+class Memory {
+ public:
+  Memory() = default;
+  virtual ~Memory() = default;
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+
+  /// Validates `batch` (limits.n_seq_max and limits.allow_multi_seq_rows are set by the memory),
+  /// splits it into ubatches of at most n_ubatch rows and proves every ubatch fits. Returns a
+  /// context with status kSuccess, or kInvalidBatch / kFailedPrepare with a message; on failure
+  /// nothing changed. Nothing changes until the context's apply().
+  virtual std::unique_ptr<MemoryContext> init_batch(const Batch& batch, uint32_t n_ubatch,
+                                                    const BatchLimits& limits) = 0;
+  std::unique_ptr<MemoryContext> init_batch(const Batch& batch, uint32_t n_ubatch) {
+    return init_batch(batch, n_ubatch, BatchLimits{});
+  }
+  /// A context that simulates a full memory (every cell in use: n_kv = n_cells) so the caller
+  /// can reserve worst-case compute buffers. Has no ubatch; apply() changes nothing.
+  virtual std::unique_ptr<MemoryContext> init_full() = 0;
+  /// A context for pending position shifts: kNoUpdate when there are none, else kSuccess with
+  /// the list of shifted cells; its apply() clears the shifts (rollback() restores them).
+  virtual std::unique_ptr<MemoryContext> init_update() = 0;
+
+  // Sequence operations: semantics in the block at the top of this header.
+  virtual Status seq_rm(SeqId seq, Pos p0, Pos p1) = 0;
+  virtual Status seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) = 0;
+  virtual Status seq_keep(SeqId seq) = 0;
+  virtual Status seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) = 0;
+  virtual Status seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) = 0;
+  virtual Pos seq_pos_min(SeqId seq) const = 0;
+  virtual Pos seq_pos_max(SeqId seq) const = 0;
+
+  /// Empties every cell of every sequence (storage stays allocated).
+  virtual void clear() = 0;
+  /// Exact bytes per layer, stream and K/V type; cells used / free per stream.
+  virtual MemoryBreakdown breakdown() const = 0;
+  virtual uint32_t n_seq_max() const = 0;
+};
+
+}  // namespace mnemo

@@ -1,0 +1,189 @@
+#include "mnemo/kv_storage.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace mnemo {
+
+namespace {
+
+// Sub-tensors of a stream's mapping start on this boundary (any block type's alignment divides
+// it, and it keeps rows of different tensors off shared cache lines).
+constexpr size_t kTensorAlign = 64;
+
+size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTensorAlign; }
+
+}  // namespace
+
+bool is_supported_kv_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status KvStorage::check_types(const std::vector<Layer>& layers, uint32_t s, StreamTypes t) {
+  for (int kind = 0; kind < 2; ++kind) {
+    const GgmlType type = kind == 0 ? t.k_type : t.v_type;
+    const char* what = kind == 0 ? "k_type" : "v_type";
+    if (!is_supported_kv_type(type)) {
+      return Status::invalid_argument(
+          std::string(what) + " " + std::string(type_name(type)) + " of stream " +
+          std::to_string(s) +
+          " is not a KV cache type (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
+    }
+    const TypeTraits& tr = traits(type);
+    if (!tr.can_quantize || !tr.can_dequantize) {
+      return Status::not_supported(std::string(what) + " " + std::string(tr.name) +
+                                   ": this build has no reference quantize/dequantize for it");
+    }
+    for (const Layer& l : layers) {
+      const uint32_t n = kind == 0 ? l.n_embd_k : l.n_embd_v;
+      if (n == 0 || n % tr.block_size != 0) {
+        return Status::invalid_argument(
+            std::string(what) + " " + std::string(tr.name) + " needs row widths that are a "
+            "positive multiple of its block size " + std::to_string(tr.block_size) + "; layer " +
+            std::to_string(l.il) + " has n_embd_" + (kind == 0 ? "k" : "v") + "_gqa = " +
+            std::to_string(n));
+      }
+    }
+  }
+  return Status();
+}
+
+Result<KvStorage::Stream> KvStorage::make_stream(uint32_t n_cells, const std::vector<Layer>& layers,
+                                                 StreamTypes types) {
+  Stream st;
+  st.types = types;
+  size_t off = 0;
+  for (const Layer& l : layers) {
+    const size_t k_row = row_size(types.k_type, l.n_embd_k);
+    const size_t v_row = row_size(types.v_type, l.n_embd_v);
+    st.k_off.push_back(off);
+    off = align_up(off + k_row * n_cells);
+    st.v_off.push_back(off);
+    off = align_up(off + v_row * n_cells);
+    st.k_row.push_back(k_row);
+    st.v_row.push_back(v_row);
+    st.cell_bytes += k_row + v_row;
+  }
+  MNEMO_ASSIGN_OR_RETURN(st.buf, AlignedBuffer::allocate(off));
+  return st;
+}
+
+Result<KvStorage> KvStorage::create(uint32_t n_cells, std::vector<Layer> layers,
+                                    std::vector<StreamTypes> streams) {
+  CHECK(n_cells > 0);
+  CHECK(!streams.empty());
+  for (uint32_t s = 0; s < streams.size(); ++s) {
+    MNEMO_RETURN_IF_ERROR(check_types(layers, s, streams[s]));
+  }
+  KvStorage out;
+  out.n_cells_ = n_cells;
+  out.layers_ = std::move(layers);
+  for (const StreamTypes& t : streams) {
+    MNEMO_ASSIGN_OR_RETURN(Stream st, make_stream(n_cells, out.layers_, t));
+    out.streams_.push_back(std::move(st));
+  }
+  return out;
+}
+
+Result<KvStorage> KvStorage::copy() const {
+  KvStorage out;
+  out.n_cells_ = n_cells_;
+  out.layers_ = layers_;
+  for (const Stream& st : streams_) {
+    Stream c;
+    c.types = st.types;
+    c.k_off = st.k_off;
+    c.v_off = st.v_off;
+    c.k_row = st.k_row;
+    c.v_row = st.v_row;
+    c.cell_bytes = st.cell_bytes;
+    MNEMO_ASSIGN_OR_RETURN(c.buf, st.buf.copy());
+    out.streams_.push_back(std::move(c));
+  }
+  return out;
+}
+
+KvView KvStorage::k(uint32_t l, uint32_t s) const {
+  const Stream& st = streams_[s];
+  return KvView{st.types.k_type, const_cast<uint8_t*>(st.buf.data()) + st.k_off[l], st.k_row[l],
+                layers_[l].n_embd_k, n_cells_};
+}
+
+KvView KvStorage::v(uint32_t l, uint32_t s) const {
+  const Stream& st = streams_[s];
+  return KvView{st.types.v_type, const_cast<uint8_t*>(st.buf.data()) + st.v_off[l], st.v_row[l],
+                layers_[l].n_embd_v, n_cells_};
+}
+
+void KvStorage::save_cell(uint32_t s, uint32_t cell, uint8_t* out) const {
+  const Stream& st = streams_[s];
+  const uint8_t* base = st.buf.data();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    std::memcpy(out, base + st.k_off[l] + cell * st.k_row[l], st.k_row[l]);
+    out += st.k_row[l];
+    std::memcpy(out, base + st.v_off[l] + cell * st.v_row[l], st.v_row[l]);
+    out += st.v_row[l];
+  }
+}
+
+void KvStorage::restore_cell(uint32_t s, uint32_t cell, const uint8_t* in) {
+  Stream& st = streams_[s];
+  uint8_t* base = st.buf.data();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    std::memcpy(base + st.k_off[l] + cell * st.k_row[l], in, st.k_row[l]);
+    in += st.k_row[l];
+    std::memcpy(base + st.v_off[l] + cell * st.v_row[l], in, st.v_row[l]);
+    in += st.v_row[l];
+  }
+}
+
+void KvStorage::copy_cell(uint32_t src_s, uint32_t src_cell, uint32_t dst_s, uint32_t dst_cell) {
+  std::vector<float> tmp;
+  for (uint32_t l = 0; l < n_layer(); ++l) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const KvView a = kind == 0 ? k(l, src_s) : v(l, src_s);
+      const KvView b = kind == 0 ? k(l, dst_s) : v(l, dst_s);
+      if (a.type == b.type) {
+        std::memmove(b.row(dst_cell), a.row(src_cell), a.row_bytes);
+      } else {
+        tmp.resize(a.n_embd);
+        // Types were validated at creation: both conversions exist and the width fits.
+        const Status st1 = dequantize_row(a.type, a.row(src_cell), tmp.data(), a.n_embd);
+        CHECK(st1.ok()) << st1.to_string();
+        const Status st2 = quantize_row(b.type, tmp.data(), b.row(dst_cell), b.n_embd);
+        CHECK(st2.ok()) << st2.to_string();
+      }
+    }
+  }
+}
+
+Status KvStorage::replace_stream(uint32_t s, StreamTypes types) {
+  CHECK(s < streams_.size());
+  MNEMO_RETURN_IF_ERROR(check_types(layers_, s, types));
+  // Map the new tensors before releasing the old ones: a refused mapping leaves the stream as
+  // it was (the price is a peak of old + new bytes for this one stream).
+  MNEMO_ASSIGN_OR_RETURN(Stream st, make_stream(n_cells_, layers_, types));
+  streams_[s] = std::move(st);
+  return Status();
+}
+
+size_t KvStorage::tensor_bytes(uint32_t l, uint32_t s, char kind) const {
+  const Stream& st = streams_[s];
+  return (kind == 'K' ? st.k_row[l] : st.v_row[l]) * n_cells_;
+}
+
+}  // namespace mnemo
