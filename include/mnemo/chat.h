@@ -4,10 +4,12 @@
 // (src/llama-chat.cpp), it recognises the template family from distinctive substrings of the
 // model's tokenizer.chat_template and renders that family's format itself:
 //
-//   family  | recognised by                                  | one turn
-//   chatml  | "<|im_start|>"                                 | <|im_start|>{role}\n{content}<|im_end|>\n
-//   llama3  | "<|start_header_id|>" and "<|end_header_id|>"  | <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
-//   gemma   | "<start_of_turn>"                              | <start_of_turn>{user|model}\n{content}<end_of_turn>\n
+//   chatml, recognised by "<|im_start|>":
+//       <|im_start|>{role}\n{content}<|im_end|>\n
+//   gemma, recognised by "<start_of_turn>":
+//       <start_of_turn>{user|model}\n{content}<end_of_turn>\n
+//   llama3, recognised by "<|start_header_id|>" and "<|end_header_id|>":
+//       <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
 //
 // (Checked in this order, as llama.cpp does.) Family rules, as llama.cpp renders them:
 //   - chatml: content verbatim. If the model's template writes a fixed system message when the

@@ -177,7 +177,7 @@ class Tokenizer {
   /// tokenizer.chat_template ("" when the file has none).
   const std::string& chat_template() const;
 
- /// Opaque vocabulary tables (src/tokenizer/tokenizer_impl.h).
+  /// Opaque vocabulary tables (src/tokenizer/tokenizer_impl.h).
   struct Impl;
 
  private:

@@ -29,8 +29,7 @@ std::string trim(std::string_view s) {
 std::string find_default_system(std::string_view tmpl) {
   constexpr std::string_view kOpen = "<|im_start|>system";
   constexpr std::string_view kClose = "<|im_end|>";
-  for (size_t at = tmpl.find(kOpen); at != std::string_view::npos;
-       at = tmpl.find(kOpen, at + 1)) {
+  for (size_t at = tmpl.find(kOpen); at != std::string_view::npos; at = tmpl.find(kOpen, at + 1)) {
     size_t p = at + kOpen.size();
     if (tmpl.substr(p, 1) == "\n") {
       p += 1;
@@ -79,8 +78,8 @@ ChatTemplate ChatTemplate::from_family(ChatTemplateFamily family) {
 }
 
 Result<ChatTemplate> ChatTemplate::from_name(std::string_view name) {
-  for (auto f : {ChatTemplateFamily::kChatml, ChatTemplateFamily::kLlama3,
-                 ChatTemplateFamily::kGemma}) {
+  for (auto f :
+       {ChatTemplateFamily::kChatml, ChatTemplateFamily::kLlama3, ChatTemplateFamily::kGemma}) {
     if (name == chat_template_family_name(f)) return from_family(f);
   }
   return Status::invalid_argument("unknown chat template name '" + std::string(name) +

@@ -38,7 +38,8 @@ TEST(ChatTemplate, UnknownOrMissingFallsBackToChatml) {
   EXPECT_EQ(none.family(), ChatTemplateFamily::kChatml);
   const ChatTemplate odd = ChatTemplate::detect("### Human: {{ content }}");
   EXPECT_FALSE(odd.recognized());
-  EXPECT_EQ(odd.apply({{"user", "x"}}, true), "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(odd.apply({{"user", "x"}}, true),
+            "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, Gemma) {

@@ -61,8 +61,7 @@ std::vector<std::string> Pretokenizer::patterns_for(PreTokenizer pre) {
     case PreTokenizer::kSmollm:
       return {R"(\p{N})", std::string(kGpt2Pattern)};
     case PreTokenizer::kDefault:
-      return {R"([\p{P}\$\+<=>\^~\|]+)", std::string(kGpt2Pattern), R"(\p{N}+)",
-              "[0-9][0-9][0-9]"};
+      return {R"([\p{P}\$\+<=>\^~\|]+)", std::string(kGpt2Pattern), R"(\p{N}+)", "[0-9][0-9][0-9]"};
   }
   return {};
 }
@@ -186,14 +185,12 @@ std::vector<size_t> Pretokenizer::boundaries(std::string_view text,
       while (pos < len) {
         int rc = pcre2_match(re->code, piece, len, pos, PCRE2_NO_UTF_CHECK, md, mctx);
         if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && re->jit) {
-          rc = pcre2_match(re->code, piece, len, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
-                           mctx);
+          rc = pcre2_match(re->code, piece, len, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, mctx);
         }
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
-          MNEMO_LOG(kWarn) << "pre-tokenizer: PCRE2 error " << rc << " on regex '"
-                           << re->pattern << "'; the rest of a " << len
-                           << "-byte piece stays one word";
+          MNEMO_LOG(kWarn) << "pre-tokenizer: PCRE2 error " << rc << " on regex '" << re->pattern
+                           << "'; the rest of a " << len << "-byte piece stays one word";
           break;
         }
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);

@@ -84,16 +84,27 @@ TEST(Pretokenizer, Gpt2) {
 
 TEST(Pretokenizer, WhitespaceIsLlamaCppSet) {
   // U+0085 (NEL) is whitespace for llama.cpp: two of them before a letter split 1 + 1.
-  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xC2\x85\xC2\x85" "b"),
+  EXPECT_EQ(split(PreTokenizer::kGpt2,
+                  "a\xC2\x85\xC2\x85"
+                  "b"),
             (Words{"a", "\xC2\x85", "\xC2\x85", "b"}));
   // U+001C is not (Python's str.isspace says it is; llama.cpp's table does not).
-  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\x1C\x1C" "b"), (Words{"a", "\x1C\x1C", "b"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2,
+                  "a\x1C\x1C"
+                  "b"),
+            (Words{"a", "\x1C\x1C", "b"}));
   // U+3000 ideographic space is.
-  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xE3\x80\x80" "b"), (Words{"a", "\xE3\x80\x80", "b"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2,
+                  "a\xE3\x80\x80"
+                  "b"),
+            (Words{"a", "\xE3\x80\x80", "b"}));
 }
 
 TEST(Pretokenizer, InvalidUtf8BecomesReplacementChar) {
-  EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xFF" "b"), (Words{"a", "\xEF\xBF\xBD", "b"}));
+  EXPECT_EQ(split(PreTokenizer::kGpt2,
+                  "a\xFF"
+                  "b"),
+            (Words{"a", "\xEF\xBF\xBD", "b"}));
   auto p = Pretokenizer::create(PreTokenizer::kGpt2);
   ASSERT_TRUE(p.ok());
   // Byte-level: U+FFFD's bytes EF BF BD -> 'ï', '¿', '½'.

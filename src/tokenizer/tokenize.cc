@@ -65,7 +65,7 @@ struct BpeBigram {
   int32_t rank;
   int32_t left;
   int32_t right;
-  uint32_t left_n;   // sizes when proposed: a merge is stale once either symbol changed
+  uint32_t left_n;  // sizes when proposed: a merge is stale once either symbol changed
   uint32_t right_n;
 };
 struct BpeLess {
@@ -197,12 +197,11 @@ std::vector<TokenId> Tokenizer::tokenize(std::string_view text, bool add_special
   // each of its non-overlapping occurrences, left to right. Only tokens that occur in the text
   // at all (found with the trie) need a pass.
   if (!text.empty()) {
-    std::vector<int32_t> present;
-    v.special_trie.for_each_occurring(text, [&](int32_t k) { present.push_back(k); });
-    std::sort(present.begin(), present.end());
-    present.erase(std::unique(present.begin(), present.end()), present.end());
+    std::vector<uint8_t> present(v.special_order.size(), 0);
+    v.special_trie.for_each_occurring(text, [&](int32_t k) { present[k] = 1; });
     std::vector<Fragment> next;
-    for (int32_t k : present) {
+    for (size_t k = 0; k < present.size(); ++k) {
+      if (!present[k]) continue;
       const TokenId id = v.special_order[k];
       if (!parse_special && (v.attr[id] & (kAttrControl | kAttrUnknown))) continue;
       const std::string_view tok_text = v.text[id];

@@ -61,7 +61,10 @@ SpmVocab make_spm() {
   v.add("bc", -2);
   v.add("abc", -3);
   v.add("cd", -0.5f);
-  v.add("\xE2\x96\x81" "a", -4);
+  v.add(
+      "\xE2\x96\x81"
+      "a",
+      -4);
   v.add("he", -1);
   v.add("ll", -1);
   v.add("hell", -2);
@@ -113,8 +116,11 @@ TEST(SpmTokenizer, SpacesAndSpacePrefix) {
   const Tokenizer p = build(v.spec);
   EXPECT_EQ(p.tokenize("hello", false, false), (Ids{v.id("\xE2\x96\x81hello")}));
   // The prefix is added at the start and after each special token.
-  EXPECT_EQ(p.tokenize("a<start>a", false, true),
-            (Ids{v.id("\xE2\x96\x81" "a"), v.id("<start>"), v.id("\xE2\x96\x81" "a")}));
+  EXPECT_EQ(p.tokenize("a<start>a", false, true), (Ids{v.id("\xE2\x96\x81"
+                                                            "a"),
+                                                       v.id("<start>"),
+                                                       v.id("\xE2\x96\x81"
+                                                            "a")}));
   // ...and removed again by detokenize, so the text round-trips.
   EXPECT_EQ(p.detokenize(p.tokenize("hello a", false, false), false), "hello a");
 }
@@ -341,15 +347,46 @@ TEST(BpeTokenizer, CleanSpacesOnlyWhenAsked) {
 // Round trips on many strings.
 
 std::vector<std::string> round_trip_strings() {
-  std::vector<std::string> s = {
-      "", " ", "  ", "\n", "\n\n\n", "\t \t", "Hello, world!", " leading", "trailing  ",
-      "it's I'M we'll", "12345 3.14 -7", "caf\xC3\xA9 na\xC3\xAFve", "\xE4\xBD\xA0\xE5\xA5\xBD",
-      "\xF0\x9F\xA6\x99 \xF0\x9F\x9A\x80!", "a\xE3\x80\x80" "b", "tab\there", "x\r\ny",
-      "<s> </s> <start> <u>", "def f(x):\n    return x ** 2\n"};
+  std::vector<std::string> s = {"",
+                                " ",
+                                "  ",
+                                "\n",
+                                "\n\n\n",
+                                "\t \t",
+                                "Hello, world!",
+                                " leading",
+                                "trailing  ",
+                                "it's I'M we'll",
+                                "12345 3.14 -7",
+                                "caf\xC3\xA9 na\xC3\xAFve",
+                                "\xE4\xBD\xA0\xE5\xA5\xBD",
+                                "\xF0\x9F\xA6\x99 \xF0\x9F\x9A\x80!",
+                                "a\xE3\x80\x80"
+                                "b",
+                                "tab\there",
+                                "x\r\ny",
+                                "<s> </s> <start> <u>",
+                                "def f(x):\n    return x ** 2\n"};
   std::mt19937 rng(1234);
-  const std::vector<std::string> alphabet = {"a", "b", "c", " ", "  ", "\n", "\t", "1", "23",
-                                             ".", ",", "'", "\xC3\xA9", "\xE2\x82\xAC",
-                                             "\xF0\x9F\x98\x80", "<u>", "x", "abc", "hello"};
+  const std::vector<std::string> alphabet = {"a",
+                                             "b",
+                                             "c",
+                                             " ",
+                                             "  ",
+                                             "\n",
+                                             "\t",
+                                             "1",
+                                             "23",
+                                             ".",
+                                             ",",
+                                             "'",
+                                             "\xC3\xA9",
+                                             "\xE2\x82\xAC",
+                                             "\xF0\x9F\x98\x80",
+                                             "<u>",
+                                             "x",
+                                             "abc",
+                                             "hello"};
   for (int i = 0; i < 300; ++i) {
     std::string t;
     const int n = static_cast<int>(rng() % 20);
@@ -454,14 +491,15 @@ TEST(FromGguf, Errors) {
   EXPECT_EQ(load({{"tokenizer.ggml.tokens", toks}}).code(), StatusCode::kNotFound);
   EXPECT_EQ(load({{"tokenizer.ggml.model", gguf::Value::str("llama")}}).code(),
             StatusCode::kNotFound);
-  Status s = load({{"tokenizer.ggml.model", gguf::Value::str("t5")}, {"tokenizer.ggml.tokens", toks}});
+  Status s =
+      load({{"tokenizer.ggml.model", gguf::Value::str("t5")}, {"tokenizer.ggml.tokens", toks}});
   EXPECT_EQ(s.code(), StatusCode::kNotSupported);
   EXPECT_NE(s.message().find("t5"), std::string::npos);
   // BPE without merges; with an unknown pre-tokenizer.
-  EXPECT_EQ(load({{"tokenizer.ggml.model", gguf::Value::str("gpt2")},
-                  {"tokenizer.ggml.tokens", toks}})
-                .code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(
+      load({{"tokenizer.ggml.model", gguf::Value::str("gpt2")}, {"tokenizer.ggml.tokens", toks}})
+          .code(),
+      StatusCode::kNotFound);
   s = load({{"tokenizer.ggml.model", gguf::Value::str("gpt2")},
             {"tokenizer.ggml.pre", gguf::Value::str("martian")},
             {"tokenizer.ggml.tokens", toks},
@@ -485,8 +523,8 @@ TEST(FromGguf, Errors) {
                 .code(),
             StatusCode::kCorruption);
   EXPECT_EQ(load({{"tokenizer.ggml.model", gguf::Value::str("llama")},
-                  {"tokenizer.ggml.tokens", gguf::Value::array(gguf::ValueType::INT32,
-                                                               {gguf::Value::i32(1)})}})
+                  {"tokenizer.ggml.tokens",
+                   gguf::Value::array(gguf::ValueType::INT32, {gguf::Value::i32(1)})}})
                 .code(),
             StatusCode::kInvalidArgument);
 }

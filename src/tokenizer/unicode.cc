@@ -36,10 +36,10 @@ std::vector<uint32_t> utf8_decode(std::string_view s) {
         i += 1;
       }
     } else if ((c & 0x10) == 0) {
-      const uint32_t cpt = i + 2 < n && is_cont(p[i + 1]) && is_cont(p[i + 2])
-                               ? (uint32_t{c & 0x0Fu} << 12) | (uint32_t{p[i + 1] & 0x3Fu} << 6) |
-                                     (p[i + 2] & 0x3Fu)
-                               : 0;
+      const uint32_t cpt =
+          i + 2 < n && is_cont(p[i + 1]) && is_cont(p[i + 2])
+              ? (uint32_t{c & 0x0Fu} << 12) | (uint32_t{p[i + 1] & 0x3Fu} << 6) | (p[i + 2] & 0x3Fu)
+              : 0;
       if (cpt >= 0x800) {  // surrogates D800-DFFF pass, as in llama.cpp
         out.push_back(cpt);
         i += 3;
@@ -48,11 +48,10 @@ std::vector<uint32_t> utf8_decode(std::string_view s) {
         i += 1;
       }
     } else if ((c & 0x08) == 0) {
-      const uint32_t cpt =
-          i + 3 < n && is_cont(p[i + 1]) && is_cont(p[i + 2]) && is_cont(p[i + 3])
-              ? (uint32_t{c & 0x07u} << 18) | (uint32_t{p[i + 1] & 0x3Fu} << 12) |
-                    (uint32_t{p[i + 2] & 0x3Fu} << 6) | (p[i + 3] & 0x3Fu)
-              : 0;
+      const uint32_t cpt = i + 3 < n && is_cont(p[i + 1]) && is_cont(p[i + 2]) && is_cont(p[i + 3])
+                               ? (uint32_t{c & 0x07u} << 18) | (uint32_t{p[i + 1] & 0x3Fu} << 12) |
+                                     (uint32_t{p[i + 2] & 0x3Fu} << 6) | (p[i + 3] & 0x3Fu)
+                               : 0;
       if (cpt >= 0x10000 && cpt <= 0x10FFFF) {
         out.push_back(cpt);
         i += 4;
@@ -118,7 +117,8 @@ const std::string& byte_to_symbol(uint8_t byte) { return alphabet().to_symbol[by
 
 int cpt_to_byte(uint32_t cpt) {
   // Printable bytes map to themselves; the 68 others to U+0100..U+0143 in increasing order.
-  if ((cpt >= 0x21 && cpt <= 0x7E) || (cpt >= 0xA1 && cpt <= 0xAC) || (cpt >= 0xAE && cpt <= 0xFF)) {
+  if ((cpt >= 0x21 && cpt <= 0x7E) || (cpt >= 0xA1 && cpt <= 0xAC) ||
+      (cpt >= 0xAE && cpt <= 0xFF)) {
     return static_cast<int>(cpt);
   }
   if (cpt >= 0x100 && cpt < 0x100 + 68) {

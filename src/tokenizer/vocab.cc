@@ -16,10 +16,9 @@ namespace tok {
 
 int32_t SpecialTrie::child(int32_t node, uint8_t b) const {
   const auto& kids = nodes_[node].kids;
-  auto it = std::lower_bound(kids.begin(), kids.end(), b,
-                             [](const std::pair<uint8_t, int32_t>& k, uint8_t v) {
-                               return k.first < v;
-                             });
+  auto it =
+      std::lower_bound(kids.begin(), kids.end(), b,
+                       [](const std::pair<uint8_t, int32_t>& k, uint8_t v) { return k.first < v; });
   return (it != kids.end() && it->first == b) ? it->second : -1;
 }
 
@@ -33,10 +32,9 @@ void SpecialTrie::insert(std::string_view text, int32_t index) {
       next = static_cast<int32_t>(nodes_.size());
       nodes_.emplace_back();
       auto& kids = nodes_[node].kids;
-      auto it = std::lower_bound(kids.begin(), kids.end(), b,
-                                 [](const std::pair<uint8_t, int32_t>& k, uint8_t v) {
-                                   return k.first < v;
-                                 });
+      auto it = std::lower_bound(
+          kids.begin(), kids.end(), b,
+          [](const std::pair<uint8_t, int32_t>& k, uint8_t v) { return k.first < v; });
       kids.insert(it, {b, next});
     }
     node = next;
@@ -129,29 +127,30 @@ Result<PreInfo> pre_info(const std::string& name) {
 }
 
 // Token texts llama.cpp recognises as end of turn / end of generation / fill-in-the-middle.
+// clang-format off
 constexpr std::array<std::string_view, 11> kEotTexts = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>",      "_<EOT>",     "[EOT]",   "<｜end▁of▁sentence｜>",          "<end_of_utterance>"};
+    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"};
 constexpr std::array<std::string_view, 22> kEogTexts = {
-    "<|eot_id|>", "<|im_end|>",   "<|end|>",         "<|return|>",      "<|call|>",
-    "<|flush|>",  "<|calls|>",    "<end_of_turn>",   "<|endoftext|>",   "</s>",
-    "<|eom_id|>", "<EOT>",        "_<EOT>",          "[EOT]",           "[EOS]",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
     "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
     "<｜end▁of▁sentence｜>", "[e~["};
 constexpr std::array<std::string_view, 8> kFimPreTexts = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>",
-    "<PRE>",          "▁<PRE>",       "<|code_prefix|>", "<|prefix|>"};
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+    "<|code_prefix|>", "<|prefix|>"};
 constexpr std::array<std::string_view, 8> kFimSufTexts = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>",
-    "<SUF>",          "▁<SUF>",       "<|code_suffix|>", "<|suffix|>"};
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+    "<|code_suffix|>", "<|suffix|>"};
 constexpr std::array<std::string_view, 8> kFimMidTexts = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>",
-    "<MID>",          "▁<MID>",       "<|code_middle|>", "<|middle|>"};
-constexpr std::array<std::string_view, 5> kFimPadTexts = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
-                                                          "<PAD>", "[PAD]"};
-constexpr std::array<std::string_view, 5> kFimRepTexts = {"<|fim_repo|>", "<|repo_name|>",
-                                                          "<fim-repo>", "<REPO>", "<reponame>"};
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+    "<|code_middle|>", "<|middle|>"};
+constexpr std::array<std::string_view, 5> kFimPadTexts = {
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"};
+constexpr std::array<std::string_view, 5> kFimRepTexts = {
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"};
 constexpr std::array<std::string_view, 1> kFimSepTexts = {"<|file_sep|>"};
+// clang-format on
 
 template <size_t N>
 bool in_list(std::string_view s, const std::array<std::string_view, N>& list) {
@@ -369,8 +368,8 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
       if (*given >= 0 && static_cast<uint64_t>(*given) < n) {
         id = static_cast<TokenId>(*given);
       } else {
-        MNEMO_LOG(kWarn) << "tokenizer: " << name << " id " << *given << " is outside the "
-                         << n << "-token vocabulary; using " << id;
+        MNEMO_LOG(kWarn) << "tokenizer: " << name << " id " << *given << " is outside the " << n
+                         << "-token vocabulary; using " << id;
       }
     }
     return id;
@@ -461,9 +460,8 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
       v.special_order.push_back(static_cast<TokenId>(i));
     }
   }
-  std::stable_sort(v.special_order.begin(), v.special_order.end(), [&](TokenId a, TokenId b) {
-    return v.text[a].size() > v.text[b].size();
-  });
+  std::stable_sort(v.special_order.begin(), v.special_order.end(),
+                   [&](TokenId a, TokenId b) { return v.text[a].size() > v.text[b].size(); });
   for (size_t k = 0; k < v.special_order.size(); ++k) {
     v.special_trie.insert(v.text[v.special_order[k]], static_cast<int32_t>(k));
   }

@@ -157,8 +157,9 @@ int main(int argc, char** argv) {
     if (a == "--chat") return chat_main(args);
   }
   if (args.empty() || args[0].empty() || args[0][0] == '-') {
-    return fail("usage: tokenize_tool MODEL [--add-special 0|1] [--parse-special 0|1] "
-                "[--batch | --info] < input   |   tokenize_tool --chat ...");
+    return fail(
+        "usage: tokenize_tool MODEL [--add-special 0|1] [--parse-special 0|1] "
+        "[--batch | --info] < input   |   tokenize_tool --chat ...");
   }
   bool add_special = true, parse_special = true, batch = false, info = false;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -205,8 +206,8 @@ int main(int argc, char** argv) {
       for (const auto& c : json::parse(read_stdin())) {
         std::string text;
         if (!from_hex(c.at("text_hex").get<std::string>(), &text)) return fail("bad text_hex");
-        out.push_back(tokenize_json(tok, text, c.value("add_special", true),
-                                    c.value("parse_special", true)));
+        out.push_back(
+            tokenize_json(tok, text, c.value("add_special", true), c.value("parse_special", true)));
       }
     } catch (const std::exception& e) {
       return fail(std::string("bad batch JSON: ") + e.what());
