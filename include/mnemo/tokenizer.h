@@ -140,8 +140,11 @@ class Tokenizer {
     return detokenize(ids, o);
   }
 
+  /// Number of tokens (ids are [0, n_vocab)).
   int32_t n_vocab() const;
+  /// The tokenizer model (tokenizer.ggml.model).
   VocabType type() const;
+  /// The BPE pre-tokenizer (kNone for SPM).
   PreTokenizer pre() const;
   /// Raw token text as stored in the GGUF (BPE: byte-level encoded; SPM: with '▁').
   /// CHECK-fails for an id outside [0, n_vocab).
@@ -162,15 +165,19 @@ class Tokenizer {
   /// All end-of-generation ids, ascending.
   const std::vector<TokenId>& eog_ids() const;
 
-  TokenId bos() const;
-  TokenId eos() const;
-  TokenId eot() const;  // from the file, or found by text ("<end_of_turn>", "<|im_end|>", ...)
-  TokenId unk() const;
-  TokenId pad() const;
-  TokenId sep() const;
-  TokenId nl() const;  // the token of "\n" (SPM: <0x0A>)
+  /// Special ids; kTokenNull when the vocabulary has none.
+  TokenId bos() const;  // beginning of sequence
+  TokenId eos() const;  // end of sequence
+  TokenId eot() const;  // end of turn: from the file, or found by text ("<end_of_turn>", ...)
+  TokenId unk() const;  // unknown
+  TokenId pad() const;  // padding
+  TokenId sep() const;  // separator
+  TokenId nl() const;   // the token of "\n" (SPM: <0x0A>)
+  /// Whether tokenize(..., add_special = true, ...) prepends BOS / appends EOS.
   bool add_bos() const;
   bool add_eos() const;
+  /// SPM: whether a space is put before the text (and after each special token) before
+  /// tokenizing, and dropped again from the first piece by detokenize.
   bool add_space_prefix() const;
   /// Whether llama.cpp would clean spaces when detokenizing (BPE, except qwen2 / smollm).
   bool clean_spaces() const;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mnemo/gguf.h"
@@ -527,6 +528,28 @@ TEST(FromGguf, Errors) {
                    gguf::Value::array(gguf::ValueType::INT32, {gguf::Value::i32(1)})}})
                 .code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(Concurrency, ConstMethodsFromManyThreads) {
+  BpeVocab bv = make_bpe("llama3");
+  bv.merge("a", "b");
+  const Tokenizer t = build(bv.spec);
+  const std::vector<std::string> inputs = round_trip_strings();
+  std::vector<Ids> expected;
+  for (const auto& s : inputs) expected.push_back(t.tokenize(s, false, true));
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 5; ++rep) {
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if (t.tokenize(inputs[i], false, true) != expected[i]) ++failures[k];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int f : failures) EXPECT_EQ(f, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
