@@ -97,6 +97,9 @@ class KvCells {
   Pos seq_pos_max(SeqId s) const {
     return seq_cells_[s].empty() ? -1 : seq_cells_[s].rbegin()->first;
   }
+  /// The cell holding sequence s's lowest position (lowest cell index among equals); requires
+  /// seq_n_cells(s) > 0.
+  uint32_t seq_first_cell(SeqId s) const { return seq_cells_[s].begin()->second; }
   /// Number of cells holding sequence s.
   uint32_t seq_n_cells(SeqId s) const { return static_cast<uint32_t>(seq_cells_[s].size()); }
   /// Appends to *out the cells of sequence s with pos in [p0, p1), ascending by (pos, cell).

@@ -12,9 +12,6 @@ namespace mnemo {
 
 namespace {
 
-// A failed first pass may still have evicted cells that make others evictable (a sequence's
-// oldest cell lay before head): a few extra passes catch those without risking quadratic work.
-constexpr int kMaxPasses = 3;
 // Marks "no snapshot" in pos_max_before_.
 constexpr Pos kUnset = INT32_MIN;
 
@@ -125,19 +122,31 @@ bool KvCache::find_slot(const Ubatch& ub, StreamSlots* slots, KvJournal* journal
 
   uint32_t cursor = c.head();
   uint32_t placed = 0;
-  for (int pass = 0; pass < kMaxPasses && placed < n; ++pass) {
-    bool evicted = false;
-    for (uint32_t scanned = 0; scanned < n_cells && placed < n; ++scanned) {
-      const uint32_t cell = cursor;
-      cursor = cursor + 1 == n_cells ? 0 : cursor + 1;
-      const uint32_t row = slots->rows[placed];
-      if (!usable(cell, row)) continue;
-      evicted |= !c.is_empty(cell);
-      journal_set(journal, stream, cell, ub.pos[row], row_seqs(ub, row), 0, /*save_rows=*/false);
-      slots->cells.push_back(cell);
-      ++placed;
+  auto place = [&](uint32_t cell) {
+    const uint32_t row = slots->rows[placed];
+    journal_set(journal, stream, cell, ub.pos[row], row_seqs(ub, row), 0, /*save_rows=*/false);
+    slots->cells.push_back(cell);
+    ++placed;
+  };
+  // One sweep from head, wrapping: empty cells and masked cells in ring order (the fast path
+  // when the cells after head are free).
+  for (uint32_t scanned = 0; scanned < n_cells && placed < n; ++scanned) {
+    const uint32_t cell = cursor;
+    cursor = cursor + 1 == n_cells ? 0 : cursor + 1;
+    if (usable(cell, slots->rows[placed])) place(cell);
+  }
+  // The sweep may pass a masked cell before it became its owner's oldest (sequences interleaved
+  // in a unified stream, holes refilled after seq_rm). Evict each sequence's oldest cells
+  // directly, in position order, until nothing more qualifies: O(sequences + cells evicted).
+  for (bool progress = swa != SwaType::kNone; progress && placed < n;) {
+    progress = false;
+    for (SeqId s = 0; s < static_cast<SeqId>(c.n_seq_max()) && placed < n; ++s) {
+      while (placed < n && c.seq_n_cells(s) > 0 &&
+             usable(c.seq_first_cell(s), slots->rows[placed])) {
+        place(c.seq_first_cell(s));
+        progress = true;
+      }
     }
-    if (!evicted) break;
   }
   for (SeqId s : snap) pos_max_before_[s] = kUnset;
 

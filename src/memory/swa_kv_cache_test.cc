@@ -1,0 +1,228 @@
+// SwaKvCache: sizing, the fit guarantee of an n_swa + n_ubatch SWA cache, one transaction over
+// both children, seq_pos_min semantics, swa_full, and checked-before-changed sequence ops.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memory/memory_testing.h"
+#include "mnemo/swa_kv_cache.h"
+
+namespace mnemo {
+namespace {
+
+constexpr uint32_t kLayers = 12;  // Gemma 3 pattern: layers 5 and 11 global, the rest local
+
+SwaKvCacheConfig gemma_like(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
+  SwaKvCacheConfig c;
+  c.n_ctx = n_ctx;
+  c.n_seq_max = n_seq_max;
+  c.unified = unified;
+  c.n_embd_k_gqa.assign(kLayers, 32);
+  c.n_embd_v_gqa.assign(kLayers, 32);
+  c.is_swa_layer = [](uint32_t il) { return il % 6 != 5; };
+  c.swa_type = SwaType::kStandard;
+  c.n_swa = 16;
+  c.n_ubatch = 8;
+  c.n_pad = 8;
+  return c;
+}
+
+std::unique_ptr<SwaKvCache> make(SwaKvCacheConfig c) {
+  auto r = SwaKvCache::create(std::move(c));
+  CHECK(r.ok()) << r.status().to_string();
+  return std::move(r).value();
+}
+
+Batch tokens(SeqId s, Pos p0, int n) {
+  Batch b;
+  for (int i = 0; i < n; ++i) b.add(1, p0 + i, {s}, i + 1 == n);
+  return b;
+}
+
+MemoryStatus decode(Memory& m, const Batch& b, uint32_t n_ubatch, uint64_t gen = 1) {
+  auto ctx = m.init_batch(b, n_ubatch);
+  if (!ctx->ok()) {
+    ADD_FAILURE() << ctx->message();
+    return ctx->status();
+  }
+  do {
+    EXPECT_TRUE(ctx->apply().ok());
+    testing::write_fake_kv(*ctx, kLayers, gen);
+  } while (ctx->next());
+  return MemoryStatus::kSuccess;
+}
+
+TEST(SwaKvCacheTest, Sizing) {
+  auto split = make(gemma_like(256, 3, false));
+  EXPECT_EQ(split->base().n_ctx(), 256u);
+  EXPECT_EQ(split->swa().n_ctx(), 24u);  // 16 + 8, already a multiple of 8
+  EXPECT_EQ(split->base().storage().n_layer(), 2u);
+  EXPECT_EQ(split->swa().storage().n_layer(), 10u);
+  EXPECT_TRUE(split->base().holds_layer(5) && split->base().holds_layer(11));
+  EXPECT_FALSE(split->swa().holds_layer(5));
+
+  auto uni = make(gemma_like(256, 3, true));
+  EXPECT_EQ(uni->swa().n_ctx(), 56u);  // 16 * 3 + 8
+
+  SwaKvCacheConfig c = gemma_like(256, 3, false);
+  c.n_ubatch = 10;
+  EXPECT_EQ(make(c)->swa().n_ctx(), 32u);  // 26 rounded up to 8
+  c.swa_full = true;
+  EXPECT_EQ(make(c)->swa().n_ctx(), 256u);
+  c = gemma_like(20, 1, false);
+  EXPECT_EQ(make(c)->swa().n_ctx(), 20u);  // never more than n_ctx
+
+  const MemoryBreakdown b = split->breakdown();
+  size_t base_bytes = 0, swa_bytes = 0;
+  for (const auto& t : b.tensors) (t.part == "kv_base" ? base_bytes : swa_bytes) += t.bytes;
+  EXPECT_EQ(base_bytes, 2u * 3 * 2 * 256 * 64);  // 2 layers x 3 streams x K,V x cells x row
+  EXPECT_EQ(swa_bytes, 10u * 3 * 2 * 24 * 64);
+  EXPECT_EQ(b.tensor_bytes, base_bytes + swa_bytes);
+
+  c = gemma_like(64, 1, false);
+  c.is_swa_layer = nullptr;
+  EXPECT_FALSE(SwaKvCache::create(c).ok());
+  c = gemma_like(64, 1, false);
+  c.n_swa = 0;
+  EXPECT_FALSE(SwaKvCache::create(c).ok());
+}
+
+// The point of n_swa + n_ubatch: sequences that only append never run out of SWA cells, while
+// the base (full) cache has room, whatever the ubatch sizes.
+TEST(SwaKvCacheTest, AppendingNeverRunsOutOfSwaCells) {
+  for (bool unified : {false, true}) {
+    // The base never evicts: room for every position of every sequence.
+    auto m = make(gemma_like(unified ? 3 * 1800 : 1800, 3, unified));
+    std::mt19937 rng(unified ? 7 : 3);
+    std::vector<Pos> next(3, 0);
+    uint64_t gen = 0;
+    for (int step = 0; step < 1500; ++step) {
+      Batch b;
+      for (SeqId s = 0; s < 3; ++s) {
+        const int n = static_cast<int>(rng() % 4);  // 0..3 rows per sequence
+        for (int i = 0; i < n && next[s] < 1800; ++i) b.add(1, next[s]++, {s}, false);
+      }
+      if (b.empty()) continue;
+      const uint32_t n_ubatch = 1 + rng() % 8;
+      ASSERT_EQ(decode(*m, b, n_ubatch, ++gen), MemoryStatus::kSuccess)
+          << (unified ? "unified" : "split") << " step " << step;
+    }
+    for (SeqId s = 0; s < 3; ++s) {
+      ASSERT_GT(next[s], 1000);
+      EXPECT_EQ(m->seq_pos_max(s), next[s] - 1);
+      EXPECT_EQ(m->base().seq_pos_min(s), 0);
+      // The SWA child keeps the whole window of the next position, (next - 16, next), and
+      // evicted older positions oldest first.
+      EXPECT_GE(m->swa().seq_pos_min(s), next[s] - static_cast<Pos>(m->swa().n_ctx()));
+      EXPECT_LE(m->swa().seq_pos_min(s), next[s] - 15);
+      EXPECT_EQ(m->swa().cells(m->swa().stream_of(s)).seq_n_cells(s),
+                static_cast<uint32_t>(next[s] - m->swa().seq_pos_min(s)));  // no holes
+      EXPECT_EQ(m->seq_pos_min(s), m->swa().seq_pos_min(s));
+    }
+  }
+}
+
+TEST(SwaKvCacheTest, PlansBothChildrenBeforeChangingEither) {
+  auto m = make(gemma_like(64, 1, false));
+  ASSERT_EQ(decode(*m, tokens(0, 0, 24), 8), MemoryStatus::kSuccess);  // SWA child now full
+  // Collapse every position to 0: nothing lies outside the window of the next position (1), so
+  // the SWA child has no usable cell while the base has 40 free cells.
+  ASSERT_TRUE(m->seq_div(0, -1, -1, 1000).ok());
+  EXPECT_EQ(m->seq_pos_max(0), 0);
+  const std::string before = testing::snapshot(*m);
+  auto ctx = m->init_batch(tokens(0, 1, 1), 8);
+  EXPECT_EQ(ctx->status(), MemoryStatus::kFailedPrepare);
+  EXPECT_NE(ctx->message().find("sliding-window layers"), std::string::npos) << ctx->message();
+  EXPECT_EQ(testing::snapshot(*m), before);
+
+  auto big = m->init_batch(tokens(0, 1, 9), 9);
+  EXPECT_EQ(big->status(), MemoryStatus::kInvalidBatch);
+  EXPECT_NE(big->message().find("sized for"), std::string::npos);
+}
+
+TEST(SwaKvCacheTest, ContextAppliesAndRollsBackBoth) {
+  auto m = make(gemma_like(64, 2, false));
+  ASSERT_EQ(decode(*m, tokens(0, 0, 30), 8), MemoryStatus::kSuccess);
+  const std::string before = testing::snapshot(*m);
+  auto ctx = m->init_batch(tokens(0, 30, 12), 4);
+  ASSERT_TRUE(ctx->ok());
+  const auto& sc = static_cast<const SwaKvCacheContext&>(*ctx);
+  EXPECT_EQ(ctx->kv_for_layer(5), &sc.base());
+  EXPECT_EQ(ctx->kv_for_layer(0), &sc.swa());
+  EXPECT_EQ(ctx->kv_for_layer(kLayers), nullptr);
+  ASSERT_TRUE(ctx->apply().ok());
+  testing::write_fake_kv(*ctx, kLayers, 2);
+  ASSERT_TRUE(ctx->next());
+  ASSERT_TRUE(ctx->apply().ok());
+  testing::scribble_kv(*ctx, kLayers);
+  EXPECT_EQ(m->base().seq_pos_max(0), 37);
+  EXPECT_EQ(m->swa().seq_pos_max(0), 37);
+  ctx->rollback();
+  EXPECT_EQ(testing::snapshot(*m), before);
+}
+
+TEST(SwaKvCacheTest, SwaFullKeepsEveryPosition) {
+  SwaKvCacheConfig c = gemma_like(64, 1, false);
+  c.swa_full = true;
+  auto m = make(c);
+  ASSERT_EQ(decode(*m, tokens(0, 0, 50), 8), MemoryStatus::kSuccess);
+  EXPECT_EQ(m->swa().seq_pos_min(0), 0);
+  EXPECT_EQ(m->seq_pos_min(0), 0);
+  EXPECT_EQ(m->swa().cells(0).used(), 50u);
+  // Masks still apply the window.
+  auto ctx = m->init_batch(tokens(0, 50, 1), 8);
+  ASSERT_TRUE(ctx->ok());
+  ASSERT_TRUE(ctx->apply().ok());
+  std::vector<float> mask;
+  ctx->kv_for_layer(0)->build_mask(0, &mask);
+  int visible = 0;
+  for (float x : mask) visible += x == 0.0f;
+  EXPECT_EQ(visible, 16);  // positions 35..50
+  ctx->kv_for_layer(5)->build_mask(0, &mask);
+  visible = 0;
+  for (float x : mask) visible += x == 0.0f;
+  EXPECT_EQ(visible, 51);
+}
+
+TEST(SwaKvCacheTest, SequenceOpsAreCheckedOnBothFirst) {
+  auto m = make(gemma_like(64, 2, false));
+  ASSERT_EQ(decode(*m, tokens(0, 0, 40), 8), MemoryStatus::kSuccess);
+  ASSERT_EQ(decode(*m, tokens(1, 0, 10), 8), MemoryStatus::kSuccess);
+  // The base stream of seq 1 has 54 free cells (enough for 40); its SWA stream has 14, fewer
+  // than the 24 cells seq 0 holds there.
+  const std::string before = testing::snapshot(*m);
+  const Status st = m->seq_cp(0, 1, -1, -1);
+  EXPECT_EQ(st.code(), StatusCode::kNoSpace);
+  EXPECT_NE(st.message().find("sliding-window"), std::string::npos) << st.message();
+  EXPECT_EQ(testing::snapshot(*m), before);
+  EXPECT_EQ(m->seq_add(2, -1, -1, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(testing::snapshot(*m), before);
+
+  ASSERT_TRUE(m->seq_rm(1, -1, -1).ok());
+  ASSERT_TRUE(m->seq_cp(0, 1, 30, -1).ok());  // a partial copy into both children
+  EXPECT_EQ(m->seq_pos_min(1), 30);
+  EXPECT_EQ(m->seq_pos_max(1), 39);
+  ASSERT_TRUE(m->seq_add(1, -1, -1, -30).ok());
+  auto upd = m->init_update();
+  ASSERT_EQ(upd->status(), MemoryStatus::kSuccess);
+  EXPECT_EQ(upd->kv_for_layer(5)->shifts().size(), 1u);
+  EXPECT_EQ(upd->kv_for_layer(0)->shifts().size(), 1u);
+  EXPECT_EQ(upd->kv_for_layer(0)->shifts()[0].stream, 1u);
+  ASSERT_TRUE(upd->apply().ok());
+  EXPECT_EQ(m->init_update()->status(), MemoryStatus::kNoUpdate);
+  ASSERT_EQ(decode(*m, tokens(1, 10, 3), 8), MemoryStatus::kSuccess);
+  ASSERT_TRUE(m->seq_keep(1).ok());
+  EXPECT_EQ(m->seq_pos_max(0), -1);
+  m->clear();
+  EXPECT_EQ(m->seq_pos_max(1), -1);
+  Result<std::unique_ptr<SwaKvCache>> copy = m->copy();
+  ASSERT_TRUE(copy.ok());
+  EXPECT_EQ(testing::snapshot(**copy), testing::snapshot(*m));
+}
+
+}  // namespace
+}  // namespace mnemo
