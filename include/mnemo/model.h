@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "mnemo/gguf.h"
+#include "mnemo/kernels.h"
+#include "mnemo/kv_cache.h"
 #include "mnemo/quant.h"
 #include "mnemo/status.h"
 
@@ -24,13 +26,6 @@ enum class Arch { kLlama, kQwen2, kQwen3, kGemma3 };
 const char* arch_name(Arch arch);
 /// The architecture for a general.architecture string; NotSupported listing the supported ones.
 Result<Arch> arch_from_name(const std::string& name);
-
-/// RoPE pair layout: kNorm rotates adjacent pairs (x[2i], x[2i+1]) (llama); kNeox rotates
-/// (x[i], x[i + rope_dim/2]) (qwen2, qwen3, gemma3). Su et al. 2021, "RoFormer".
-enum class RopeType { kNorm, kNeox };
-
-/// Sliding-window kind for the attention mask (see memory.h for the exact predicates).
-enum class SwaType { kNone, kStandard, kChunked };
 
 /// Hyper-parameters read from GGUF metadata ({arch}.* keys) plus per-architecture constants.
 struct HParams {
@@ -49,9 +44,9 @@ struct HParams {
   float rope_freq_base = 10000.0f;      // {arch}.rope.freq_base
   float rope_freq_base_swa = 10000.0f;  // base of the sliding-window layers (gemma3: 10000)
   float rope_freq_scale = 1.0f;         // 1 / {arch}.rope.scaling.factor for linear scaling
-  RopeType rope_type = RopeType::kNorm;
+  kernels::RopeMode rope_mode = kernels::RopeMode::kNormal;  // kNeox for qwen2/3, gemma3
   uint32_t n_swa = 0;           // {arch}.attention.sliding_window (0: none)
-  SwaType swa_type = SwaType::kNone;
+  SwaType swa_type = SwaType::kNone;  // mask kind of the sliding-window layers (kv_cache.h)
   uint32_t swa_period = 0;      // gemma3: every 6th layer (il % 6 == 5) is global
   float attn_scale = 0.0f;      // multiplier of Q before QK^T (1/sqrt(head_dim_k) by default)
   float embd_scale = 1.0f;      // gemma: sqrt(n_embd)

@@ -133,17 +133,17 @@ Status Model::load_hparams() {
   hp_.attn_scale = 1.0f / std::sqrt(float(hp_.head_dim_k));
   switch (hp_.arch) {
     case Arch::kLlama:
-      hp_.rope_type = RopeType::kNorm;
+      hp_.rope_mode = kernels::RopeMode::kNormal;
       break;
     case Arch::kQwen2:
     case Arch::kQwen3:
-      hp_.rope_type = RopeType::kNeox;
+      hp_.rope_mode = kernels::RopeMode::kNeox;
       break;
     case Arch::kGemma3:
       // Gemma 3: interleaved local (sliding-window) and global layers, 5 local per global; local
       // layers use RoPE base 10000; embeddings scaled by sqrt(n_embd); Q scaled by
       // 1/sqrt(query_pre_attn_scalar) = 1/sqrt(head_dim) for the small models (Gemma 3 report).
-      hp_.rope_type = RopeType::kNeox;
+      hp_.rope_mode = kernels::RopeMode::kNeox;
       MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.sliding_window", &hp_.n_swa, false));
       hp_.swa_type = hp_.n_swa > 0 ? SwaType::kStandard : SwaType::kNone;
       hp_.swa_period = 6;

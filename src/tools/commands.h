@@ -15,4 +15,7 @@ using RunFn = std::function<int()>;
 /// table, totals of a GGUF file.
 RunFn register_inspect(CLI::App& app);
 
+/// `mnemo run -m FILE -p TEXT ...`: generate text (llama-cli's flags).
+RunFn register_run(CLI::App& app);
+
 }  // namespace mnemo::tools

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   };
   add("inspect", "Print a GGUF file's architecture, hyper-parameters, tokenizer and tensors",
       mnemo::tools::register_inspect);
+  add("run", "Generate text from a prompt", mnemo::tools::register_run);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,94 @@
+// Context: a model plus its memory, scratch buffers and threads; decode() runs batches through
+// the path of DESIGN.md §1:
+//
+//   init_update (pending shifts -> K re-rotated) -> init_batch (split, place, prove it fits;
+//   nothing changed on failure) -> for each ubatch: apply, forward -> outputs in the caller's
+//   order. On a forward error or an abort the memory context rolls back: the memory is exactly
+//   as it was before decode().
+//
+// Memory kind by architecture: KvCache (llama, qwen2, qwen3), SwaKvCache (gemma3). n_ctx follows
+// llama.cpp: the total number of cells; in split mode (kv_unified = false, the default) each of
+// the n_seq_max streams gets n_ctx / n_seq_max cells.
+//
+// Not thread-safe: one thread drives a Context (the CLI, or the server loop).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "mnemo/batch.h"
+#include "mnemo/forward.h"
+#include "mnemo/memory.h"
+#include "mnemo/model.h"
+#include "mnemo/quant.h"
+#include "mnemo/status.h"
+#include "mnemo/thread_pool.h"
+
+namespace mnemo {
+
+/// Settings of a Context (names as llama.cpp's context parameters and CLI flags).
+struct ContextParams {
+  uint32_t n_ctx = 4096;     // -c: total KV cells (split mode: divided among the sequences)
+  uint32_t n_batch = 2048;   // -b: most rows one decode() accepts
+  uint32_t n_ubatch = 512;   // -ub: most rows one forward pass processes
+  uint32_t n_seq_max = 1;    // -np: sequences [0, n_seq_max)
+  bool kv_unified = false;   // -kvu: one stream shared by all sequences
+  GgmlType type_k = GgmlType::F16;  // -ctk
+  GgmlType type_v = GgmlType::F16;  // -ctv
+  int n_threads = 0;         // -t: 0 = the number of hardware threads
+  bool swa_full = false;     // --swa-full: full-size cache for sliding-window layers
+
+  /// InvalidArgument naming the field for a bad value (n_ubatch > n_batch, an unsupported K/V
+  /// type, n_seq_max outside [1, 256], ...).
+  Status validate() const;
+};
+
+class Context {
+ public:
+  /// Builds the memory for the model's architecture and the scratch buffers. Errors: the
+  /// params' validation, NotSupported for a model/type combination the kernels cannot run,
+  /// NoSpace when the KV storage cannot be allocated.
+  static Result<std::unique_ptr<Context>> create(const Model& model, const ContextParams& params);
+  ~Context();
+
+  /// Decodes `batch` (validated against n_batch, n_vocab and the memory's sequences). On success
+  /// the logits of every row with output set are available through logits(i), i in the caller's
+  /// order. Errors (memory unchanged in every case): InvalidArgument for a bad batch (message
+  /// names the row), NoSpace when it does not fit, Aborted when the abort callback fired.
+  Status decode(const Batch& batch);
+
+  /// Number of output rows of the last successful decode.
+  uint32_t n_outputs() const { return n_outputs_; }
+  /// Logits of output row i of the last decode: [n_vocab] floats. i < n_outputs().
+  std::span<const float> logits(uint32_t i) const;
+
+  /// Called between ubatches and between layers; returning true aborts the decode (rolled back).
+  void set_abort_callback(AbortFn fn) { abort_ = std::move(fn); }
+
+  Memory& memory() { return *memory_; }
+  const Memory& memory() const { return *memory_; }
+  const Model& model() const { return model_; }
+  const ContextParams& params() const { return params_; }
+  /// Cells per stream.
+  uint32_t n_ctx_seq() const { return n_ctx_seq_; }
+  ThreadPool& pool() { return *pool_; }
+
+ private:
+  Context(const Model& model, const ContextParams& params);
+
+  const Model& model_;
+  ContextParams params_;
+  uint32_t n_ctx_seq_ = 0;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Memory> memory_;
+  std::unique_ptr<Forward> forward_;
+  AbortFn abort_;
+  std::vector<float> logits_;  // [n_outputs x n_vocab], caller's order
+  uint32_t n_outputs_ = 0;
+  std::vector<float*> out_rows_;
+};
+
+}  // namespace mnemo

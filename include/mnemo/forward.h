@@ -1,0 +1,89 @@
+// Forward: one model's forward pass over one ubatch, reading and writing K/V through the views,
+// placement and masks of a memory context (DESIGN.md §1: the model keeps no private cache).
+//
+// Per ubatch of T rows: embeddings -> n_layer transformer blocks -> final norm -> output
+// projection for the rows that want an output. In each block the K and V rows of the ubatch are
+// written (converted to the cache's K/V type) into the cells the placement chose, then every
+// stream's rows attend over that stream's cells [0, n_kv) with the context's mask.
+//
+// Architectures: llama/qwen2/qwen3 blocks (src/model/llama.cc), gemma3 blocks
+// (src/model/gemma3.cc); shared pieces in src/model/forward.cc.
+//
+// Not thread-safe: one Forward per Context; it uses the Context's ThreadPool inside kernels.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "mnemo/kernels.h"
+#include "mnemo/memory.h"
+#include "mnemo/model.h"
+#include "mnemo/status.h"
+#include "mnemo/thread_pool.h"
+#include "mnemo/ubatch.h"
+
+namespace mnemo {
+
+/// Returns true when the caller wants the current decode to stop (checked between layers).
+using AbortFn = std::function<bool()>;
+
+class Forward {
+ public:
+  /// n_ubatch_max: the most rows run() will see (sizes the scratch buffers).
+  Forward(const Model& model, ThreadPool* pool, uint32_t n_ubatch_max);
+
+  /// Runs `ub` (the current ubatch of `mctx`, already applied). For its k-th output row (in
+  /// ubatch order) writes n_vocab logits to out_rows[k]; out_rows.size() == ub.n_outputs().
+  /// Returns Aborted (and writes no logits) when abort() says so between layers.
+  Status run(const MemoryContext& mctx, const Ubatch& ub, std::span<float* const> out_rows,
+             const AbortFn& abort);
+
+  /// Re-rotates the cached K rows an update context lists (after seq_add / seq_div), for every
+  /// attention layer, before the context's apply() clears the shifts.
+  void apply_shifts(const MemoryContext& update);
+
+  const Model& model() const { return model_; }
+
+ private:
+  // One block of each family (llama.cc, gemma3.cc); x: [T x n_embd] residual stream, in place.
+  void llama_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
+  void gemma3_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
+
+  // Shared pieces (forward.cc).
+  kernels::RopeParams rope_params(uint32_t il) const;
+  const float* rope_table_for(uint32_t il, const Ubatch& ub);
+  // q: [T x n_head*hd_k], k: [T x n_embd_k_gqa], v: [T x n_embd_v_gqa] (after RoPE / norms).
+  // Writes k, v into the cache cells of the placement, then attends; out: [T x n_head*hd_v].
+  void attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* q,
+                 const float* k, const float* v, float* out);
+  const std::vector<float>& mask_for(const KvCacheContext& kv, size_t placement_index);
+  static kernels::WeightMatrix matrix(const Weight& w);
+  void matmul(const Weight& w, const float* x, int64_t n_tokens, float* y);
+  void add_bias(const Weight& b, float* y, int64_t n_tokens);
+
+  const Model& model_;
+  const HParams& hp_;
+  ThreadPool* pool_;
+  uint32_t n_ubatch_max_;
+  uint32_t n_tokens_ = 0;  // rows of the ubatch being run
+
+  // Scratch, sized for n_ubatch_max rows.
+  std::vector<float> x_;      // [T x n_embd] residual stream
+  std::vector<float> h_;      // [T x n_embd] normed input of a sub-block / its output
+  std::vector<float> q_;      // [T x n_head * hd_k]
+  std::vector<float> k_;      // [T x n_embd_k_gqa]
+  std::vector<float> v_;      // [T x n_embd_v_gqa]
+  std::vector<float> attn_;   // [T x n_head * hd_v]
+  std::vector<float> gate_;   // [T x n_ff]
+  std::vector<float> up_;     // [T x n_ff]
+  std::vector<float> qg_, og_;  // gathered rows of one stream: [rows x n_head * hd]
+  std::vector<std::vector<float>> rope_tables_;  // [2] global / sliding-window layers
+  std::vector<int32_t> rope_pos_;
+  std::map<std::pair<const KvCacheContext*, size_t>, std::vector<float>> masks_;
+};
+
+}  // namespace mnemo

@@ -1,0 +1,162 @@
+#include "mnemo/context.h"
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "mnemo/kv_cache.h"
+#include "mnemo/kv_storage.h"
+#include "mnemo/swa_kv_cache.h"
+#include "mnemo/ubatch.h"
+
+namespace mnemo {
+
+Status ContextParams::validate() const {
+  if (n_ctx == 0) return Status::invalid_argument("n_ctx must be at least 1");
+  if (n_batch == 0 || n_ubatch == 0) {
+    return Status::invalid_argument("n_batch and n_ubatch must be at least 1");
+  }
+  if (n_ubatch > n_batch) {
+    return Status::invalid_argument(
+        fmt::format("n_ubatch ({}) must not exceed n_batch ({})", n_ubatch, n_batch));
+  }
+  if (n_seq_max < 1 || n_seq_max > kMaxSeq) {
+    return Status::invalid_argument(
+        fmt::format("n_seq_max {} is outside [1, {}]", n_seq_max, kMaxSeq));
+  }
+  if (!kv_unified && n_ctx / n_seq_max == 0) {
+    return Status::invalid_argument(fmt::format(
+        "n_ctx {} is too small for {} sequences in split mode", n_ctx, n_seq_max));
+  }
+  for (auto [name, t] : {std::pair{"K", type_k}, std::pair{"V", type_v}}) {
+    if (!is_supported_kv_type(t) || !kernels::attention_supports(t)) {
+      return Status::invalid_argument(fmt::format(
+          "{} cache type {} is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+          "iq4_nl)", name, type_name(t)));
+    }
+  }
+  if (n_threads < 0 || n_threads > 1024) {
+    return Status::invalid_argument(fmt::format("n_threads {} is out of range", n_threads));
+  }
+  return Status();
+}
+
+Context::Context(const Model& model, const ContextParams& params)
+    : model_(model), params_(params) {}
+
+Context::~Context() = default;
+
+Result<std::unique_ptr<Context>> Context::create(const Model& model, const ContextParams& params) {
+  MNEMO_RETURN_IF_ERROR(params.validate());
+  const HParams& hp = model.hparams();
+  if (hp.head_dim_k != hp.head_dim_v) {
+    return Status::not_supported("models whose key and value head sizes differ");
+  }
+  std::unique_ptr<Context> ctx(new Context(model, params));
+  const int n_threads = params.n_threads > 0
+                            ? params.n_threads
+                            : std::max(1, int(std::thread::hardware_concurrency()));
+  ctx->params_.n_threads = n_threads;
+  ctx->pool_ = std::make_unique<ThreadPool>(n_threads);
+
+  ctx->n_ctx_seq_ = params.kv_unified ? params.n_ctx : params.n_ctx / params.n_seq_max;
+  std::vector<uint32_t> n_embd_k(hp.n_layer, hp.n_embd_k_gqa());
+  std::vector<uint32_t> n_embd_v(hp.n_layer, hp.n_embd_v_gqa());
+  if (hp.n_swa > 0 && hp.swa_type != SwaType::kNone) {
+    SwaKvCacheConfig c;
+    c.n_ctx = ctx->n_ctx_seq_;
+    c.n_seq_max = params.n_seq_max;
+    c.unified = params.kv_unified;
+    c.k_type = params.type_k;
+    c.v_type = params.type_v;
+    c.n_embd_k_gqa = n_embd_k;
+    c.n_embd_v_gqa = n_embd_v;
+    c.is_swa_layer = [hp](uint32_t il) { return hp.is_swa_layer(il); };
+    c.swa_type = hp.swa_type;
+    c.n_swa = hp.n_swa;
+    c.n_ubatch = params.n_ubatch;
+    c.swa_full = params.swa_full;
+    auto mem = SwaKvCache::create(std::move(c));
+    if (!mem.ok()) return mem.status();
+    ctx->memory_ = std::move(mem).value();
+  } else {
+    KvCacheConfig c;
+    c.n_ctx = ctx->n_ctx_seq_;
+    c.n_seq_max = params.n_seq_max;
+    c.unified = params.kv_unified;
+    c.k_type = params.type_k;
+    c.v_type = params.type_v;
+    c.n_embd_k_gqa = n_embd_k;
+    c.n_embd_v_gqa = n_embd_v;
+    auto mem = KvCache::create(std::move(c));
+    if (!mem.ok()) return mem.status();
+    ctx->memory_ = std::move(mem).value();
+  }
+  ctx->forward_ = std::make_unique<Forward>(model, ctx->pool_.get(), params.n_ubatch);
+  return ctx;
+}
+
+std::span<const float> Context::logits(uint32_t i) const {
+  CHECK_LT(i, n_outputs_);
+  const size_t n_vocab = model_.hparams().n_vocab;
+  return {logits_.data() + size_t(i) * n_vocab, n_vocab};
+}
+
+Status Context::decode(const Batch& batch) {
+  n_outputs_ = 0;
+  // Pending position shifts first: K rows are re-rotated, then the shifts are cleared.
+  {
+    auto upd = memory_->init_update();
+    if (upd->status() == MemoryStatus::kSuccess) {
+      forward_->apply_shifts(*upd);
+      MNEMO_RETURN_IF_ERROR(upd->apply());
+    }
+  }
+
+  BatchLimits limits;
+  limits.n_batch = params_.n_batch;
+  limits.n_vocab = model_.hparams().n_vocab;
+  limits.n_embd = model_.hparams().n_embd;
+  auto mctx = memory_->init_batch(batch, params_.n_ubatch, limits);
+  switch (mctx->status()) {
+    case MemoryStatus::kSuccess:
+      break;
+    case MemoryStatus::kInvalidBatch:
+      return Status::invalid_argument(mctx->message());
+    case MemoryStatus::kFailedPrepare:
+      return Status::no_space(mctx->message());
+    default:
+      return Status::internal(mctx->message());
+  }
+
+  const std::vector<uint32_t> order = output_order(mctx->ubatches());
+  const size_t n_vocab = model_.hparams().n_vocab;
+  logits_.resize(order.size() * n_vocab);
+  size_t k = 0;  // outputs produced so far
+  do {
+    if (abort_ && abort_()) {
+      mctx->rollback();
+      return Status::aborted("decode aborted by the caller");
+    }
+    Status st = mctx->apply();
+    if (!st.ok()) {
+      mctx->rollback();
+      return st;
+    }
+    const Ubatch& ub = mctx->ubatch();
+    out_rows_.resize(ub.n_outputs());
+    for (size_t j = 0; j < out_rows_.size(); ++j) {
+      out_rows_[j] = logits_.data() + size_t(order[k + j]) * n_vocab;
+    }
+    st = forward_->run(*mctx, ub, out_rows_, abort_);
+    if (!st.ok()) {
+      mctx->rollback();
+      return st;
+    }
+    k += out_rows_.size();
+  } while (mctx->next());
+  n_outputs_ = uint32_t(order.size());
+  return Status();
+}
+
+}  // namespace mnemo

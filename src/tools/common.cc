@@ -1,0 +1,62 @@
+#include "tools/common.h"
+
+#include <chrono>
+
+namespace mnemo::tools {
+
+void ModelFlags::add_to(CLI::App& app, bool with_parallel) {
+  app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  app.add_option("-c,--ctx-size", ctx.n_ctx, "KV cache size in cells (all sequences together)");
+  app.add_option("-b,--batch-size", ctx.n_batch, "most tokens per decode call");
+  app.add_option("-ub,--ubatch-size", ctx.n_ubatch, "most tokens per forward pass");
+  app.add_option("-t,--threads", ctx.n_threads, "threads (0: all hardware threads)");
+  app.add_option("-ctk,--cache-type-k", type_k,
+                 "K cache type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl");
+  app.add_option("-ctv,--cache-type-v", type_v, "V cache type (as -ctk)");
+  app.add_flag("-kvu,--kv-unified", ctx.kv_unified,
+               "one KV stream shared by all sequences (default: one stream per sequence)");
+  app.add_flag("--swa-full", ctx.swa_full, "full-size cache for sliding-window layers");
+  if (with_parallel) app.add_option("-np,--parallel", ctx.n_seq_max, "parallel sequences (slots)");
+}
+
+Status ModelFlags::resolve() {
+  auto k = type_from_name(type_k);
+  if (!k) return Status::invalid_argument("-ctk: unknown cache type '" + type_k + "'");
+  auto v = type_from_name(type_v);
+  if (!v) return Status::invalid_argument("-ctv: unknown cache type '" + type_v + "'");
+  ctx.type_k = *k;
+  ctx.type_v = *v;
+  return ctx.validate();
+}
+
+void add_sampling_flags(CLI::App& app, SamplingParams* p) {
+  app.add_option("--temp", p->temp, "temperature (<= 0: greedy)");
+  app.add_option("--top-k", p->top_k, "top-k (<= 0: off)");
+  app.add_option("--top-p", p->top_p, "top-p (1: off)");
+  app.add_option("--min-p", p->min_p, "min-p (0: off)");
+  app.add_option("--repeat-penalty", p->repeat_penalty, "repetition penalty (1: off)");
+  app.add_option("--repeat-last-n", p->repeat_last_n, "tokens the penalties look back over");
+  app.add_option("--frequency-penalty", p->frequency_penalty, "frequency penalty");
+  app.add_option("--presence-penalty", p->presence_penalty, "presence penalty");
+  app.add_option("-s,--seed", p->seed, "random seed (default: random)");
+}
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+Result<LoadedModel> load_model(const std::string& path) {
+  LoadedModel lm;
+  const double t0 = now_ms();
+  auto model = Model::load(path);
+  if (!model.ok()) return model.status();
+  lm.model = std::move(model).value();
+  auto tok = Tokenizer::from_gguf(lm.model->file());
+  if (!tok.ok()) return tok.status().with_context(path);
+  lm.tokenizer = std::make_unique<Tokenizer>(std::move(tok).value());
+  lm.load_ms = now_ms() - t0;
+  return lm;
+}
+
+}  // namespace mnemo::tools

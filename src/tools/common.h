@@ -1,0 +1,46 @@
+// Flags and loading shared by the subcommands that run a model (run, bench, serve, perplexity).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "mnemo/context.h"
+#include "mnemo/model.h"
+#include "mnemo/sampling.h"
+#include "mnemo/status.h"
+#include "mnemo/tokenizer.h"
+
+namespace mnemo::tools {
+
+/// Model and context flags, named as llama.cpp's tools name them.
+struct ModelFlags {
+  std::string model_path;
+  ContextParams ctx;
+  std::string type_k = "f16";
+  std::string type_v = "f16";
+
+  /// Registers -m, -c, -b, -ub, -t, -ctk, -ctv, -kvu (and -np when with_parallel).
+  void add_to(CLI::App& app, bool with_parallel);
+  /// Resolves the type names into ctx.type_k / ctx.type_v (InvalidArgument naming the flag).
+  Status resolve();
+};
+
+/// Sampling flags: --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
+/// --frequency-penalty, --presence-penalty, --seed.
+void add_sampling_flags(CLI::App& app, SamplingParams* p);
+
+/// A model with its tokenizer, loaded once.
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  double load_ms = 0;
+};
+
+/// Loads the model file and its tokenizer; errors name the file.
+Result<LoadedModel> load_model(const std::string& path);
+
+/// Wall-clock milliseconds since an arbitrary start (steady clock).
+double now_ms();
+
+}  // namespace mnemo::tools

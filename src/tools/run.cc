@@ -1,0 +1,171 @@
+// `mnemo run`: generate text from a prompt, streaming tokens to stdout (llama-cli's flags).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "mnemo/chat.h"
+#include "tools/commands.h"
+#include "tools/common.h"
+
+namespace mnemo::tools {
+namespace {
+
+struct RunFlags {
+  ModelFlags model;
+  SamplingParams sampling;
+  std::string prompt;
+  std::string system;
+  int32_t n_predict = 128;
+  bool chat = false;
+  bool show_special = false;
+};
+
+// Prints UTF-8 bytes as they come; a piece can end inside a character, so bytes are held back
+// until the character is complete (keeps terminals from showing replacement glyphs).
+class Utf8Stream {
+ public:
+  void write(const std::string& piece) {
+    pending_ += piece;
+    size_t keep = incomplete_tail(pending_);
+    std::fwrite(pending_.data(), 1, pending_.size() - keep, stdout);
+    std::fflush(stdout);
+    pending_.erase(0, pending_.size() - keep);
+  }
+  void flush() {
+    std::fwrite(pending_.data(), 1, pending_.size(), stdout);
+    std::fflush(stdout);
+    pending_.clear();
+  }
+
+ private:
+  // Bytes at the end of s that start a UTF-8 character not yet complete.
+  static size_t incomplete_tail(const std::string& s) {
+    for (size_t back = 1; back <= 3 && back <= s.size(); ++back) {
+      unsigned char c = static_cast<unsigned char>(s[s.size() - back]);
+      if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
+      size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+      return need > back ? back : 0;
+    }
+    return 0;
+  }
+  std::string pending_;
+};
+
+int run_main(RunFlags& f) {
+  if (Status st = f.model.resolve(); !st.ok()) {
+    fmt::print(stderr, "mnemo run: {}\n", st.message());
+    return 2;
+  }
+  if (Status st = f.sampling.validate(); !st.ok()) {
+    fmt::print(stderr, "mnemo run: {}\n", st.message());
+    return 2;
+  }
+  auto lm = load_model(f.model.model_path);
+  if (!lm.ok()) {
+    fmt::print(stderr, "mnemo run: {}\n", lm.status().to_string());
+    return 1;
+  }
+  const Model& model = *lm->model;
+  const Tokenizer& tok = *lm->tokenizer;
+  fmt::print(stderr, "mnemo run: {} (loaded in {:.0f} ms)\n", model.describe(), lm->load_ms);
+
+  if (f.model.ctx.n_ctx > model.hparams().n_ctx_train && model.hparams().n_ctx_train > 0) {
+    fmt::print(stderr, "mnemo run: note: n_ctx {} exceeds the model's training context {}\n",
+               f.model.ctx.n_ctx, model.hparams().n_ctx_train);
+  }
+  auto ctx_r = Context::create(model, f.model.ctx);
+  if (!ctx_r.ok()) {
+    fmt::print(stderr, "mnemo run: {}\n", ctx_r.status().to_string());
+    return 1;
+  }
+  Context& ctx = **ctx_r;
+
+  std::string text = f.prompt;
+  if (f.chat) {
+    std::vector<ChatMessage> msgs;
+    if (!f.system.empty()) msgs.push_back({"system", f.system});
+    msgs.push_back({"user", f.prompt});
+    text = ChatTemplate::detect(tok.chat_template()).apply(msgs, true);
+  }
+  std::vector<TokenId> prompt = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/f.chat);
+  if (prompt.empty()) {
+    fmt::print(stderr, "mnemo run: the prompt is empty\n");
+    return 2;
+  }
+  const uint32_t n_ctx_seq = ctx.n_ctx_seq();
+  if (prompt.size() + 1 > n_ctx_seq) {
+    fmt::print(stderr, "mnemo run: prompt of {} tokens does not fit in n_ctx {}\n", prompt.size(),
+               n_ctx_seq);
+    return 1;
+  }
+
+  Sampler sampler(f.sampling);
+  for (TokenId t : prompt) sampler.accept(t);
+
+  // Prompt processing in n_batch chunks, with a progress line for long prompts.
+  const double t_pp0 = now_ms();
+  const bool progress = prompt.size() > ctx.params().n_batch;
+  Batch batch;
+  for (size_t i = 0; i < prompt.size(); i += ctx.params().n_batch) {
+    const size_t end = std::min(prompt.size(), i + ctx.params().n_batch);
+    batch.clear();
+    for (size_t j = i; j < end; ++j) batch.add(prompt[j], Pos(j), {0}, j + 1 == prompt.size());
+    if (Status st = ctx.decode(batch); !st.ok()) {
+      fmt::print(stderr, "\nmnemo run: prompt decode failed: {}\n", st.to_string());
+      return 1;
+    }
+    if (progress) fmt::print(stderr, "\rprompt: {}/{} tokens", end, prompt.size());
+  }
+  if (progress) fmt::print(stderr, "\n");
+  const double t_pp = now_ms() - t_pp0;
+
+  Utf8Stream out;
+  if (!f.chat) out.write(f.prompt);
+  const double t_tg0 = now_ms();
+  int32_t n_gen = 0;
+  Pos pos = Pos(prompt.size());
+  std::span<const float> logits = ctx.logits(0);
+  while (n_gen < f.n_predict && uint32_t(pos) < n_ctx_seq) {
+    const TokenId next = sampler.sample(logits);
+    sampler.accept(next);
+    ++n_gen;
+    if (tok.is_eog(next)) break;
+    out.write(tok.token_to_piece(next, f.show_special));
+    batch.clear();
+    batch.add(next, pos++, {0}, true);
+    if (Status st = ctx.decode(batch); !st.ok()) {
+      fmt::print(stderr, "\nmnemo run: decode failed: {}\n", st.to_string());
+      return 1;
+    }
+    logits = ctx.logits(0);
+  }
+  out.flush();
+  const double t_tg = now_ms() - t_tg0;
+  fmt::print("\n");
+  fmt::print(stderr,
+             "\nmnemo run: load {:.0f} ms | prompt {} tokens, {:.1f} ms, {:.2f} tok/s | "
+             "generation {} tokens, {:.1f} ms, {:.2f} tok/s | {} threads, simd {}\n",
+             lm->load_ms, prompt.size(), t_pp, prompt.size() * 1000.0 / t_pp, n_gen, t_tg,
+             n_gen > 0 ? n_gen * 1000.0 / t_tg : 0.0, ctx.params().n_threads,
+             kernels::simd_target());
+  return 0;
+}
+
+}  // namespace
+
+RunFn register_run(CLI::App& app) {
+  auto f = std::make_shared<RunFlags>();
+  f->sampling.temp = 0.8f;
+  f->model.add_to(app, false);
+  add_sampling_flags(app, &f->sampling);
+  app.add_option("-p,--prompt", f->prompt, "prompt text")->required();
+  app.add_option("-n,--n-predict", f->n_predict, "tokens to generate");
+  app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat template");
+  app.add_option("--system", f->system, "system message (with --chat)");
+  app.add_flag("--special", f->show_special, "print special tokens");
+  return [f]() { return run_main(*f); };
+}
+
+}  // namespace mnemo::tools
