@@ -18,4 +18,7 @@ RunFn register_inspect(CLI::App& app);
 /// `mnemo run -m FILE -p TEXT ...`: generate text (llama-cli's flags).
 RunFn register_run(CLI::App& app);
 
+/// `mnemo bench -m FILE ...`: pp/tg throughput in llama-bench's table and JSON shape.
+RunFn register_bench(CLI::App& app);
+
 }  // namespace mnemo::tools

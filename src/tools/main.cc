@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   add("inspect", "Print a GGUF file's architecture, hyper-parameters, tokenizer and tensors",
       mnemo::tools::register_inspect);
   add("run", "Generate text from a prompt", mnemo::tools::register_run);
+  add("bench", "Prompt-processing and generation throughput (llama-bench's format)",
+      mnemo::tools::register_bench);
 
   try {
     app.parse(argc, argv);

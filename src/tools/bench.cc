@@ -1,0 +1,212 @@
+// `mnemo bench`: prompt-processing (pp) and generation (tg) throughput, in llama-bench's table
+// shape and JSON fields so one script can compare the two side by side.
+//
+// As llama-bench does: each test starts from an empty memory; with -d DEPTH the context is first
+// filled with DEPTH tokens (not timed); pp times decoding n_prompt tokens in n_batch chunks, tg
+// times n_gen single-token decodes; each test runs -r times after one warm-up, and reports the
+// mean and standard deviation of tokens/s over the repetitions.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tools/commands.h"
+#include "tools/common.h"
+
+namespace mnemo::tools {
+namespace {
+
+struct BenchFlags {
+  ModelFlags model;
+  std::vector<int> n_prompt{512};
+  std::vector<int> n_gen{128};
+  std::vector<int> n_depth{0};
+  int reps = 5;
+  std::string output = "md";
+};
+
+struct TestResult {
+  int n_prompt = 0, n_gen = 0, n_depth = 0;
+  std::vector<double> samples_ns;
+  std::vector<double> samples_ts;
+  double avg_ns = 0, stddev_ns = 0, avg_ts = 0, stddev_ts = 0;
+};
+
+void mean_std(const std::vector<double>& v, double* mean, double* sd) {
+  double s = 0;
+  for (double x : v) s += x;
+  *mean = v.empty() ? 0 : s / v.size();
+  double q = 0;
+  for (double x : v) q += (x - *mean) * (x - *mean);
+  *sd = v.size() > 1 ? std::sqrt(q / (v.size() - 1)) : 0;
+}
+
+// Decodes n random tokens of sequence 0 from position *pos in n_batch chunks.
+Status decode_tokens(Context& ctx, std::mt19937& rng, int n, Pos* pos) {
+  const uint32_t n_vocab = ctx.model().hparams().n_vocab;
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(n_vocab) - 1);
+  Batch batch;
+  for (int i = 0; i < n; i += int(ctx.params().n_batch)) {
+    const int end = std::min(n, i + int(ctx.params().n_batch));
+    batch.clear();
+    for (int j = i; j < end; ++j) batch.add(tok(rng), (*pos)++, {0}, j + 1 == end);
+    MNEMO_RETURN_IF_ERROR(ctx.decode(batch));
+  }
+  return Status();
+}
+
+// One timed repetition: returns nanoseconds of the timed part.
+Result<double> run_once(Context& ctx, std::mt19937& rng, int n_prompt, int n_gen, int n_depth) {
+  ctx.memory().clear();
+  Pos pos = 0;
+  MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, n_depth, &pos));
+  const double t0 = now_ms();
+  if (n_prompt > 0) MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, n_prompt, &pos));
+  for (int i = 0; i < n_gen; ++i) MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, 1, &pos));
+  return (now_ms() - t0) * 1e6;
+}
+
+std::string test_name(const TestResult& r) {
+  std::string s = r.n_prompt > 0 ? fmt::format("pp{}", r.n_prompt) : fmt::format("tg{}", r.n_gen);
+  if (r.n_depth > 0) s += fmt::format(" @ d{}", r.n_depth);
+  return s;
+}
+
+int bench_main(BenchFlags& f) {
+  if (Status st = f.model.resolve(); !st.ok()) {
+    fmt::print(stderr, "mnemo bench: {}\n", st.message());
+    return 2;
+  }
+  if (f.reps < 1 || (f.output != "md" && f.output != "json")) {
+    fmt::print(stderr, "mnemo bench: -r must be >= 1 and -o md or json\n");
+    return 2;
+  }
+  auto lm = load_model(f.model.model_path);
+  if (!lm.ok()) {
+    fmt::print(stderr, "mnemo bench: {}\n", lm.status().to_string());
+    return 1;
+  }
+  const Model& model = *lm->model;
+
+  // Each test needs room for depth + prompt + generation.
+  int max_tokens = 0;
+  for (int d : f.n_depth) {
+    for (int p : f.n_prompt) max_tokens = std::max(max_tokens, d + p);
+    for (int g : f.n_gen) max_tokens = std::max(max_tokens, d + g);
+  }
+  ContextParams cp = f.model.ctx;
+  cp.n_seq_max = 1;
+  cp.n_ctx = std::max<uint32_t>(cp.n_ctx, uint32_t(max_tokens) + 1);
+  auto ctx_r = Context::create(model, cp);
+  if (!ctx_r.ok()) {
+    fmt::print(stderr, "mnemo bench: {}\n", ctx_r.status().to_string());
+    return 1;
+  }
+  Context& ctx = **ctx_r;
+  std::mt19937 rng(1234);
+
+  std::vector<TestResult> results;
+  for (int d : f.n_depth) {
+    for (int p : f.n_prompt) {
+      if (p > 0) results.push_back({p, 0, d});
+    }
+    for (int g : f.n_gen) {
+      if (g > 0) results.push_back({0, g, d});
+    }
+  }
+  for (TestResult& r : results) {
+    // Warm-up (as llama-bench: one small run so first-touch costs are not timed).
+    if (auto w = run_once(ctx, rng, r.n_prompt > 0 ? std::min(r.n_prompt, 32) : 0,
+                          r.n_gen > 0 ? 1 : 0, 0);
+        !w.ok()) {
+      fmt::print(stderr, "mnemo bench: {}\n", w.status().to_string());
+      return 1;
+    }
+    for (int i = 0; i < f.reps; ++i) {
+      auto ns = run_once(ctx, rng, r.n_prompt, r.n_gen, r.n_depth);
+      if (!ns.ok()) {
+        fmt::print(stderr, "mnemo bench: {}\n", ns.status().to_string());
+        return 1;
+      }
+      r.samples_ns.push_back(*ns);
+      r.samples_ts.push_back((r.n_prompt + r.n_gen) * 1e9 / *ns);
+    }
+    mean_std(r.samples_ns, &r.avg_ns, &r.stddev_ns);
+    mean_std(r.samples_ts, &r.avg_ts, &r.stddev_ts);
+    fmt::print(stderr, "mnemo bench: {} {:.2f} ± {:.2f} t/s\n", test_name(r), r.avg_ts,
+               r.stddev_ts);
+  }
+
+  const std::string model_type = model.describe();
+  const std::string ctk(type_name(cp.type_k)), ctv(type_name(cp.type_v));
+  if (f.output == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    char when[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    for (const TestResult& r : results) {
+      out.push_back({{"build_commit", "mnemo"},
+                     {"build_number", 0},
+                     {"cpu_info", kernels::simd_target()},
+                     {"gpu_info", ""},
+                     {"backends", "CPU"},
+                     {"model_filename", f.model.model_path},
+                     {"model_type", model_type},
+                     {"model_size", model.n_bytes()},
+                     {"model_n_params", model.n_params()},
+                     {"n_batch", cp.n_batch},
+                     {"n_ubatch", cp.n_ubatch},
+                     {"n_threads", ctx.params().n_threads},
+                     {"type_k", ctk},
+                     {"type_v", ctv},
+                     {"n_gpu_layers", 0},
+                     {"flash_attn", true},
+                     {"use_mmap", true},
+                     {"embeddings", false},
+                     {"n_prompt", r.n_prompt},
+                     {"n_gen", r.n_gen},
+                     {"n_depth", r.n_depth},
+                     {"test_time", when},
+                     {"avg_ns", uint64_t(r.avg_ns)},
+                     {"stddev_ns", uint64_t(r.stddev_ns)},
+                     {"avg_ts", r.avg_ts},
+                     {"stddev_ts", r.stddev_ts},
+                     {"samples_ns", r.samples_ns},
+                     {"samples_ts", r.samples_ts}});
+    }
+    fmt::print("{}\n", out.dump(2));
+  } else {
+    fmt::print("| model                          |       size |     params | backend    | threads "
+               "| type_k | type_v |            test |                  t/s |\n");
+    fmt::print("| ------------------------------ | ---------: | ---------: | ---------- | ------: "
+               "| -----: | -----: | --------------: | -------------------: |\n");
+    for (const TestResult& r : results) {
+      fmt::print("| {:<30} | {:>6.2f} MiB | {:>8.2f} M | {:<10} | {:>7} | {:>6} | {:>6} | {:>15} | "
+                 "{:>20} |\n",
+                 model_type.substr(0, 30), model.n_bytes() / 1048576.0, model.n_params() / 1e6,
+                 "CPU", ctx.params().n_threads, ctk, ctv, test_name(r),
+                 fmt::format("{:.2f} ± {:.2f}", r.avg_ts, r.stddev_ts));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+RunFn register_bench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  f->model.add_to(app, false);
+  app.add_option("-p,--n-prompt", f->n_prompt, "prompt tokens (0: no pp test)")->delimiter(',');
+  app.add_option("-n,--n-gen", f->n_gen, "generated tokens (0: no tg test)")->delimiter(',');
+  app.add_option("-d,--n-depth", f->n_depth, "tokens already in the context")->delimiter(',');
+  app.add_option("-r,--repetitions", f->reps, "repetitions of each test");
+  app.add_option("-o,--output", f->output, "md or json");
+  return [f]() { return bench_main(*f); };
+}
+
+}  // namespace mnemo::tools
