@@ -130,8 +130,10 @@ class Tokenizer {
   /// [0, n_vocab) gives "".
   std::string token_to_piece(TokenId id, bool special) const;
   /// Concatenated pieces (llama.cpp's llama_detokenize; see DetokenizeOptions). With the SPM
-  /// add_space_prefix flag the leading space of the first piece is dropped, so that
-  /// detokenize(tokenize(s, false, false)) == s for every valid UTF-8 s.
+  /// add_space_prefix flag the leading space of the first piece is dropped. For every valid
+  /// UTF-8 s, detokenize(tokenize(s, false, p), {.special = true}) == s, except that with
+  /// add_space_prefix the space tokenize() also puts after each special token stays (as in
+  /// llama.cpp). Gemma 3 and SmolLM2 round-trip exactly (tests/python/test_tokenizer.py).
   std::string detokenize(std::span<const TokenId> ids, const DetokenizeOptions& opts = {}) const;
   /// Shorthand: detokenize with only `special` set.
   std::string detokenize(std::span<const TokenId> ids, bool special) const {
