@@ -1,5 +1,7 @@
 #include "mnemo/kv_cells.h"
 
+#include <iterator>
+
 namespace mnemo {
 
 KvCells::KvCells(uint32_t n_cells, uint32_t n_seq_max)
@@ -35,8 +37,18 @@ void KvCells::set(uint32_t i, Pos pos, const SeqSet& seqs, int32_t shift) {
     // Drop the memberships that change, then add the new ones.
     old_seqs.for_each([&](SeqId s) {
       if (old_pos != pos || !seqs.test(s)) {
-        const size_t n = seq_cells_[s].erase({old_pos, i});
-        DCHECK(n == 1);
+        auto& cells = seq_cells_[s];
+        const std::pair<Pos, uint32_t> key{old_pos, i};
+        // The newest or oldest entry is the common case (undo of an append, eviction of the
+        // oldest, trimming a tail): erase it without a search from the root.
+        if (*cells.rbegin() == key) {
+          cells.erase(std::prev(cells.end()));
+        } else if (*cells.begin() == key) {
+          cells.erase(cells.begin());
+        } else {
+          const size_t n = cells.erase(key);
+          DCHECK(n == 1);
+        }
       }
     });
     seqs.for_each([&](SeqId s) {
