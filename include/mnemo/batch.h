@@ -57,8 +57,7 @@ class Batch {
   void add_auto(int32_t token, std::span<const SeqId> seq_ids, bool output);
 
   /// Appends an embedding row (embd.size() floats, the same for every row) at a position.
-  void add_embd(std::span<const float> embd, Pos pos, std::span<const SeqId> seq_ids,
-                bool output);
+  void add_embd(std::span<const float> embd, Pos pos, std::span<const SeqId> seq_ids, bool output);
 
   /// Removes every row.
   void clear();
@@ -91,22 +90,22 @@ class Batch {
   friend Status check_batch_shape(const Batch& batch);
   void add_row(Pos pos, std::span<const SeqId> seq_ids, bool output);
 
-  std::vector<int32_t> token_;            // [n_tokens] (token batches)
-  std::vector<float> embd_;               // [n_tokens, n_embd] row-major (embedding batches)
+  std::vector<int32_t> token_;  // [n_tokens] (token batches)
+  std::vector<float> embd_;     // [n_tokens, n_embd] row-major (embedding batches)
   uint32_t n_embd_ = 0;
-  std::vector<Pos> pos_;                  // [n_tokens]
-  std::vector<uint32_t> seq_begin_{0};    // [n_tokens + 1] offsets into seq_id_
-  std::vector<SeqId> seq_id_;             // all rows' seq ids, concatenated
-  std::vector<uint8_t> output_;           // [n_tokens] 0 / 1
-  std::string shape_error_;               // first misuse of the builder (mixed row kinds, ...)
+  std::vector<Pos> pos_;                // [n_tokens]
+  std::vector<uint32_t> seq_begin_{0};  // [n_tokens + 1] offsets into seq_id_
+  std::vector<SeqId> seq_id_;           // all rows' seq ids, concatenated
+  std::vector<uint8_t> output_;         // [n_tokens] 0 / 1
+  std::string shape_error_;             // first misuse of the builder (mixed row kinds, ...)
 };
 
 /// Limits a batch is validated against. A zero n_batch / n_vocab / n_embd is not checked.
 struct BatchLimits {
-  uint32_t n_batch = 0;        // max rows per batch
-  uint32_t n_vocab = 0;        // token ids must be < n_vocab
-  uint32_t n_embd = 0;         // embedding rows must have this width
-  uint32_t n_seq_max = 1;      // seq ids must be < n_seq_max (<= kMaxSeq)
+  uint32_t n_batch = 0;              // max rows per batch
+  uint32_t n_vocab = 0;              // token ids must be < n_vocab
+  uint32_t n_embd = 0;               // embedding rows must have this width
+  uint32_t n_seq_max = 1;            // seq ids must be < n_seq_max (<= kMaxSeq)
   bool allow_multi_seq_rows = true;  // false in split mode: one seq_id per row
 };
 
@@ -114,9 +113,9 @@ struct BatchLimits {
 /// must outlive it and stay unchanged.
 struct PreparedBatch {
   const Batch* batch = nullptr;
-  std::vector<Pos> pos;        // [n_tokens] resolved positions
-  uint32_t n_seq_max = 0;      // from the limits it was validated against
-  bool multi_seq_rows = false; // some row belongs to more than one sequence
+  std::vector<Pos> pos;         // [n_tokens] resolved positions
+  uint32_t n_seq_max = 0;       // from the limits it was validated against
+  bool multi_seq_rows = false;  // some row belongs to more than one sequence
 
   uint32_t n_tokens() const { return static_cast<uint32_t>(pos.size()); }
 };

@@ -24,6 +24,8 @@
 // Masks (per ubatch and stream, after apply()): a row at pos p of sequence s must not attend to
 // cell c when c is empty, c does not hold s (cross-sequence isolation), pos(c) > p (causal), or
 // the window hides it: standard SWA pos(c) <= p - n_swa, chunked pos(c) < (p / n_swa) * n_swa.
+// A row of several sequences (unified mode) attends as its first (primary) sequence. Masks use
+// the cells' current positions: after seq_add / seq_div, run init_update (re-rotate K) first.
 //
 // Lifetime: created by KvCache::create as a std::unique_ptr; neither copyable nor movable
 // (contexts keep a pointer); copy() deep-copies. Single-threaded (the server loop owns it).
@@ -50,16 +52,17 @@ struct KvJournal;
 class KvCache;
 
 enum class SwaType : uint8_t {
-  kNone = 0,   // full attention
-  kStandard,   // a token at p sees positions (p - n_swa, p]
-  kChunked,    // a token at p sees positions [(p / n_swa) * n_swa, p]
+  kNone = 0,  // full attention
+  kStandard,  // a token at p sees positions (p - n_swa, p]
+  kChunked,   // a token at p sees positions [(p / n_swa) * n_swa, p]
 };
 std::string_view swa_type_name(SwaType t);
 
 /// True when the window hides a cell at pos_cell from a token at pos_token (see SwaType).
 inline bool is_masked_swa(SwaType t, uint32_t n_swa, Pos pos_cell, Pos pos_token) {
   switch (t) {
-    case SwaType::kNone: return false;
+    case SwaType::kNone:
+      return false;
     case SwaType::kStandard:
       return static_cast<int64_t>(pos_token) - pos_cell >= static_cast<int64_t>(n_swa);
     case SwaType::kChunked:
@@ -69,9 +72,9 @@ inline bool is_masked_swa(SwaType t, uint32_t n_swa, Pos pos_cell, Pos pos_token
 }
 
 struct KvCacheConfig {
-  uint32_t n_ctx = 0;         // cells per stream
-  uint32_t n_seq_max = 1;     // sequences [0, n_seq_max); <= kMaxSeq
-  bool unified = false;       // true: 1 stream for all sequences; false: 1 stream per sequence
+  uint32_t n_ctx = 0;      // cells per stream
+  uint32_t n_seq_max = 1;  // sequences [0, n_seq_max); <= kMaxSeq
+  bool unified = false;    // true: 1 stream for all sequences; false: 1 stream per sequence
   GgmlType k_type = GgmlType::F16;
   GgmlType v_type = GgmlType::F16;
   /// Optional [n_stream] per-stream K/V types overriding k_type / v_type.
@@ -80,13 +83,13 @@ struct KvCacheConfig {
   std::vector<uint32_t> n_embd_v_gqa;  // [n_layer] V row width
   /// Which model layers this cache holds (null: all). Views exist only for held layers.
   std::function<bool(uint32_t il)> layer_filter;
-  SwaType swa_type = SwaType::kNone;   // the window of the held layers (and what find_slot reuses)
-  uint32_t n_swa = 0;                  // window size; >= 1 unless swa_type is kNone
+  SwaType swa_type = SwaType::kNone;  // the window of the held layers (and what find_slot reuses)
+  uint32_t n_swa = 0;                 // window size; >= 1 unless swa_type is kNone
   /// find_slot may reuse cells the window hides from every owner. false keeps every position
   /// until seq_rm (SwaKvCache's swa_full: placement then matches a cache without a window).
   bool swa_reuse = true;
-  bool causal = true;                  // causal attention (false: embeddings-style, no causal mask)
-  uint32_t n_pad = 32;                 // n_kv is used_max rounded up to this (capped at n_ctx)
+  bool causal = true;   // causal attention (false: embeddings-style, no causal mask)
+  uint32_t n_pad = 32;  // n_kv is used_max rounded up to this (capped at n_ctx)
 };
 
 /// Where the rows of one ubatch that belong to one stream go.
@@ -106,8 +109,8 @@ class KvCacheContext final : public MemoryContext {
   /// Cells with a pending shift in one stream (update contexts).
   struct StreamShifts {
     uint32_t stream = 0;
-    std::vector<uint32_t> cells;   // cells whose K must be re-rotated
-    std::vector<int32_t> deltas;   // [cells.size()] position delta since K was written / rotated
+    std::vector<uint32_t> cells;  // cells whose K must be re-rotated
+    std::vector<int32_t> deltas;  // [cells.size()] position delta since K was written / rotated
   };
 
   ~KvCacheContext() override;
@@ -206,19 +209,24 @@ class KvCache final : public Memory {
   Status check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const;
 
   const KvCacheConfig& config() const { return config_; }
+  /// One stream shared by all sequences (true) or one per sequence (false).
   bool unified() const { return config_.unified; }
+  /// Number of streams: 1 (unified) or n_seq_max (split).
   uint32_t n_stream() const { return static_cast<uint32_t>(cells_.size()); }
+  /// Cells per stream.
   uint32_t n_ctx() const { return config_.n_ctx; }
   /// The stream that holds sequence seq (0 in unified mode, seq in split mode).
   uint32_t stream_of(SeqId seq) const { return config_.unified ? 0 : static_cast<uint32_t>(seq); }
+  /// Bookkeeping of one stream (read-only: only contexts and sequence operations change it).
   const KvCells& cells(uint32_t stream) const { return cells_[stream]; }
+  /// The K/V tensors. Mutable access is for whole-stream operations (requantization, state
+  /// restore); rows of occupied cells must keep matching the cells.
   const KvStorage& storage() const { return storage_; }
   KvStorage& storage() { return storage_; }
   /// Whether model layer il is held here; its index into storage() layers.
-  bool holds_layer(uint32_t il) const {
-    return il < layer_index_.size() && layer_index_[il] >= 0;
-  }
+  bool holds_layer(uint32_t il) const { return il < layer_index_.size() && layer_index_[il] >= 0; }
   uint32_t layer_index(uint32_t il) const;
+  /// Views of model layer il (CHECKed to be held) in a stream: [n_embd_{k,v}_gqa(il), n_ctx].
   KvView k_view(uint32_t il, uint32_t stream) const;
   KvView v_view(uint32_t il, uint32_t stream) const;
   /// Changes on every mutation (contexts check it to catch interleaved use).
@@ -236,17 +244,17 @@ class KvCache final : public Memory {
   void apply_placement(const Ubatch& ub, const std::vector<StreamSlots>& placement,
                        KvJournal* journal);
   // Journaled cell change; saves the cell's K/V rows first when save_rows and it is occupied.
-  void journal_set(KvJournal* journal, uint32_t stream, uint32_t cell, Pos pos,
-                   const SeqSet& seqs, int32_t shift, bool save_rows);
+  void journal_set(KvJournal* journal, uint32_t stream, uint32_t cell, Pos pos, const SeqSet& seqs,
+                   int32_t shift, bool save_rows);
   void journal_head(KvJournal* journal, uint32_t stream, uint32_t head);
   void undo(KvJournal* journal);
   // Moves a stream's head back to `cell` when a freed cell lies before it.
   void note_freed(uint32_t stream, uint32_t cell);
 
   KvCacheConfig config_;
-  std::vector<KvCells> cells_;       // [n_stream]
+  std::vector<KvCells> cells_;  // [n_stream]
   KvStorage storage_;
-  std::vector<int32_t> layer_index_; // [n_layer] model layer -> storage layer, -1 if not held
+  std::vector<int32_t> layer_index_;  // [n_layer] model layer -> storage layer, -1 if not held
   uint64_t epoch_ = 0;
   std::vector<Pos> pos_max_before_;  // [n_seq_max] find_slot scratch: seq_pos_max before a ubatch
   std::vector<uint32_t> scratch_cells_;

@@ -58,7 +58,8 @@ class SeqSet {
   template <typename F>
   void for_each(F&& f) const {
     for (int k = 0; k < 4; ++k) {
-      for (uint64_t w = w_[k]; w != 0; w &= w - 1) f(static_cast<SeqId>(k * 64 + std::countr_zero(w)));
+      for (uint64_t w = w_[k]; w != 0; w &= w - 1)
+        f(static_cast<SeqId>(k * 64 + std::countr_zero(w)));
     }
   }
   bool operator==(const SeqSet& o) const = default;
@@ -116,10 +117,10 @@ class KvCells {
  private:
   void recompute_used_max();
 
-  std::vector<Pos> pos_;         // [n_cells] position, -1 when empty
-  std::vector<int32_t> shift_;   // [n_cells] pending RoPE shift
-  std::vector<SeqSet> seqs_;     // [n_cells] sequences sharing the cell
-  std::vector<uint64_t> occ_;    // [ceil(n_cells / 64)] bit i: cell i occupied
+  std::vector<Pos> pos_;        // [n_cells] position, -1 when empty
+  std::vector<int32_t> shift_;  // [n_cells] pending RoPE shift
+  std::vector<SeqSet> seqs_;    // [n_cells] sequences sharing the cell
+  std::vector<uint64_t> occ_;   // [ceil(n_cells / 64)] bit i: cell i occupied
   std::vector<std::set<std::pair<Pos, uint32_t>>> seq_cells_;  // [n_seq_max] (pos, cell)
   uint32_t used_ = 0;
   uint32_t used_max_ = 0;

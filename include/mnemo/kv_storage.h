@@ -86,8 +86,9 @@ class KvStorage {
   /// through f32 (dequantize_row + quantize_row) when the streams' types differ.
   void copy_cell(uint32_t src_s, uint32_t src_cell, uint32_t dst_s, uint32_t dst_cell);
 
-  /// Frees stream s's tensors and maps new zero-filled ones of the given types (contents lost).
-  /// Errors as create(); on error the stream is unchanged.
+  /// Frees stream s's tensors and maps new zero-filled ones of the given types (contents lost:
+  /// the caller converts or re-fills the rows of occupied cells, or clears them). Errors as
+  /// create(); on error the stream is unchanged.
   Status replace_stream(uint32_t s, StreamTypes types);
 
   /// Bytes of the K (kind 'K') or V tensor of (l, s): n_cells * row_size.
@@ -98,12 +99,12 @@ class KvStorage {
  private:
   struct Stream {
     StreamTypes types;
-    AlignedBuffer buf;             // all layers' K and V tensors of this stream
-    std::vector<size_t> k_off;     // [n_layer] byte offset of K[l] in buf
-    std::vector<size_t> v_off;     // [n_layer] byte offset of V[l] in buf
-    std::vector<size_t> k_row;     // [n_layer] K row bytes
-    std::vector<size_t> v_row;     // [n_layer] V row bytes
-    size_t cell_bytes = 0;         // sum of k_row + v_row
+    AlignedBuffer buf;          // all layers' K and V tensors of this stream
+    std::vector<size_t> k_off;  // [n_layer] byte offset of K[l] in buf
+    std::vector<size_t> v_off;  // [n_layer] byte offset of V[l] in buf
+    std::vector<size_t> k_row;  // [n_layer] K row bytes
+    std::vector<size_t> v_row;  // [n_layer] V row bytes
+    size_t cell_bytes = 0;      // sum of k_row + v_row
   };
   KvStorage() = default;
   static Status check_types(const std::vector<Layer>& layers, uint32_t s, StreamTypes t);

@@ -123,10 +123,10 @@ class MemoryContext {
 /// Exact storage accounting of a memory (bytes of K/V tensors and of their mappings).
 struct MemoryBreakdown {
   struct Tensor {
-    std::string part;      // which child: "kv" (KvCache), "kv_base" / "kv_swa" (SwaKvCache)
-    uint32_t layer = 0;    // model layer index
+    std::string part;    // which child: "kv" (KvCache), "kv_base" / "kv_swa" (SwaKvCache)
+    uint32_t layer = 0;  // model layer index
     uint32_t stream = 0;
-    char kind = 'K';       // 'K' or 'V'
+    char kind = 'K';  // 'K' or 'V'
     GgmlType type = GgmlType::F16;
     uint32_t n_embd = 0;   // elements per row
     uint32_t n_cells = 0;  // rows
@@ -136,8 +136,8 @@ struct MemoryBreakdown {
     std::string part;
     uint32_t stream = 0;
     uint32_t n_cells = 0;
-    uint32_t used = 0;     // occupied cells
-    uint32_t free = 0;     // n_cells - used
+    uint32_t used = 0;  // occupied cells
+    uint32_t free = 0;  // n_cells - used
     GgmlType k_type = GgmlType::F16;
     GgmlType v_type = GgmlType::F16;
     size_t tensor_bytes = 0;  // sum of this stream's tensors

@@ -34,7 +34,7 @@ namespace mnemo {
 class SwaKvCache;
 
 struct SwaKvCacheConfig {
-  uint32_t n_ctx = 0;          // cells per stream of the base cache
+  uint32_t n_ctx = 0;  // cells per stream of the base cache
   uint32_t n_seq_max = 1;
   bool unified = false;
   GgmlType k_type = GgmlType::F16;
@@ -44,9 +44,9 @@ struct SwaKvCacheConfig {
   /// Which model layers use the sliding window (required; the others are global).
   std::function<bool(uint32_t il)> is_swa_layer;
   SwaType swa_type = SwaType::kStandard;
-  uint32_t n_swa = 0;          // window size, >= 1
-  uint32_t n_ubatch = 512;     // the largest n_ubatch init_batch will be called with
-  bool swa_full = false;       // give the SWA layers n_ctx cells too
+  uint32_t n_swa = 0;       // window size, >= 1
+  uint32_t n_ubatch = 512;  // the largest n_ubatch init_batch will be called with
+  bool swa_full = false;    // give the SWA layers n_ctx cells too
   bool causal = true;
   uint32_t n_pad = 32;
 };

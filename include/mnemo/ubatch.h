@@ -33,14 +33,14 @@ std::string_view split_strategy_name(SplitStrategy s);
 /// At most n_ubatch rows copied out of a batch (the ubatch owns its data; the batch may be
 /// destroyed afterwards). Value type.
 struct Ubatch {
-  std::vector<int32_t> token;      // [n_tokens] token ids (empty for an embedding batch)
-  std::vector<float> embd;         // [n_tokens, n_embd] row-major (empty for a token batch)
-  uint32_t n_embd = 0;             // 0 for a token batch
-  std::vector<Pos> pos;            // [n_tokens] resolved positions
-  std::vector<uint32_t> seq_begin; // [n_tokens + 1] offsets into seq_id_flat
-  std::vector<SeqId> seq_id_flat;  // every row's seq ids, concatenated
-  std::vector<uint8_t> output;     // [n_tokens] 1 when the row needs an output
-  std::vector<uint32_t> batch_row; // [n_tokens] the row's index in the caller's batch
+  std::vector<int32_t> token;       // [n_tokens] token ids (empty for an embedding batch)
+  std::vector<float> embd;          // [n_tokens, n_embd] row-major (empty for a token batch)
+  uint32_t n_embd = 0;              // 0 for a token batch
+  std::vector<Pos> pos;             // [n_tokens] resolved positions
+  std::vector<uint32_t> seq_begin;  // [n_tokens + 1] offsets into seq_id_flat
+  std::vector<SeqId> seq_id_flat;   // every row's seq ids, concatenated
+  std::vector<uint8_t> output;      // [n_tokens] 1 when the row needs an output
+  std::vector<uint32_t> batch_row;  // [n_tokens] the row's index in the caller's batch
 
   SplitStrategy strategy = SplitStrategy::kSimple;
   /// Distinct primary seq ids of the rows, ascending. For kEqual they are consecutive and the

@@ -76,14 +76,13 @@ Result<PreparedBatch> prepare_batch(const Batch& batch, const BatchLimits& limit
   if (n == 0) return Status::invalid_argument("the batch is empty");
   if (limits.n_batch > 0 && n > limits.n_batch) {
     return Status::invalid_argument("the batch has " + std::to_string(n) +
-                                    " rows, more than n_batch = " +
-                                    std::to_string(limits.n_batch));
+                                    " rows, more than n_batch = " + std::to_string(limits.n_batch));
   }
   CHECK(limits.n_seq_max >= 1 && limits.n_seq_max <= kMaxSeq) << "n_seq_max " << limits.n_seq_max;
   if (batch.is_embd() && limits.n_embd > 0 && batch.n_embd() != limits.n_embd) {
-    return Status::invalid_argument("embedding rows have width " + std::to_string(batch.n_embd()) +
-                                    ", the model expects n_embd = " +
-                                    std::to_string(limits.n_embd));
+    return Status::invalid_argument(
+        "embedding rows have width " + std::to_string(batch.n_embd()) +
+        ", the model expects n_embd = " + std::to_string(limits.n_embd));
   }
 
   PreparedBatch out;
@@ -98,9 +97,9 @@ Result<PreparedBatch> prepare_batch(const Batch& batch, const BatchLimits& limit
   for (uint32_t i = 0; i < n; ++i) {
     if (!batch.is_embd() && limits.n_vocab > 0 &&
         (batch.token(i) < 0 || static_cast<uint32_t>(batch.token(i)) >= limits.n_vocab)) {
-      return Status::invalid_argument(row_name(i) + ": token id " + std::to_string(batch.token(i)) +
-                                      " is outside [0, n_vocab = " +
-                                      std::to_string(limits.n_vocab) + ")");
+      return Status::invalid_argument(
+          row_name(i) + ": token id " + std::to_string(batch.token(i)) +
+          " is outside [0, n_vocab = " + std::to_string(limits.n_vocab) + ")");
     }
     const std::span<const SeqId> seqs = batch.seq_ids(i);
     if (seqs.empty()) return Status::invalid_argument(row_name(i) + " has no seq_id");
@@ -116,9 +115,9 @@ Result<PreparedBatch> prepare_batch(const Batch& batch, const BatchLimits& limit
     for (size_t k = 0; k < seqs.size(); ++k) {
       const SeqId s = seqs[k];
       if (s < 0 || static_cast<uint32_t>(s) >= limits.n_seq_max) {
-        return Status::invalid_argument(row_name(i) + ": seq_id " + std::to_string(s) +
-                                        " is outside [0, n_seq_max = " +
-                                        std::to_string(limits.n_seq_max) + ")");
+        return Status::invalid_argument(
+            row_name(i) + ": seq_id " + std::to_string(s) +
+            " is outside [0, n_seq_max = " + std::to_string(limits.n_seq_max) + ")");
       }
       for (size_t j = 0; j < k; ++j) {
         if (seqs[j] == s) {
@@ -132,9 +131,10 @@ Result<PreparedBatch> prepare_batch(const Batch& batch, const BatchLimits& limit
     const Pos given = batch.pos(i);
     if ((given == Batch::kAutoPos) != auto_pos) {
       return Status::invalid_argument(
-          row_name(i) + (auto_pos ? " has an explicit position but row 0 asked for an automatic one"
-                                  : " asks for an automatic position but row 0 has an explicit "
-                                    "one") +
+          row_name(i) +
+          (auto_pos ? " has an explicit position but row 0 asked for an automatic one"
+                    : " asks for an automatic position but row 0 has an explicit "
+                      "one") +
           " (a batch uses explicit or automatic positions, not both)");
     }
     Pos p = given;
@@ -143,22 +143,22 @@ Result<PreparedBatch> prepare_batch(const Batch& batch, const BatchLimits& limit
       for (SeqId s : seqs) {
         if (next[s] != p) {
           return Status::invalid_argument(
-              row_name(i) + " asks for an automatic position, but its sequences continue at "
-              "different positions (seq_id " + std::to_string(seqs[0]) + " at " +
-              std::to_string(p) + ", seq_id " + std::to_string(s) + " at " +
-              std::to_string(next[s]) + ")");
+              row_name(i) +
+              " asks for an automatic position, but its sequences continue at "
+              "different positions (seq_id " +
+              std::to_string(seqs[0]) + " at " + std::to_string(p) + ", seq_id " +
+              std::to_string(s) + " at " + std::to_string(next[s]) + ")");
         }
       }
     } else {
       for (SeqId s : seqs) {
         if (p != next[s]) {
           const std::string why =
-              seen_in_batch[s]
-                  ? "the previous row of this sequence in the batch has position " +
-                        std::to_string(next[s] - 1)
-                  : (next[s] == 0 ? "the memory holds no position of this sequence"
-                                  : "the memory holds this sequence up to position " +
-                                        std::to_string(next[s] - 1));
+              seen_in_batch[s] ? "the previous row of this sequence in the batch has position " +
+                                     std::to_string(next[s] - 1)
+                               : (next[s] == 0 ? "the memory holds no position of this sequence"
+                                               : "the memory holds this sequence up to position " +
+                                                     std::to_string(next[s] - 1));
           return Status::invalid_argument(row_name(i) + ": seq_id " + std::to_string(s) +
                                           " has position " + std::to_string(p) + ", expected " +
                                           std::to_string(next[s]) + " (" + why + ")");

@@ -1,12 +1,12 @@
 // Batch validation: every rule of include/mnemo/batch.h, with the message naming the cause.
 
+#include "mnemo/batch.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 #include <vector>
-
-#include "mnemo/batch.h"
 
 namespace mnemo {
 namespace {
@@ -153,8 +153,7 @@ TEST(BatchTest, RejectsPositionsThatDoNotContinue) {
   in_batch.add(0, 10, {0});
   m = error_of(in_batch, limits(), e);
   EXPECT_NE(m.find("batch row 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("previous row of this sequence in the batch has position 8"),
-            std::string::npos)
+  EXPECT_NE(m.find("previous row of this sequence in the batch has position 8"), std::string::npos)
       << m;
 
   Batch negative;

@@ -8,9 +8,12 @@ namespace mnemo {
 
 std::string_view split_strategy_name(SplitStrategy s) {
   switch (s) {
-    case SplitStrategy::kSimple: return "simple";
-    case SplitStrategy::kEqual: return "equal";
-    case SplitStrategy::kSeq: return "seq";
+    case SplitStrategy::kSimple:
+      return "simple";
+    case SplitStrategy::kEqual:
+      return "equal";
+    case SplitStrategy::kSeq:
+      return "seq";
   }
   return "unknown";
 }
@@ -142,9 +145,12 @@ Result<std::vector<Ubatch>> split_batch(const PreparedBatch& batch, SplitStrateg
         "several sequences");
   }
   switch (strategy) {
-    case SplitStrategy::kSimple: return split_simple(batch, n_ubatch);
-    case SplitStrategy::kEqual: return split_equal(batch, n_ubatch);
-    case SplitStrategy::kSeq: return split_seq(batch, n_ubatch);
+    case SplitStrategy::kSimple:
+      return split_simple(batch, n_ubatch);
+    case SplitStrategy::kEqual:
+      return split_equal(batch, n_ubatch);
+    case SplitStrategy::kSeq:
+      return split_seq(batch, n_ubatch);
   }
   return Status::invalid_argument("unknown split strategy");
 }

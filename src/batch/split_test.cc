@@ -194,8 +194,7 @@ TEST(SplitTest, RandomBatchesKeepEveryRowOnceAndRestoreOutputOrder) {
           if (x.output[i]) got[order[k++]] = x.token[i];
         }
       }
-      EXPECT_EQ(got, expected) << "seed " << seed << " strategy "
-                               << split_strategy_name(st);
+      EXPECT_EQ(got, expected) << "seed " << seed << " strategy " << split_strategy_name(st);
     }
   }
 }

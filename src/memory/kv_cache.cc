@@ -29,9 +29,12 @@ Range open_range(Pos p0, Pos p1) { return {p0 < 0 ? 0 : p0, p1 < 0 ? INT32_MAX :
 
 std::string_view swa_type_name(SwaType t) {
   switch (t) {
-    case SwaType::kNone: return "none";
-    case SwaType::kStandard: return "standard";
-    case SwaType::kChunked: return "chunked";
+    case SwaType::kNone:
+      return "none";
+    case SwaType::kStandard:
+      return "standard";
+    case SwaType::kChunked:
+      return "chunked";
   }
   return "unknown";
 }
@@ -122,8 +125,8 @@ SplitStrategy KvCache::split_strategy() const {
 
 std::unique_ptr<MemoryContext> KvCache::init_batch(const Batch& batch, uint32_t n_ubatch,
                                                    const BatchLimits& limits) {
-  Result<PreparedBatch> pb = prepare_batch(batch, batch_limits(limits),
-                                           [this](SeqId s) { return seq_pos_max(s); });
+  Result<PreparedBatch> pb =
+      prepare_batch(batch, batch_limits(limits), [this](SeqId s) { return seq_pos_max(s); });
   if (!pb.ok()) {
     return std::make_unique<MemoryContext>(MemoryStatus::kInvalidBatch, pb.status().message());
   }
@@ -168,9 +171,9 @@ std::unique_ptr<MemoryContext> KvCache::init_update() {
 
 Status KvCache::check_seq(SeqId seq, const char* op, const char* what) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) {
-    return Status::invalid_argument(std::string(op) + ": " + what + " " + std::to_string(seq) +
-                                    " is outside [0, n_seq_max = " +
-                                    std::to_string(config_.n_seq_max) + ")");
+    return Status::invalid_argument(
+        std::string(op) + ": " + what + " " + std::to_string(seq) +
+        " is outside [0, n_seq_max = " + std::to_string(config_.n_seq_max) + ")");
   }
   return Status();
 }

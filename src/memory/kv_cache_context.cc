@@ -8,8 +8,7 @@
 
 namespace mnemo {
 
-KvCacheContext::KvCacheContext(KvCache* cache, Mode mode, MemoryStatus status,
-                               std::string message)
+KvCacheContext::KvCacheContext(KvCache* cache, Mode mode, MemoryStatus status, std::string message)
     : MemoryContext(status, std::move(message)),
       cache_(cache),
       mode_(mode),

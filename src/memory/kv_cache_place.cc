@@ -153,7 +153,8 @@ bool KvCache::find_slot(const Ubatch& ub, StreamSlots* slots, KvJournal* journal
   if (placed < n) {
     *why = "no room in stream " + std::to_string(stream) + ": " + std::to_string(n) +
            " cells needed, " + std::to_string(placed) + " usable (" + std::to_string(c.used()) +
-           " of " + std::to_string(n_cells) + " cells in use, none of the others masked for "
+           " of " + std::to_string(n_cells) +
+           " cells in use, none of the others masked for "
            "every sequence in them)";
     return false;
   }
@@ -220,10 +221,10 @@ std::unique_ptr<KvCacheContext> KvCache::prepare(
     }
     if (!place_ubatch(ub, &ctx->placements_[i], &plan, &why)) {
       undo(&plan);
-      return std::unique_ptr<KvCacheContext>(new KvCacheContext(
-          this, KvCacheContext::Mode::kBatch, MemoryStatus::kFailedPrepare,
-          "ubatch " + std::to_string(i) + " of " + std::to_string(ubatches->size()) +
-              " does not fit: " + why));
+      return std::unique_ptr<KvCacheContext>(
+          new KvCacheContext(this, KvCacheContext::Mode::kBatch, MemoryStatus::kFailedPrepare,
+                             "ubatch " + std::to_string(i) + " of " +
+                                 std::to_string(ubatches->size()) + " does not fit: " + why));
     }
   }
   undo(&plan);

@@ -30,9 +30,9 @@ constexpr uint32_t kLayers = 3;
 
 struct Param {
   const char* name;
-  bool swa_cache;       // SwaKvCache (else KvCache)
+  bool swa_cache;  // SwaKvCache (else KvCache)
   bool unified;
-  SwaType swa_type;     // KvCache: its window; SwaKvCache: the local layers' window
+  SwaType swa_type;  // KvCache: its window; SwaKvCache: the local layers' window
   uint32_t n_swa;
   uint32_t n_seq_max;
   uint32_t n_ctx;
@@ -400,10 +400,18 @@ class PropertyRun {
       // Outside input that must be refused without a change.
       expect_ok = false;
       switch (rnd(4)) {
-        case 0: st = mem_->seq_rm(static_cast<SeqId>(p_.n_seq_max), 0, -1); break;
-        case 1: st = mem_->seq_cp(seq, static_cast<SeqId>(p_.n_seq_max + rnd(3)), 0, -1); break;
-        case 2: st = mem_->seq_div(seq, 0, -1, -static_cast<int32_t>(rnd(2))); break;
-        default: st = mem_->seq_add(static_cast<SeqId>(-1 - rnd(3)), 0, -1, 1); break;
+        case 0:
+          st = mem_->seq_rm(static_cast<SeqId>(p_.n_seq_max), 0, -1);
+          break;
+        case 1:
+          st = mem_->seq_cp(seq, static_cast<SeqId>(p_.n_seq_max + rnd(3)), 0, -1);
+          break;
+        case 2:
+          st = mem_->seq_div(seq, 0, -1, -static_cast<int32_t>(rnd(2)));
+          break;
+        default:
+          st = mem_->seq_add(static_cast<SeqId>(-1 - rnd(3)), 0, -1, 1);
+          break;
       }
       ASSERT_FALSE(st.message().empty());
     }
@@ -490,10 +498,11 @@ TEST_P(KvPropertyTest, RandomBatchesAndSequenceOpsMatchTheReference) {
     updates += run.n_updates_;
     for (const Child& c : run.children_) evicted += c.ref.n_evicted();
   }
-  std::printf("%-22s batches %5d  failed_prepare %4d  rollbacks %4d  seq_ops %5d  refused %4d  "
-              "updates %4d  evicted %6llu\n",
-              p.name, batches, failed, rollbacks, seq_ops, refused, updates,
-              static_cast<unsigned long long>(evicted));
+  std::printf(
+      "%-22s batches %5d  failed_prepare %4d  rollbacks %4d  seq_ops %5d  refused %4d  "
+      "updates %4d  evicted %6llu\n",
+      p.name, batches, failed, rollbacks, seq_ops, refused, updates,
+      static_cast<unsigned long long>(evicted));
   EXPECT_GT(batches, 1000);
   EXPECT_GT(failed, 10);
   EXPECT_GT(rollbacks, 100);

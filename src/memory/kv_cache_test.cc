@@ -1,6 +1,8 @@
 // KvCache unit tests: configuration errors, accounting, placement (contiguous, scattered,
 // causal and SWA reuse), full-cache errors, seq_cp across streams, shifts, masks, init_full.
 
+#include "mnemo/kv_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "memory/memory_testing.h"
-#include "mnemo/kv_cache.h"
 
 namespace mnemo {
 namespace {
@@ -34,8 +35,7 @@ std::unique_ptr<KvCache> make(KvCacheConfig c) {
 
 // Runs every ubatch of `b` with the fake model; returns the placements (cells of the first
 // placement entry of each ubatch, concatenated).
-std::vector<uint32_t> decode(Memory& m, const Batch& b, uint32_t n_ubatch = 64,
-                             uint64_t gen = 1) {
+std::vector<uint32_t> decode(Memory& m, const Batch& b, uint32_t n_ubatch = 64, uint64_t gen = 1) {
   auto ctx = m.init_batch(b, n_ubatch);
   EXPECT_TRUE(ctx->ok()) << ctx->message();
   std::vector<uint32_t> cells;
@@ -294,7 +294,7 @@ TEST(KvCacheTest, FindSlotEvictsOldestFirstOutOfRingOrder) {
   c.swa_type = SwaType::kStandard;
   c.n_swa = 1;  // a token sees only itself: everything already held is outside the window
   auto kv = make(c);
-  decode(*kv, tokens(0, 0, 4));  // cells 0..3 hold 0..3, head 0
+  decode(*kv, tokens(0, 0, 4));               // cells 0..3 hold 0..3, head 0
   ASSERT_TRUE(kv->seq_add(0, 0, 1, 2).ok());  // cell 0 now holds 2: positions 2, 1, 2, 3
   // The sweep from head meets cell 0 (2) before the oldest (cell 1: 1), so it takes cells 1 and
   // 2, passes 3 (2 is still held by cell 0); evicting oldest first then takes cells 0 and 3.
@@ -353,7 +353,8 @@ TEST(KvCacheTest, SeqCpAcrossStreamsCopiesAnyRangeAndConvertsTypes) {
       std::vector<float> row(v.n_embd);
       const StreamSlots& sl = kctx->placement()[0];
       for (size_t j = 0; j < sl.cells.size(); ++j) {
-        for (uint32_t i = 0; i < v.n_embd; ++i) row[i] = value(il, kind, ctx->ubatch().pos[sl.rows[j]], i);
+        for (uint32_t i = 0; i < v.n_embd; ++i)
+          row[i] = value(il, kind, ctx->ubatch().pos[sl.rows[j]], i);
         ASSERT_TRUE(quantize_row(v.type, row.data(), v.row(sl.cells[j]), v.n_embd).ok());
       }
     }
@@ -374,9 +375,11 @@ TEST(KvCacheTest, SeqCpAcrossStreamsCopiesAnyRangeAndConvertsTypes) {
     ASSERT_EQ(c0.pos(s), c2.pos(d));
     for (uint32_t il = 0; il < 2; ++il) {
       EXPECT_EQ(std::memcmp(kv->k_view(il, 2).row(d), kv->k_view(il, 0).row(s),
-                            kv->k_view(il, 0).row_bytes), 0);
+                            kv->k_view(il, 0).row_bytes),
+                0);
       EXPECT_EQ(std::memcmp(kv->v_view(il, 2).row(d), kv->v_view(il, 0).row(s),
-                            kv->v_view(il, 0).row_bytes), 0);
+                            kv->v_view(il, 0).row_bytes),
+                0);
     }
   }
 

@@ -1,12 +1,13 @@
 // KvCells bookkeeping and AlignedBuffer: derived indexes stay exact under set().
 
+#include "mnemo/kv_cells.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
 #include "mnemo/buffer.h"
-#include "mnemo/kv_cells.h"
 
 namespace mnemo {
 namespace {

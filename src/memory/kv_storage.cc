@@ -51,11 +51,12 @@ Status KvStorage::check_types(const std::vector<Layer>& layers, uint32_t s, Stre
     for (const Layer& l : layers) {
       const uint32_t n = kind == 0 ? l.n_embd_k : l.n_embd_v;
       if (n == 0 || n % tr.block_size != 0) {
-        return Status::invalid_argument(
-            std::string(what) + " " + std::string(tr.name) + " needs row widths that are a "
-            "positive multiple of its block size " + std::to_string(tr.block_size) + "; layer " +
-            std::to_string(l.il) + " has n_embd_" + (kind == 0 ? "k" : "v") + "_gqa = " +
-            std::to_string(n));
+        return Status::invalid_argument(std::string(what) + " " + std::string(tr.name) +
+                                        " needs row widths that are a "
+                                        "positive multiple of its block size " +
+                                        std::to_string(tr.block_size) + "; layer " +
+                                        std::to_string(l.il) + " has n_embd_" +
+                                        (kind == 0 ? "k" : "v") + "_gqa = " + std::to_string(n));
       }
     }
   }

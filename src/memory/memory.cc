@@ -7,11 +7,16 @@ namespace mnemo {
 
 std::string_view memory_status_name(MemoryStatus s) {
   switch (s) {
-    case MemoryStatus::kSuccess: return "success";
-    case MemoryStatus::kNoUpdate: return "no_update";
-    case MemoryStatus::kFailedPrepare: return "failed_prepare";
-    case MemoryStatus::kFailedCompute: return "failed_compute";
-    case MemoryStatus::kInvalidBatch: return "invalid_batch";
+    case MemoryStatus::kSuccess:
+      return "success";
+    case MemoryStatus::kNoUpdate:
+      return "no_update";
+    case MemoryStatus::kFailedPrepare:
+      return "failed_prepare";
+    case MemoryStatus::kFailedCompute:
+      return "failed_compute";
+    case MemoryStatus::kInvalidBatch:
+      return "invalid_batch";
   }
   return "unknown";
 }
@@ -37,9 +42,8 @@ std::string MemoryBreakdown::to_string() const {
                 "cells", "used", "free", "k_type", "v_type", "tensor_bytes", "mapped_bytes");
   out += line;
   for (const Stream& s : streams) {
-    std::snprintf(line, sizeof line, "%-8s %6u %8u %8u %8u %-6s %-6s %14zu %14zu\n",
-                  s.part.c_str(), s.stream, s.n_cells, s.used, s.free,
-                  std::string(type_name(s.k_type)).c_str(),
+    std::snprintf(line, sizeof line, "%-8s %6u %8u %8u %8u %-6s %-6s %14zu %14zu\n", s.part.c_str(),
+                  s.stream, s.n_cells, s.used, s.free, std::string(type_name(s.k_type)).c_str(),
                   std::string(type_name(s.v_type)).c_str(), s.tensor_bytes, s.mapped_bytes);
     out += line;
   }

@@ -275,8 +275,8 @@ std::string RefMemory::reconcile(const KvCache& cache, const std::vector<Pos>& p
   if (!cells.empty()) {
     const Key& k = cells.begin()->first;
     return "the cache holds a cell the reference does not: stream " +
-           std::to_string(std::get<0>(k)) + " pos " + std::to_string(std::get<1>(k)) +
-           " seqs {" + std::get<2>(k) + "} shift " + std::to_string(std::get<3>(k));
+           std::to_string(std::get<0>(k)) + " pos " + std::to_string(std::get<1>(k)) + " seqs {" +
+           std::get<2>(k) + "} shift " + std::to_string(std::get<3>(k));
   }
   const KvCacheConfig& cfg = cache.config();
   for (const RefEntry& e : missing) {

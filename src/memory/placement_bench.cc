@@ -48,8 +48,7 @@ void run_batch(Memory& m, const Batch& b, uint32_t n_ubatch) {
 void per_token(benchmark::State& state, double tokens_per_iter) {
   // Shown as seconds per token with an SI prefix ("502n" = 502 ns).
   state.counters["per_token"] = benchmark::Counter(
-      tokens_per_iter,
-      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+      tokens_per_iter, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * tokens_per_iter));
 }
 

@@ -44,8 +44,9 @@ Result<std::unique_ptr<SwaKvCache>> SwaKvCache::create(SwaKvCacheConfig config) 
     return Status::invalid_argument("SwaKvCache: is_swa_layer must say which layers are local");
   }
   if (config.swa_type == SwaType::kNone || config.n_swa == 0) {
-    return Status::invalid_argument("SwaKvCache: needs a window (swa_type standard or chunked, "
-                                    "n_swa >= 1)");
+    return Status::invalid_argument(
+        "SwaKvCache: needs a window (swa_type standard or chunked, "
+        "n_swa >= 1)");
   }
   if (config.n_ubatch == 0) return Status::invalid_argument("SwaKvCache: n_ubatch must be >= 1");
 
@@ -69,8 +70,8 @@ Result<std::unique_ptr<SwaKvCache>> SwaKvCache::create(SwaKvCacheConfig config) 
   swa.swa_reuse = !config.swa_full;
   if (!config.swa_full && config.n_pad > 0) {
     // Every sequence of a stream keeps at most n_swa - 1 unmasked cells besides a ubatch.
-    const uint64_t per_stream = uint64_t{config.n_swa} * (config.unified ? config.n_seq_max : 1) +
-                                config.n_ubatch;
+    const uint64_t per_stream =
+        uint64_t{config.n_swa} * (config.unified ? config.n_seq_max : 1) + config.n_ubatch;
     const uint64_t padded = (per_stream + config.n_pad - 1) / config.n_pad * config.n_pad;
     swa.n_ctx = static_cast<uint32_t>(std::min<uint64_t>(padded, config.n_ctx));
   }
@@ -96,8 +97,8 @@ std::unique_ptr<MemoryContext> SwaKvCache::init_batch(const Batch& batch, uint32
         "n_ubatch " + std::to_string(n_ubatch) + " exceeds the n_ubatch " +
             std::to_string(config_.n_ubatch) + " this SwaKvCache was sized for");
   }
-  Result<PreparedBatch> pb = prepare_batch(batch, base_->batch_limits(limits),
-                                           [this](SeqId s) { return seq_pos_max(s); });
+  Result<PreparedBatch> pb =
+      prepare_batch(batch, base_->batch_limits(limits), [this](SeqId s) { return seq_pos_max(s); });
   if (!pb.ok()) {
     return std::make_unique<MemoryContext>(MemoryStatus::kInvalidBatch, pb.status().message());
   }

@@ -1,6 +1,8 @@
 // SwaKvCache: sizing, the fit guarantee of an n_swa + n_ubatch SWA cache, one transaction over
 // both children, seq_pos_min semantics, swa_full, and checked-before-changed sequence ops.
 
+#include "mnemo/swa_kv_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "memory/memory_testing.h"
-#include "mnemo/swa_kv_cache.h"
 
 namespace mnemo {
 namespace {
