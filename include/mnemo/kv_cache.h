@@ -243,7 +243,8 @@ class KvCache final : public Memory {
                     std::string* why);
   void apply_placement(const Ubatch& ub, const std::vector<StreamSlots>& placement,
                        KvJournal* journal);
-  // Journaled cell change; saves the cell's K/V rows first when save_rows and it is occupied.
+  // Journaled cell change; with save_rows, saves the K/V rows of an occupied cell at its first
+  // change in this journal (the pre-transaction bytes).
   void journal_set(KvJournal* journal, uint32_t stream, uint32_t cell, Pos pos, const SeqSet& seqs,
                    int32_t shift, bool save_rows);
   void journal_head(KvJournal* journal, uint32_t stream, uint32_t head);

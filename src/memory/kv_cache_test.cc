@@ -323,6 +323,25 @@ TEST(KvCacheTest, RollbackRestoresReusedRows) {
   EXPECT_EQ(testing::snapshot(*kv), before);
   ctx->rollback();  // a second rollback is a no-op
   EXPECT_EQ(testing::snapshot(*kv), before);
+
+  // Each cell reused twice in one transaction: the first reuse saved the original rows.
+  KvCacheConfig c2 = small(2, 1, true);
+  c2.swa_type = SwaType::kStandard;
+  c2.n_swa = 1;
+  auto kv2 = make(c2);
+  decode(*kv2, tokens(0, 0, 2));
+  const std::string before2 = testing::snapshot(*kv2);
+  auto ctx2 = kv2->init_batch(tokens(0, 2, 4), 1);
+  ASSERT_TRUE(ctx2->ok()) << ctx2->message();
+  std::vector<uint32_t> cells;
+  do {
+    ASSERT_TRUE(ctx2->apply().ok());
+    testing::write_fake_kv(*ctx2, 2, 10 + ctx2->ubatch_index());
+    cells.push_back(ctx2->kv_for_layer(0)->placement()[0].cells[0]);
+  } while (ctx2->next());
+  EXPECT_EQ(cells, (std::vector<uint32_t>{0, 1, 0, 1}));
+  ctx2->rollback();
+  EXPECT_EQ(testing::snapshot(*kv2), before2);
 }
 
 TEST(KvCacheDeathTest, ApplyAfterAnotherMutationIsABug) {

@@ -2,8 +2,10 @@
 //
 // Every change to a cell or a stream head made by find_slot (while planning) or by apply()
 // appends the old value first; undo replays the log newest first. apply() also saves the K/V
-// rows of each occupied cell it is about to hand to a new token, so undoing restores the bytes
-// that the model overwrote there.
+// rows of an occupied cell it is about to hand to a new token, so undoing restores the bytes
+// that the model overwrote there: only at the cell's first change in the transaction (later
+// changes overwrite this transaction's own rows, which a rollback discards anyway). The saved
+// bytes are therefore bounded by the cache size, however many ubatches reuse the same cells.
 #pragma once
 
 #include <cstddef>
@@ -27,11 +29,23 @@ struct KvJournal {
   };
   std::vector<Entry> entries;
   std::vector<uint8_t> rows;  // saved K/V rows (KvStorage::save_cell layout), back to back
+  std::vector<std::vector<uint64_t>> touched;  // [n_stream][ceil(n_cells / 64)], lazily sized
 
   bool empty() const { return entries.empty(); }
   void clear() {
     entries.clear();
     rows.clear();
+    touched.clear();
+  }
+  /// Marks (stream, cell) as changed; true the first time in this journal.
+  bool first_touch(uint32_t stream, uint32_t cell, uint32_t n_stream, uint32_t n_cells) {
+    if (touched.size() < n_stream) touched.resize(n_stream);
+    std::vector<uint64_t>& bits = touched[stream];
+    if (bits.empty()) bits.assign((n_cells + 63) / 64, 0);
+    const uint64_t bit = uint64_t{1} << (cell & 63);
+    const bool first = (bits[cell >> 6] & bit) == 0;
+    bits[cell >> 6] |= bit;
+    return first;
   }
 };
 
