@@ -1,0 +1,205 @@
+// CPU compute kernels: matrix multiplication over GGUF weight types, embedding lookup,
+// normalization, RoPE, softmax, gated FFN activations, elementwise ops, and attention that
+// reads K/V straight from KV-cache rows.
+//
+// SIMD goes through Google Highway with run-time dispatch (DESIGN.md §4): every function here
+// picks the best target the CPU supports (AVX3_DL with VNNI, AVX3, AVX2, SSE4, or a scalar
+// fallback) once per call. Every SIMD kernel has a scalar reference twin in
+// src/kernels/reference.h, and kernels_test compares them on every compiled target.
+//
+// Conventions:
+//   - Matrices are row-major; "[a x b]" means a rows of b elements, rows contiguous unless a
+//     stride is given. Strides are in elements for float arrays and in bytes for typed rows.
+//   - Activations are float32. Weights and cache rows are GGUF rows (mnemo/quant.h): a row of
+//     n elements of type t is row_size(t, n) bytes of blocks.
+//   - A ThreadPool* may be null: the work then runs on the calling thread.
+//   - Shapes are preconditions: violations are programming errors and CHECK-fail (never bad
+//     outside input: callers validate files and requests first, e.g. with matmul_supports()).
+//   - Output buffers must not overlap inputs unless a function says "may alias".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mnemo/quant.h"
+
+namespace mnemo {
+
+class ThreadPool;
+
+namespace kernels {
+
+/// Name of the Highway target the kernels dispatch to now: "AVX3_DL", "AVX3", "AVX2", "SSE4",
+/// "SCALAR" (or another Highway target name on other architectures).
+const char* simd_target();
+
+// ---------------------------------------------------------------------------------------------
+// Matrix multiplication
+
+/// A weight matrix as stored in a GGUF file: n_out rows of n_in elements of `type`, each row
+/// row_size(type, n_in) bytes, rows contiguous (row r at data + r * row_size(type, n_in)).
+/// Non-owning: `data` (usually the mmapped file) must outlive every call that uses it.
+struct WeightMatrix {
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;
+  int64_t n_out = 0;  // rows (output features)
+  int64_t n_in = 0;   // elements per row (input features); a multiple of block_size(type)
+};
+
+/// Whether matmul() and get_rows() handle weights of this type: F32, F16, BF16, Q4_0, Q4_1,
+/// Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K.
+bool matmul_supports(GgmlType type);
+
+/// y = x * W^T: y[t][r] = sum_i x[t][i] * W[r][i].
+///   x: [n_tokens x w.n_in] float, row stride x_stride (>= n_in) elements.
+///   y: [n_tokens x w.n_out] float, row stride y_stride (>= n_out) elements; must not overlap x.
+/// Quantized weights: each call quantizes x once to 8-bit integers with one float scale per 32
+/// elements (as ggml's Q8_0, with the per-block sums kept for the offset of Q4_1 / Q5_1 / K-quant
+/// minimums) and multiplies in integers (AVX-512 VNNI dpbusd, or AVX2/SSE maddubs+madd), one
+/// float multiply-add per 32-element block. This is the approach of ggml's vec_dot_q*_q8_*; the
+/// relative error it adds is about 1/254 per block of x (half a quantization step of x).
+/// F32 / F16 / BF16 weights multiply in float (FMA). Threads split the rows (and, for few rows,
+/// the tokens); for many tokens the loops are tiled so a block of weight rows, unpacked once,
+/// stays in cache while every token passes over it.
+void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
+            int64_t y_stride, ThreadPool* pool);
+/// The same with contiguous x ([n_tokens x n_in]) and y ([n_tokens x n_out]).
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
+
+/// Embedding lookup: out[i] = dequantized row ids[i] of `w`, for i in [0, n_ids).
+///   out: [n_ids x w.n_in] float. ids[i] in [0, w.n_out) (CHECKed).
+/// Exact: the same values as quant's dequantize_row (mnemo/quant.h).
+void get_rows(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float* out);
+
+// ---------------------------------------------------------------------------------------------
+// Normalization, softmax, activations, elementwise
+
+/// RMSNorm (Zhang & Sennrich 2019, "Root Mean Square Layer Normalization"), per row:
+///   y[i] = x[i] / sqrt(mean_j(x[j]^2) + eps) * (weight ? weight[i] : 1).
+///   x, y: [n_rows x n]; y may alias x. weight: [n] or null.
+/// Gemma's RMSNorm computes (1 + w) in its reference code; GGUF converters store 1 + w, so the
+/// same function serves Gemma (final/pre/post norms and per-head QK-norm with n = head_dim).
+void rms_norm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n,
+              float* y);
+
+/// Softmax over each row, in place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max).
+///   x: [n_rows x n]. Entries equal to -inf get 0; a row of all -inf becomes all 0.
+void softmax(float* x, int64_t n_rows, int64_t n);
+
+/// SiLU-gated linear unit (Shazeer 2020, "GLU Variants Improve Transformer"):
+///   out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).  n elements; out may alias.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+/// GELU-gated linear unit with the tanh approximation of GELU (Hendrycks & Gimpel 2016,
+/// "Gaussian Error Linear Units"), as ggml_gelu and Gemma's gelu_pytorch_tanh compute it:
+///   gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); out[i] = gelu(gate[i]) * up[i].
+void gelu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+/// out[i] = silu(x[i]) / gelu(x[i]) (tanh approximation). n elements; out may alias x.
+void silu(const float* x, int64_t n, float* out);
+void gelu(const float* x, int64_t n, float* out);
+
+/// Elementwise out[i] = a[i] + b[i] / a[i] * b[i]; out may alias a or b.
+void add(const float* a, const float* b, int64_t n, float* out);
+void mul(const float* a, const float* b, int64_t n, float* out);
+/// x[i] *= s, in place.
+void scale(float* x, int64_t n, float s);
+/// Logit soft-capping (Gemma 2): x[i] = cap * tanh(x[i] / cap), in place; cap > 0.
+void softcap(float* x, int64_t n, float cap);
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embedding (RoPE; Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary
+// Position Embedding")
+
+/// Which dimensions form the rotated pairs (ggml's names).
+enum class RopeMode {
+  kNormal,  // pairs (2i, 2i+1): Llama / SmolLM ("rope type norm" in ggml)
+  kNeox,    // pairs (i, i + n_dims/2): GPT-NeoX, Gemma, Qwen
+};
+
+/// The rotation of one layer. Pair i of a token at position p turns by the angle
+///   theta_i(p) = p * freq_scale * freq_base^(-2i / n_dims),  i in [0, n_dims / 2).
+/// freq_scale < 1 is linear position interpolation (Chen et al. 2023); dimensions at and past
+/// n_dims (n_dims <= head_dim, even) are left as they are.
+struct RopeParams {
+  int64_t n_dims = 0;
+  RopeMode mode = RopeMode::kNormal;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+};
+
+/// Floats per token in a rope table: 2 * n_dims.
+inline int64_t rope_table_floats(const RopeParams& p) { return 2 * p.n_dims; }
+
+/// Precomputes the cos/sin table of n_tokens positions, to share between Q and K and between
+/// layers with the same RopeParams: table [n_tokens x rope_table_floats(p)]. Angles are computed
+/// in double and rounded to float once.
+void rope_table(const RopeParams& p, const int32_t* pos, int64_t n_tokens, float* table);
+
+/// Rotates x in place with a table from rope_table():
+///   x: [n_tokens x n_head x head_dim], token rows x_stride (>= n_head * head_dim) elements
+///   apart, heads contiguous inside a token row.
+void rope_apply(const RopeParams& p, const float* table, int64_t n_tokens, int64_t n_head,
+                int64_t head_dim, float* x, int64_t x_stride);
+
+/// rope_table + rope_apply with contiguous x, for one-off use (allocates the table).
+void rope(const RopeParams& p, const int32_t* pos, int64_t n_tokens, int64_t n_head,
+          int64_t head_dim, float* x);
+
+/// Re-rotates cached K rows in place after their positions moved by delta[r] (the memory's
+/// seq_add). Rotations compose (theta is linear in the position), so turning a row rotated at p
+/// by theta(delta) gives the row rotated at p + delta. Each row holds n_head_kv * head_dim
+/// elements of `type` (any type quant can both dequantize and quantize: f32, f16, bf16, q4_0,
+/// q4_1, q5_0, q5_1, q8_0, iq4_nl); row r is at rows + r * row_stride bytes and is
+/// dequantized, rotated and quantized back (quantized types pick up one more rounding).
+void rope_shift(const RopeParams& p, GgmlType type, void* rows, size_t row_stride,
+                int64_t n_rows, int64_t n_head_kv, int64_t head_dim, const int32_t* delta,
+                ThreadPool* pool);
+
+// ---------------------------------------------------------------------------------------------
+// Attention over KV-cache rows
+
+/// K and V of n_kv cache cells. Cell c's K row (n_head_kv * head_dim elements of k_type, head h
+/// at element h * head_dim) starts at k + c * k_stride bytes; likewise V. Non-owning.
+struct KvView {
+  GgmlType k_type = GgmlType::F16;
+  const void* k = nullptr;
+  size_t k_stride = 0;
+  GgmlType v_type = GgmlType::F16;
+  const void* v = nullptr;
+  size_t v_stride = 0;
+  int64_t n_kv = 0;
+};
+
+/// Shapes and constants of one attention call.
+struct AttentionParams {
+  int64_t n_tokens = 0;   // query rows
+  int64_t n_head = 0;     // query heads
+  int64_t n_head_kv = 0;  // K/V heads; n_head % n_head_kv == 0 (grouped-query attention)
+  int64_t head_dim = 0;   // a multiple of 32 for quantized cache types
+  float scale = 1.0f;     // score = scale * q.k (usually 1 / sqrt(head_dim))
+  float softcap = 0.0f;   // > 0: score = softcap * tanh(score / softcap) before the mask
+};
+
+/// Whether attention() reads K/V of this cache type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+/// Q5_1, IQ4_NL.
+bool attention_supports(GgmlType type);
+
+/// out = softmax(scale * Q K^T + mask) V per head, query head h using K/V head
+/// h / (n_head / n_head_kv).
+///   q:    [n_tokens x n_head x head_dim] float, contiguous.
+///   mask: [n_tokens x n_kv] float, row stride mask_stride elements, added to the scores; 0 or
+///         -inf in practice (causal, sequence and window masks from the memory context). Cells
+///         that are -inf are skipped without reading K or V. Null: every cell is visible.
+///   out:  [n_tokens x n_head x head_dim] float. A row whose cells are all masked gets zeros.
+/// One pass over the cells with an online softmax (Milakov & Gimelshein 2018, "Online
+/// normalizer calculation for softmax"), tiled as in FlashAttention (Dao et al. 2022): K/V are
+/// read in place in their cache type, never copied whole. For quantized K, Q is quantized once
+/// per call to 8 bits per 32 elements and scores use integer dot products; V rows are
+/// dequantized on the fly, one row at a time. Threads split heads, tokens and, when there are
+/// few of those (decoding), ranges of cells whose partial results are merged.
+void attention(const AttentionParams& p, const float* q, const KvView& kv, const float* mask,
+               int64_t mask_stride, float* out, ThreadPool* pool);
+
+}  // namespace kernels
+}  // namespace mnemo

@@ -1,0 +1,111 @@
+// ThreadPool: spin-then-sleep workers around one generation counter (see thread_pool.h).
+#include "mnemo/thread_pool.h"
+
+#include <chrono>
+
+#include "mnemo/check.h"
+
+namespace mnemo {
+namespace {
+
+// One polite busy-wait step: tells the core we are spinning (frees the sibling hyper-thread and
+// saves power) without giving up the time slice.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#else
+  std::this_thread::yield();
+#endif
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
+  CHECK(n_threads >= 1) << "ThreadPool needs at least one thread, got " << n_threads;
+  workers_.reserve(n_threads - 1);
+  for (int t = 1; t < n_threads; ++t) workers_.emplace_back([this, t] { worker_main(t); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  wake_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void ThreadPool::run_tasks(int thread) {
+  const int64_t n = n_tasks_;
+  for (;;) {
+    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= n) break;
+    fn_(ctx_, task, thread);
+  }
+}
+
+void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
+  if (n_tasks <= 0) return;
+  CHECK(!in_call_.exchange(true, std::memory_order_acquire))
+      << "ThreadPool::run called concurrently or from inside a task";
+  fn_ = fn;
+  ctx_ = ctx;
+  n_tasks_ = n_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  n_busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  // seq_cst pairs with the workers' seq_cst n_sleeping_ increment: either we see the sleeper
+  // and notify (under the mutex, so it is already waiting or has not checked the generation
+  // yet), or the sleeper's check, which comes after its increment, sees the new generation.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (n_sleeping_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(wake_mu_); }
+    wake_.notify_all();
+  }
+
+  run_tasks(0);
+  // The workers finish within microseconds unless one was preempted (an oversubscribed
+  // machine); then yielding lets it have this core.
+  for (uint32_t i = 1; n_busy_.load(std::memory_order_acquire) != 0; ++i) {
+    if ((i & 1023) == 0) {
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+  }
+  in_call_.store(false, std::memory_order_release);
+}
+
+void ThreadPool::worker_main(int thread) {
+  // Generation 0 is "no job yet". Not a load: a job posted before this thread got going must
+  // still be seen as new.
+  uint32_t seen = 0;
+  for (;;) {
+    // Spin for spin_us, checking the clock only every 64 steps, then sleep.
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    const int64_t spin_us = spin_us_.load(std::memory_order_relaxed);
+    uint32_t g = generation_.load(std::memory_order_acquire);
+    for (uint32_t i = 1; g == seen; ++i) {
+      if ((i & 63) == 0 &&
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count() >=
+              spin_us) {
+        std::unique_lock<std::mutex> lock(wake_mu_);
+        n_sleeping_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+        n_sleeping_.fetch_sub(1, std::memory_order_relaxed);
+      } else {
+        cpu_relax();
+      }
+      g = generation_.load(std::memory_order_acquire);
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    run_tasks(thread);
+    n_busy_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+}  // namespace mnemo

@@ -1,0 +1,93 @@
+// Module-private declarations of kernels/: argument structs, per-thread scratch, and the
+// per-weight-type entry points (one translation unit per type: matmul_<type>.cc), each of which
+// dispatches the whole operation to the best Highway target once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "mnemo/quant.h"
+#include "mnemo/thread_pool.h"
+
+namespace mnemo::kernels::internal {
+
+/// Rows of the unpacked (dot-friendly) operands are padded to this many elements: one 512-bit
+/// vector of bytes, so every target's inner loop runs without a tail.
+inline constexpr int64_t kPadElems = 64;
+/// Offset / scale arrays of floats are padded to 16 (one 512-bit vector of floats).
+inline constexpr int64_t kPadFloats = 16;
+
+inline constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+inline constexpr int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
+
+/// One matmul call, already validated (see kernels.h matmul()).
+struct MatmulArgs {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* w = nullptr;  // [n_out rows of w_row_bytes]
+  size_t w_row_bytes = 0;
+  int64_t n_out = 0;
+  int64_t n_in = 0;
+  const float* x = nullptr;  // [n_tokens x n_in], row stride x_stride
+  int64_t x_stride = 0;
+  int64_t n_tokens = 0;
+  float* y = nullptr;  // [n_tokens x n_out], row stride y_stride
+  int64_t y_stride = 0;
+  ThreadPool* pool = nullptr;
+};
+
+/// A growable 64-byte-aligned buffer; contents are undefined after a call that grows it.
+class Scratch {
+ public:
+  /// At least `bytes` bytes, 64-byte aligned, valid until the next call on this object.
+  void* get(size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t capacity_ = 0;
+};
+
+/// Per-thread scratch buffers. Each slot is used at one level only, so a task (which may run on
+/// the calling thread) never clobbers the buffers its caller set up.
+enum ScratchSlot : int {
+  kSlotCall = 0,   // per call, owned by the calling thread (quantized activations, partials)
+  kSlotRows = 1,   // per task: unpacked weight rows / K rows
+  kSlotTask = 2,   // per task: scores, dequantized V rows
+  kNumSlots = 3,
+};
+Scratch& thread_scratch(ScratchSlot slot);
+
+/// Runs fn(task, thread) for task in [0, n_tasks) on `pool`, or inline when pool is null.
+template <class F>
+void parallel_for(ThreadPool* pool, int64_t n_tasks, F&& fn) {
+  if (pool == nullptr) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i, 0);
+  } else {
+    pool->parallel_for(n_tasks, fn);
+  }
+}
+
+inline int n_threads_of(const ThreadPool* pool) { return pool ? pool->n_threads() : 1; }
+
+/// Whether the dispatched target multiplies quantized weights with 8-bit integer dots (and so
+/// quantizes activations); false on the scalar fallback, which dequantizes to float.
+bool int_dot_active();
+
+// Per-weight-type matmul entry points (matmul_<type>.cc), each one HWY_DYNAMIC_DISPATCH.
+void matmul_f32(const MatmulArgs& args);
+void matmul_f16(const MatmulArgs& args);
+void matmul_bf16(const MatmulArgs& args);
+void matmul_q4_0(const MatmulArgs& args);
+void matmul_q4_1(const MatmulArgs& args);
+void matmul_q5_0(const MatmulArgs& args);
+void matmul_q5_1(const MatmulArgs& args);
+void matmul_q8_0(const MatmulArgs& args);
+void matmul_iq4_nl(const MatmulArgs& args);
+void matmul_q4_K(const MatmulArgs& args);
+void matmul_q5_K(const MatmulArgs& args);
+void matmul_q6_K(const MatmulArgs& args);
+
+}  // namespace mnemo::kernels::internal

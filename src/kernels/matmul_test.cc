@@ -1,0 +1,226 @@
+// matmul / get_rows against their scalar twins (reference.h), on every compiled SIMD target.
+//
+// Error bounds (per output element y[t][r], with w the dequantized weight row, x the token):
+//   Integer paths quantize x to x^ = d * q per block b of 32 (d = amax_b / 127), so
+//     |x_i - x^_i| <= d / 2 = amax_b / 254  and  |sum w (x - x^)| <= Q = sum_b amax_b / 254 *
+//     sum_{i in b} |w_i|  (about 1/254 of the magnitude per block: the stated accuracy of
+//     activation quantization to q8_0).
+//   (a) Against the reference fed the same x^ (ref::matmul with quantize_x), only float rounding
+//       remains: products of two scales and sums of up to n_in / 4 lane terms, ~1e-6 relative
+//       to the magnitude M of the terms summed. M counts the weight offsets too (they are
+//       applied separately and cancel: u * dw + cw), so M = sum_b (max_b |w| + range_b(w)) *
+//       sum_{i in b} |x^_i|. Bound: 2e-5 * M.
+//   (b) Against the exact float reference: Q + 2e-5 * M.
+//   Float paths (F32 / F16 / BF16 weights, and every type on the scalar fallback): only float
+//   rounding: 1e-5 * sum_i |w_i x_i|.
+//   Thread counts and tile shapes must not change a single bit (same arithmetic per element).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/internal.h"
+#include "kernels/reference.h"
+#include "kernels/test_util.h"
+#include "mnemo/kernels.h"
+#include "mnemo/quant.h"
+#include "mnemo/thread_pool.h"
+
+namespace mnemo::kernels {
+namespace {
+
+using testing::for_each_target;
+using testing::random_floats;
+
+constexpr GgmlType kAllTypes[] = {
+    GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,   GgmlType::Q4_1,
+    GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::Q4_K,
+    GgmlType::Q5_K, GgmlType::Q6_K};
+
+bool is_float_type(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+/// Random rows of `type`: quantized from N(0, 0.05) floats where quant can quantize, random
+/// blocks with sane scales otherwise (K-quants).
+std::vector<uint8_t> random_weights(GgmlType type, int64_t n_out, int64_t n_in,
+                                    std::mt19937& rng) {
+  const size_t rb = row_size(type, n_in);
+  std::vector<uint8_t> data(rb * n_out);
+  if (traits(type).can_quantize) {
+    const std::vector<float> f = random_floats(rng, n_out * n_in, 0.05f);
+    for (int64_t r = 0; r < n_out; ++r) {
+      EXPECT_TRUE(quantize_row(type, f.data() + r * n_in, data.data() + r * rb, n_in).ok());
+    }
+    return data;
+  }
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : data) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(1e-4f, 4e-3f);
+  auto put = [&](size_t offset, float v) {
+    const uint16_t h = fp32_to_fp16(v);
+    std::memcpy(data.data() + offset, &h, 2);
+  };
+  const size_t bs = type_size(type);
+  for (size_t off = 0; off < data.size(); off += bs) {
+    if (type == GgmlType::Q4_K || type == GgmlType::Q5_K) {
+      put(off + 0, scale(rng));  // d
+      put(off + 2, scale(rng));  // dmin
+    } else if (type == GgmlType::Q6_K) {
+      put(off + 208, scale(rng) * 0.1f);  // d (int8 scales up to 127)
+    } else {
+      ADD_FAILURE() << "no random generator for " << type_name(type);
+    }
+  }
+  return data;
+}
+
+struct Shape {
+  int64_t n_out, n_in, n_tokens;
+};
+
+// Odd row counts (tile tails), n_in not a multiple of 64 (padding), more tokens than a cache
+// block (64) and not a multiple of the tile width.
+std::vector<Shape> shapes_for(GgmlType type) {
+  if (block_size(type) == 256) return {{13, 256, 1}, {37, 512, 3}, {70, 768, 70}};
+  return {{13, 64, 1}, {37, 96, 3}, {70, 576, 70}, {9, 32, 5}};
+}
+
+void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
+  SCOPED_TRACE(std::string(type_name(type)) + " n_out=" + std::to_string(s.n_out) +
+               " n_in=" + std::to_string(s.n_in) + " n_tokens=" + std::to_string(s.n_tokens));
+  const std::vector<uint8_t> wdata = random_weights(type, s.n_out, s.n_in, rng);
+  const WeightMatrix w{type, wdata.data(), s.n_out, s.n_in};
+  const std::vector<float> x = random_floats(rng, s.n_tokens * s.n_in, 1.0f, 37);
+
+  // Dequantized weights and the quantized activations, for the bounds.
+  std::vector<float> wf(s.n_out * s.n_in), xq(s.n_tokens * s.n_in);
+  for (int64_t r = 0; r < s.n_out; ++r) {
+    ASSERT_TRUE(dequantize_row(type, wdata.data() + r * row_size(type, s.n_in),
+                               wf.data() + r * s.n_in, s.n_in)
+                    .ok());
+  }
+  for (int64_t t = 0; t < s.n_tokens; ++t) {
+    ref::quantize_dequantize_q8(x.data() + t * s.n_in, s.n_in, xq.data() + t * s.n_in);
+  }
+  std::vector<float> y_exact(s.n_tokens * s.n_out), y_q(s.n_tokens * s.n_out);
+  ref::matmul(w, x.data(), s.n_tokens, y_exact.data(), false);
+  ref::matmul(w, x.data(), s.n_tokens, y_q.data(), true);
+
+  ThreadPool pool2(2);
+  ThreadPool pool3(3);
+  for_each_target([&] {
+    const bool int_path = internal::int_dot_active() && !is_float_type(type);
+    std::vector<float> y(s.n_tokens * s.n_out, NAN);
+    matmul(w, x.data(), s.n_tokens, y.data(), nullptr);
+    for (int64_t t = 0; t < s.n_tokens; ++t) {
+      for (int64_t r = 0; r < s.n_out; ++r) {
+        const float* wr = wf.data() + r * s.n_in;
+        const float* xt = x.data() + t * s.n_in;
+        const float* xqt = xq.data() + t * s.n_in;
+        const size_t o = t * s.n_out + r;
+        if (!int_path) {
+          double mag = 0.0;
+          for (int64_t i = 0; i < s.n_in; ++i) mag += std::fabs(wr[i] * xt[i]);
+          ASSERT_NEAR(y[o], y_exact[o], 1e-5 * mag + 1e-6) << "t=" << t << " r=" << r;
+          continue;
+        }
+        double q_bound = 0.0, m = 0.0;
+        for (int64_t b = 0; b < s.n_in; b += 32) {
+          float amax = 0, wmax = 0, wmin = wr[b], wmaxv = wr[b];
+          double wsum = 0, xsum = 0;
+          for (int i = 0; i < 32; ++i) {
+            amax = std::max(amax, std::fabs(xt[b + i]));
+            wmax = std::max(wmax, std::fabs(wr[b + i]));
+            wmin = std::min(wmin, wr[b + i]);
+            wmaxv = std::max(wmaxv, wr[b + i]);
+            wsum += std::fabs(wr[b + i]);
+            xsum += std::fabs(xqt[b + i]);
+          }
+          q_bound += amax / 254.0 * wsum;
+          m += (wmax + (wmaxv - wmin)) * xsum;
+        }
+        ASSERT_NEAR(y[o], y_q[o], 2e-5 * m + 1e-6) << "vs quantized-x reference, t=" << t
+                                                    << " r=" << r;
+        ASSERT_NEAR(y[o], y_exact[o], q_bound * 1.001 + 2e-5 * m + 1e-6)
+            << "vs exact reference, t=" << t << " r=" << r;
+      }
+    }
+    // Threads and tile shapes change which task computes an element, never its arithmetic.
+    for (ThreadPool* pool : {&pool2, &pool3}) {
+      std::vector<float> yp(s.n_tokens * s.n_out, NAN);
+      matmul(w, x.data(), s.n_tokens, yp.data(), pool);
+      ASSERT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * sizeof(float)))
+          << "threads=" << pool->n_threads();
+    }
+    // One token at a time (decode tiles) gives the same bits as the batch (prompt tiles).
+    std::vector<float> y1(s.n_out);
+    for (int64_t t = 0; t < s.n_tokens; ++t) {
+      matmul(w, x.data() + t * s.n_in, 1, y1.data(), &pool2);
+      ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + t * s.n_out, s.n_out * sizeof(float)))
+          << "token " << t << " alone";
+    }
+  });
+}
+
+TEST(MatmulTest, MatchesReferenceOnEveryTarget) {
+  std::mt19937 rng(1234);
+  for (GgmlType type : kAllTypes) {
+    for (const Shape& s : shapes_for(type)) check_matmul(type, s, rng);
+  }
+}
+
+TEST(MatmulTest, StridedInputAndOutput) {
+  std::mt19937 rng(7);
+  const int64_t n_out = 24, n_in = 64, n_tokens = 5, xs = 80, ys = 30;
+  const std::vector<uint8_t> wdata = random_weights(GgmlType::Q8_0, n_out, n_in, rng);
+  const WeightMatrix w{GgmlType::Q8_0, wdata.data(), n_out, n_in};
+  std::vector<float> x = random_floats(rng, n_tokens * xs);
+  std::vector<float> xc(n_tokens * n_in);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    std::copy(x.begin() + t * xs, x.begin() + t * xs + n_in, xc.begin() + t * n_in);
+  }
+  std::vector<float> y(n_tokens * ys, -7.0f), yc(n_tokens * n_out);
+  matmul(w, x.data(), xs, n_tokens, y.data(), ys, nullptr);
+  matmul(w, xc.data(), n_tokens, yc.data(), nullptr);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t r = 0; r < ys; ++r) {
+      if (r < n_out) {
+        EXPECT_EQ(y[t * ys + r], yc[t * n_out + r]);
+      } else {
+        EXPECT_EQ(y[t * ys + r], -7.0f) << "wrote past n_out";
+      }
+    }
+  }
+}
+
+TEST(GetRowsTest, EqualsDequantizeRow) {
+  std::mt19937 rng(99);
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(type_name(type));
+    const int64_t n_in = 256, n_out = 10;
+    const std::vector<uint8_t> wdata = random_weights(type, n_out, n_in, rng);
+    const WeightMatrix w{type, wdata.data(), n_out, n_in};
+    const int32_t ids[] = {3, 0, 9, 3};
+    std::vector<float> out(4 * n_in), want(n_in);
+    get_rows(w, ids, 4, out.data());
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(
+          dequantize_row(type, wdata.data() + ids[i] * row_size(type, n_in), want.data(), n_in)
+              .ok());
+      EXPECT_EQ(0, std::memcmp(want.data(), out.data() + i * n_in, n_in * sizeof(float)));
+    }
+  }
+}
+
+TEST(MatmulTest, SupportsTheModelTypes) {
+  for (GgmlType type : kAllTypes) EXPECT_TRUE(matmul_supports(type)) << type_name(type);
+  EXPECT_FALSE(matmul_supports(GgmlType::Q2_K));
+  EXPECT_FALSE(matmul_supports(GgmlType::IQ2_XXS));
+}
+
+}  // namespace
+}  // namespace mnemo::kernels
