@@ -33,8 +33,9 @@ void KvCache::journal_set(KvJournal* journal, uint32_t stream, uint32_t cell, Po
     e.pos = c.pos(cell);
     e.shift = c.shift(cell);
     e.seqs = c.seqs(cell);
-    if (save_rows && journal->first_touch(stream, cell, n_stream(), c.size()) &&
-        !c.is_empty(cell) && storage_.cell_bytes(stream) > 0) {
+    // Only occupied cells need their bytes; the first change of each keeps the original ones.
+    if (save_rows && !c.is_empty(cell) && storage_.cell_bytes(stream) > 0 &&
+        journal->first_touch(stream, cell, n_stream(), c.size())) {
       e.row_off = static_cast<int64_t>(journal->rows.size());
       journal->rows.resize(journal->rows.size() + storage_.cell_bytes(stream));
       storage_.save_cell(stream, cell, journal->rows.data() + e.row_off);

@@ -3,9 +3,10 @@
 // Every change to a cell or a stream head made by find_slot (while planning) or by apply()
 // appends the old value first; undo replays the log newest first. apply() also saves the K/V
 // rows of an occupied cell it is about to hand to a new token, so undoing restores the bytes
-// that the model overwrote there: only at the cell's first change in the transaction (later
-// changes overwrite this transaction's own rows, which a rollback discards anyway). The saved
-// bytes are therefore bounded by the cache size, however many ubatches reuse the same cells.
+// that the model overwrote there: only the first time a given occupied cell is reused in the
+// transaction (a later reuse overwrites this transaction's own rows, which a rollback discards
+// anyway). The saved bytes are therefore bounded by the cache size, however many ubatches reuse
+// the same cells.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +38,8 @@ struct KvJournal {
     rows.clear();
     touched.clear();
   }
-  /// Marks (stream, cell) as changed; true the first time in this journal.
+  /// Marks (stream, cell) as saved; true the first time in this journal. Called only for reused
+  /// occupied cells, so the bitmap (n_cells / 8 bytes) is made only for streams that reuse.
   bool first_touch(uint32_t stream, uint32_t cell, uint32_t n_stream, uint32_t n_cells) {
     if (touched.size() < n_stream) touched.resize(n_stream);
     std::vector<uint64_t>& bits = touched[stream];
