@@ -16,10 +16,12 @@
 // around, if they are empty or every sequence in them masks them for the new row (invariant 3 in
 // memory.h): the row's own sequence at a position >= the row's (causal), or a cell outside the
 // sliding window of its owner as seen from the owner's next position (pos_max + 1 before this
-// ubatch), evicted oldest first (the cell's pos must be the owner's current seq_pos_min, so a
-// sequence always holds a gap-free range of positions). When the first n cells from head all
-// qualify the placement is contiguous (the fast path); otherwise it is scattered. Cost per
-// ubatch: O(cells scanned), which is O(n_tokens) while the stream has room after head.
+// ubatch), evicted oldest first (the cell's pos must be the owner's current seq_pos_min, so
+// eviction never leaves a hole in a sequence's positions). When the first n cells from head all
+// qualify the placement is contiguous (the fast path); otherwise it is scattered. If the sweep
+// comes up short, each sequence's oldest cells are evicted directly while they qualify (the
+// sweep may have passed them before they became the oldest). Cost per ubatch: O(cells
+// scanned), which is O(n_tokens) while the stream has room after head.
 //
 // Masks (per ubatch and stream, after apply()): a row at pos p of sequence s must not attend to
 // cell c when c is empty, c does not hold s (cross-sequence isolation), pos(c) > p (causal), or
