@@ -17,6 +17,7 @@ struct RunFlags {
   SamplingParams sampling;
   std::string prompt;
   std::string system;
+  std::string chat_template;  // family name overriding the model's template ("gemma", ...)
   int32_t n_predict = 128;
   bool chat = false;
   bool show_special = false;
@@ -87,7 +88,16 @@ int run_main(RunFlags& f) {
     std::vector<ChatMessage> msgs;
     if (!f.system.empty()) msgs.push_back({"system", f.system});
     msgs.push_back({"user", f.prompt});
-    text = ChatTemplate::detect(tok.chat_template()).apply(msgs, true);
+    ChatTemplate tmpl = ChatTemplate::detect(tok.chat_template());
+    if (!f.chat_template.empty()) {
+      auto named = ChatTemplate::from_name(f.chat_template);
+      if (!named.ok()) {
+        fmt::print(stderr, "mnemo run: --chat-template: {}\n", named.status().message());
+        return 2;
+      }
+      tmpl = *named;
+    }
+    text = tmpl.apply(msgs, true);
   }
   std::vector<TokenId> prompt = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/f.chat);
   if (prompt.empty()) {
@@ -164,6 +174,8 @@ RunFn register_run(CLI::App& app) {
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate");
   app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat template");
   app.add_option("--system", f->system, "system message (with --chat)");
+  app.add_option("--chat-template", f->chat_template,
+                 "template family overriding the model's: chatml, llama3, gemma");
   app.add_flag("--special", f->show_special, "print special tokens");
   return [f]() { return run_main(*f); };
 }
