@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mnemo/kernels.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
 
@@ -71,6 +72,10 @@ void parallel_for(ThreadPool* pool, int64_t n_tasks, F&& fn) {
 }
 
 inline int n_threads_of(const ThreadPool* pool) { return pool ? pool->n_threads() : 1; }
+
+/// One row of a RoPE table (kernels.h rope_table) for position `pos`: angles in double, cos and
+/// sin rounded to float once.
+void rope_table_row(const RopeParams& p, double pos, float* row);
 
 /// Whether the dispatched target multiplies quantized weights with 8-bit integer dots (and so
 /// quantizes activations); false on the scalar fallback, which dequantizes to float.
