@@ -1,0 +1,431 @@
+// Per-target attention over KV-cache rows: an online-softmax loop over tiles of cells
+// (FlashAttention-style), K and V read in their cache type. Included (through
+// foreach_target.h) only by attention.cc; toggle guard below.
+//
+// One task = one K/V head g, a chunk of query tokens, and a range of cells. Its query rows are
+// every (token, head) of the chunk whose head uses g (grouped-query attention), so each K / V
+// row is unpacked once and used by all of them. Per tile of kCellTile cells:
+//   1. the cells that some row of the task can see (mask != -inf) are listed; the rest are
+//      skipped without touching K or V;
+//   2. K rows of those cells -> the dot-friendly form (integer unpack for quantized K, with Q
+//      quantized once per call; float for F32 / F16 / BF16), scores by the matmul
+//      micro-kernels;
+//   3. scale, soft-cap, mask, then the online-softmax update of each row's running max m, sum
+//      l and accumulator (rescaled by exp(m_old - m_new) when the max grows);
+//   4. V rows dequantized to float, one at a time per cell, and accumulated with the weights.
+// When there are too few (head, token-chunk) tasks for the threads (decoding), the cells are
+// split into ranges too; each range leaves (m, l, acc) and a merge pass combines them.
+
+#if defined(MNEMO_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MNEMO_KERNELS_ATTENTION_INL_H_
+#undef MNEMO_KERNELS_ATTENTION_INL_H_
+#else
+#define MNEMO_KERNELS_ATTENTION_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "kernels/internal.h"
+#include "kernels/matmul-inl.h"
+#include "kernels/quant_unpack-inl.h"
+#include "kernels/simd-inl.h"
+#include "mnemo/check.h"
+#include "mnemo/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mnemo::kernels::HWY_NAMESPACE {
+
+namespace attn_detail {
+
+using internal::ceil_div;
+using internal::kPadElems;
+using internal::round_up;
+
+/// Cells per tile: the scores of a tile ([rows x kCellTile]) and its unpacked K / dequantized V
+/// rows stay in L1 / L2.
+inline constexpr int64_t kCellTile = 64;
+/// Query rows per task (tokens x heads of one group) in the prompt path.
+inline constexpr int64_t kRowsPerTask = 32;
+/// A cell range of a split task holds at least this many cells.
+inline constexpr int64_t kMinCellsPerSplit = 256;
+
+/// How one K or V head segment becomes dot-ready / float.
+struct RowCodec {
+  GgmlType type = GgmlType::F32;
+  bool use_int = false;  // K only: integer scores
+#if MNEMO_INT_DOT
+  IntKernel ik;
+#endif
+  FloatUnpackFn fu = nullptr;
+};
+
+inline RowCodec MakeCodec(GgmlType type, bool allow_int) {
+  RowCodec c;
+  c.type = type;
+#if MNEMO_INT_DOT
+  if (GetIntKernel(type, &c.ik)) {
+    c.use_int = allow_int;
+    return c;
+  }
+#endif
+  (void)allow_int;
+  c.fu = GetFloatUnpack(type);
+  return c;
+}
+
+/// Carves 64-byte aligned regions out of one scratch buffer.
+class Carver {
+ public:
+  explicit Carver(uint8_t* base) : base_(base) {}
+  template <class T>
+  T* take(int64_t n) {
+    T* p = reinterpret_cast<T*>(base_ + used_);
+    used_ += round_up(static_cast<int64_t>(n * sizeof(T)), 64);
+    return p;
+  }
+
+ private:
+  uint8_t* base_;
+  int64_t used_ = 0;
+};
+
+}  // namespace attn_detail
+
+/// Dequantizes one head segment of a V row to float: n elements -> out[n_pad] (zero tail).
+/// tmp8 / tmpf: scratch for the unpacked form (n_pad bytes, n_pad / 4 + n_pad floats).
+HWY_INLINE void DequantSegment(const attn_detail::RowCodec& codec, const uint8_t* seg, int64_t n,
+                               int64_t n_pad, float* out, uint8_t* tmp8, float* tmpf) {
+#if MNEMO_INT_DOT
+  if (codec.fu == nullptr) {
+    const int group = codec.ik.format.group;
+    const int64_t n_off = OffsetLen(n_pad, group);
+    float* dw = tmpf;
+    float* cw = tmpf + n_pad / 4;
+    codec.ik.unpack(seg, n, n_pad, n_off, tmp8, dw, cw);
+    if (codec.ik.format.is_signed) {
+      DequantUnpacked<true>(tmp8, dw, cw, group, n_pad, out);
+    } else {
+      DequantUnpacked<false>(tmp8, dw, cw, group, n_pad, out);
+    }
+    return;
+  }
+#endif
+  (void)tmp8;
+  (void)tmpf;
+  codec.fu(codec.type, seg, n, n_pad, out);
+}
+
+void Attention(const AttentionParams& p, const float* q, const KvView& kv, const float* mask,
+               int64_t mask_stride, float* out, ThreadPool* pool) {
+  using namespace attn_detail;  // NOLINT(build/namespaces)
+  const int64_t hd = p.head_dim;
+  const int64_t hd_pad = round_up(hd, kPadElems);
+  const int64_t gqa = p.n_head / p.n_head_kv;
+  const int64_t n_rows_all = p.n_tokens * p.n_head;
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+
+  const RowCodec kc = MakeCodec(kv.k_type, /*allow_int=*/true);
+  const RowCodec vc = MakeCodec(kv.v_type, /*allow_int=*/false);
+  const size_t k_seg_bytes = row_size(kv.k_type, hd);
+  const size_t v_seg_bytes = row_size(kv.v_type, hd);
+
+  // ---- plan: tasks = K/V heads x token chunks x cell ranges ----
+  const int n_threads = internal::n_threads_of(pool);
+  const int64_t tokens_per_task = std::max<int64_t>(1, kRowsPerTask / gqa);
+  const int64_t n_token_chunks = ceil_div(p.n_tokens, tokens_per_task);
+  const int64_t base_tasks = p.n_head_kv * n_token_chunks;
+  int64_t n_split = 1;
+  if (base_tasks < 4 * n_threads) {
+    n_split = std::clamp<int64_t>(ceil_div(4 * n_threads, base_tasks), 1,
+                                  std::max<int64_t>(1, kv.n_kv / kMinCellsPerSplit));
+  }
+  const int64_t cells_per_split = round_up(ceil_div(kv.n_kv, n_split), kCellTile);
+  n_split = std::max<int64_t>(1, ceil_div(kv.n_kv, cells_per_split));
+
+  // ---- per call: Q in the form the score kernel reads; partial results when split ----
+  int group = 0;
+  int64_t n_off = 0;
+#if MNEMO_INT_DOT
+  if (kc.use_int) {
+    group = kc.ik.format.group;
+    n_off = OffsetLen(hd_pad, group);
+  }
+#endif
+  const int64_t part_stride = hd_pad + 2;  // acc[hd_pad], m, l
+  const int64_t call_bytes =
+      n_rows_all * (hd_pad * 4 + hd_pad + hd_pad + n_off * 4) +
+      (n_split > 1 ? n_split * n_rows_all * part_stride * 4 : 0) + 8 * 64;
+  Carver call(static_cast<uint8_t*>(
+      internal::thread_scratch(internal::kSlotCall).get(static_cast<size_t>(call_bytes))));
+  float* qf = nullptr;
+#if MNEMO_INT_DOT
+  QuantRows qr;
+  if (kc.use_int) {
+    qr.q = call.take<int8_t>(n_rows_all * hd_pad);
+    qr.dx = call.take<float>(n_rows_all * hd_pad / 4);
+    qr.sx = call.take<float>(std::max<int64_t>(1, n_rows_all * n_off));
+    qr.n_pad = hd_pad;
+    qr.n_off = n_off;
+    qr.group = group;
+    QuantizeRows(q, hd, n_rows_all, hd, qr);
+  }
+#endif
+  if (!kc.use_int) {
+    qf = call.take<float>(n_rows_all * hd_pad);
+    for (int64_t r = 0; r < n_rows_all; ++r) {
+      std::memcpy(qf + r * hd_pad, q + r * hd, hd * sizeof(float));
+      std::memset(qf + r * hd_pad + hd, 0, (hd_pad - hd) * sizeof(float));
+    }
+  }
+  float* partials = n_split > 1 ? call.take<float>(n_split * n_rows_all * part_stride) : nullptr;
+
+  const float neg_inf = -INFINITY;
+  const int64_t n_tasks = base_tasks * n_split;
+  internal::parallel_for(pool, n_tasks, [&](int64_t task, int) {
+    const int64_t split = task % n_split;
+    const int64_t rest = task / n_split;
+    const int64_t g = rest % p.n_head_kv;
+    const int64_t t0 = (rest / p.n_head_kv) * tokens_per_task;
+    const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
+    const int64_t c0 = split * cells_per_split;
+    const int64_t c1 = std::min(kv.n_kv, c0 + cells_per_split);
+    const int64_t n_rows = (t1 - t0) * gqa;  // row i: token t0 + i / gqa, head g * gqa + i % gqa
+    const int64_t s_stride = round_up(kCellTile, nf);
+
+    // Task scratch: row state, scores, unpacked K, dequantized V.
+    const int64_t k_bytes = kc.use_int ? kCellTile * (2 * hd_pad + 4 * n_off) + 64
+                                       : 4 * kCellTile * hd_pad;
+    const int64_t task_bytes = 4 * n_rows * (hd_pad + 2 + s_stride) + n_rows +
+                               8 * kCellTile + 4 * kCellTile * hd_pad + k_bytes + 9 * hd_pad +
+                               16 * 64;  // + alignment slack of every take below
+    Carver ts(static_cast<uint8_t*>(
+        internal::thread_scratch(internal::kSlotTask).get(static_cast<size_t>(task_bytes))));
+    float* acc = ts.take<float>(n_rows * hd_pad);
+    float* m = ts.take<float>(n_rows);
+    float* l = ts.take<float>(n_rows);
+    float* s = ts.take<float>(n_rows * s_stride);
+    int64_t* act = ts.take<int64_t>(kCellTile);
+    bool* row_live = ts.take<bool>(n_rows);
+    float* vbuf = ts.take<float>(kCellTile * hd_pad);
+    float* kf = nullptr;
+    uint8_t* k8 = nullptr;
+    float* kdw = nullptr;
+    float* kcw = nullptr;
+    if (kc.use_int) {
+      k8 = ts.take<uint8_t>(kCellTile * hd_pad);
+      kdw = ts.take<float>(kCellTile * hd_pad / 4);
+      kcw = ts.take<float>(std::max<int64_t>(1, kCellTile * n_off));
+    } else {
+      kf = ts.take<float>(kCellTile * hd_pad);
+    }
+    uint8_t* tmp8 = ts.take<uint8_t>(hd_pad);
+    float* tmpf = ts.take<float>(2 * hd_pad);
+    std::fill(acc, acc + n_rows * hd_pad, 0.0f);
+    std::fill(m, m + n_rows, neg_inf);
+    std::fill(l, l + n_rows, 0.0f);
+
+    const uint8_t* kbase = static_cast<const uint8_t*>(kv.k) + row_size(kv.k_type, g * hd);
+    const uint8_t* vbase = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
+    for (int64_t cb = c0; cb < c1; cb += kCellTile) {
+      const int64_t ce = std::min(c1, cb + kCellTile);
+      // 1. Cells visible to some token of the task.
+      int64_t n_act = 0;
+      for (int64_t c = cb; c < ce; ++c) {
+        bool visible = mask == nullptr;
+        for (int64_t t = t0; t < t1 && !visible; ++t) visible = mask[t * mask_stride + c] != neg_inf;
+        if (visible) act[n_act++] = c;
+      }
+      if (n_act == 0) continue;
+
+      // 2. Scores s[i][k] = q_i . k_{act[k]} for every row i.
+      if (kc.use_int) {
+#if MNEMO_INT_DOT
+        for (int64_t k = 0; k < n_act; ++k) {
+          kc.ik.unpack(kbase + act[k] * kv.k_stride, hd, hd_pad, n_off, k8 + k * hd_pad,
+                       kdw + k * (hd_pad / 4), kcw + k * n_off);
+        }
+        IntTileArgs ta;
+        ta.n_pad = hd_pad;
+        ta.n_off = n_off;
+        ta.y_stride = s_stride;
+        for (int64_t k = 0; k < n_act; k += kTileRows) {
+          ta.n_rows = static_cast<int>(std::min<int64_t>(kTileRows, n_act - k));
+          for (int j = 0; j < kTileRows; ++j) {
+            const int64_t kj = std::min<int64_t>(k + j, n_act - 1);
+            ta.w[j] = k8 + kj * hd_pad;
+            ta.dw[j] = kdw + kj * (hd_pad / 4);
+            ta.cw[j] = kcw + kj * n_off;
+          }
+          for (int64_t i = 0; i < n_rows; i += kTileCols) {
+            ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
+            for (int j = 0; j < kTileCols; ++j) {
+              const int64_t ij = std::min<int64_t>(i + j, n_rows - 1);
+              const int64_t qrow = (t0 + ij / gqa) * p.n_head + g * gqa + ij % gqa;
+              ta.a[j] = qr.q + qrow * hd_pad;
+              ta.dx[j] = qr.dx + qrow * (hd_pad / 4);
+              ta.sx[j] = qr.sx + qrow * n_off;
+            }
+            ta.y = s + i * s_stride + k;
+            IntTile(ta, kc.ik.format.is_signed);
+          }
+        }
+#endif
+      } else {
+        for (int64_t k = 0; k < n_act; ++k) {
+          kc.fu(kv.k_type, kbase + act[k] * kv.k_stride, hd, hd_pad, kf + k * hd_pad);
+        }
+        FloatTileArgs ta;
+        ta.n_pad = hd_pad;
+        ta.y_stride = s_stride;
+        for (int64_t k = 0; k < n_act; k += kTileRows) {
+          ta.n_rows = static_cast<int>(std::min<int64_t>(kTileRows, n_act - k));
+          for (int j = 0; j < kTileRows; ++j) {
+            ta.w[j] = kf + std::min<int64_t>(k + j, n_act - 1) * hd_pad;
+          }
+          for (int64_t i = 0; i < n_rows; i += kTileCols) {
+            ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
+            for (int j = 0; j < kTileCols; ++j) {
+              const int64_t ij = std::min<int64_t>(i + j, n_rows - 1);
+              const int64_t qrow = (t0 + ij / gqa) * p.n_head + g * gqa + ij % gqa;
+              ta.x[j] = qf + qrow * hd_pad;
+            }
+            ta.y = s + i * s_stride + k;
+            FloatTile(ta);
+          }
+        }
+      }
+
+      // 3. Scale, soft-cap, mask; online softmax update; s becomes the weights p.
+      const int64_t n_act_v = round_up(n_act, nf);
+      for (int64_t i = 0; i < n_rows; ++i) {
+        float* si = s + i * s_stride;
+        const auto vscale = hn::Set(df, p.scale);
+        for (int64_t k = 0; k < n_act; k += nf) {
+          auto v = hn::Mul(hn::Load(df, si + k), vscale);
+          if (p.softcap > 0.0f) {
+            v = hn::Mul(hn::Set(df, p.softcap),
+                        hn::Tanh(df, hn::Mul(v, hn::Set(df, 1.0f / p.softcap))));
+          }
+          hn::Store(v, df, si + k);
+        }
+        for (int64_t k = n_act; k < n_act_v; ++k) si[k] = neg_inf;  // lanes past the last cell
+        const int64_t t = t0 + i / gqa;
+        if (mask != nullptr) {
+          const float* mrow = mask + t * mask_stride;
+          for (int64_t k = 0; k < n_act; ++k) si[k] += mrow[act[k]];
+        }
+        auto vmax = hn::Set(df, neg_inf);
+        for (int64_t k = 0; k < n_act_v; k += nf) vmax = hn::Max(vmax, hn::Load(df, si + k));
+        const float tile_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
+        row_live[i] = tile_max != neg_inf;
+        if (!row_live[i]) continue;
+        const float m_new = std::max(m[i], tile_max);
+        const float alpha = std::exp(m[i] - m_new);  // 0 while m[i] is -inf (acc is 0 then)
+        const auto vm = hn::Set(df, m_new);
+        auto vsum = hn::Zero(df);
+        for (int64_t k = 0; k < n_act_v; k += nf) {
+          const auto e = hn::Exp(df, hn::Sub(hn::Load(df, si + k), vm));  // exp(-inf) = 0
+          hn::Store(e, df, si + k);
+          vsum = hn::Add(vsum, e);
+        }
+        l[i] = l[i] * alpha + hn::GetLane(hn::SumOfLanes(df, vsum));
+        m[i] = m_new;
+        if (alpha != 1.0f) {
+          float* ai = acc + i * hd_pad;
+          const auto va = hn::Set(df, alpha);
+          for (int64_t d = 0; d < hd_pad; d += nf) {
+            hn::Store(hn::Mul(hn::Load(df, ai + d), va), df, ai + d);
+          }
+        }
+      }
+
+      // 4. acc_i += sum_k p[i][k] * v_{act[k]}.
+      for (int64_t k = 0; k < n_act; ++k) {
+        DequantSegment(vc, vbase + act[k] * kv.v_stride, hd, hd_pad, vbuf + k * hd_pad, tmp8,
+                       tmpf);
+      }
+      for (int64_t i = 0; i < n_rows; ++i) {
+        if (!row_live[i]) continue;
+        const float* si = s + i * s_stride;
+        float* ai = acc + i * hd_pad;
+        int64_t d = 0;
+        for (; d + 4 * nf <= hd_pad; d += 4 * nf) {
+          auto a0 = hn::Load(df, ai + d), a1 = hn::Load(df, ai + d + nf);
+          auto a2 = hn::Load(df, ai + d + 2 * nf), a3 = hn::Load(df, ai + d + 3 * nf);
+          for (int64_t k = 0; k < n_act; ++k) {
+            const auto pk = hn::Set(df, si[k]);
+            const float* vk = vbuf + k * hd_pad + d;
+            a0 = hn::MulAdd(pk, hn::Load(df, vk), a0);
+            a1 = hn::MulAdd(pk, hn::Load(df, vk + nf), a1);
+            a2 = hn::MulAdd(pk, hn::Load(df, vk + 2 * nf), a2);
+            a3 = hn::MulAdd(pk, hn::Load(df, vk + 3 * nf), a3);
+          }
+          hn::Store(a0, df, ai + d);
+          hn::Store(a1, df, ai + d + nf);
+          hn::Store(a2, df, ai + d + 2 * nf);
+          hn::Store(a3, df, ai + d + 3 * nf);
+        }
+        for (; d < hd_pad; d += nf) {
+          auto a0 = hn::Load(df, ai + d);
+          for (int64_t k = 0; k < n_act; ++k) {
+            a0 = hn::MulAdd(hn::Set(df, si[k]), hn::Load(df, vbuf + k * hd_pad + d), a0);
+          }
+          hn::Store(a0, df, ai + d);
+        }
+      }
+    }
+
+    // Results: final rows, or this range's (acc, m, l) for the merge.
+    for (int64_t i = 0; i < n_rows; ++i) {
+      const int64_t row = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
+      const float* ai = acc + i * hd_pad;
+      if (n_split == 1) {
+        float* o = out + row * hd;
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        for (int64_t d = 0; d < hd; ++d) o[d] = ai[d] * inv;
+      } else {
+        float* part = partials + (split * n_rows_all + row) * part_stride;
+        std::memcpy(part, ai, hd * sizeof(float));
+        part[hd_pad] = m[i];
+        part[hd_pad + 1] = l[i];
+      }
+    }
+  });
+
+  if (n_split > 1) {
+    // Merge the ranges: m = max m_s, l = sum l_s e^(m_s - m), out = sum acc_s e^(m_s - m) / l.
+    internal::parallel_for(pool, ceil_div(n_rows_all, 16), [&](int64_t task, int) {
+      const int64_t r1 = std::min(n_rows_all, (task + 1) * 16);
+      for (int64_t row = task * 16; row < r1; ++row) {
+        float mx = neg_inf;
+        for (int64_t sp = 0; sp < n_split; ++sp) {
+          mx = std::max(mx, partials[(sp * n_rows_all + row) * part_stride + hd_pad]);
+        }
+        float* o = out + row * hd;
+        std::fill(o, o + hd, 0.0f);
+        if (mx == neg_inf) continue;
+        float lsum = 0.0f;
+        for (int64_t sp = 0; sp < n_split; ++sp) {
+          const float* part = partials + (sp * n_rows_all + row) * part_stride;
+          if (part[hd_pad] == neg_inf) continue;
+          const float w = std::exp(part[hd_pad] - mx);
+          lsum += part[hd_pad + 1] * w;
+          for (int64_t d = 0; d < hd; ++d) o[d] += part[d] * w;
+        }
+        const float inv = 1.0f / lsum;
+        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+      }
+    });
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace mnemo::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MNEMO_KERNELS_ATTENTION_INL_H_

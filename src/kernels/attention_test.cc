@@ -1,0 +1,194 @@
+// attention() against its scalar twin (reference.h: dequantized K/V, two-pass softmax in double)
+// on every compiled SIMD target, for every cache type pair the memory can hold.
+//
+// Error bound. If every score s_c of a row is off by at most delta, each softmax weight changes
+// by a factor in [e^-2delta, e^2delta], so the output moves by at most
+//   (e^(2 delta) - 1) * max_c |v_c|.
+// Sources of delta (per row, over its visible cells c):
+//   - float rounding of the dot products: 2e-5 * scale * max_c sum_i |q_i k_ci|;
+//   - for quantized K on integer targets, Q is quantized to 8 bits per 32 (the kernel's
+//     activation quantization): |q - q^| <= amax_b(q) / 254, so
+//     delta_q = scale * max_c sum_b amax_b(q) / 254 * sum_{i in b} |k_ci|.
+// The kernel is checked twice: against the reference fed the same quantized Q (bound from the
+// rounding term only) and against the exact reference (both terms). V dequantized by the kernel
+// may differ from quant's by an ulp: 1e-5 * max|v| more.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/internal.h"
+#include "kernels/reference.h"
+#include "kernels/test_util.h"
+#include "mnemo/kernels.h"
+#include "mnemo/quant.h"
+#include "mnemo/thread_pool.h"
+
+namespace mnemo::kernels {
+namespace {
+
+using testing::for_each_target;
+using testing::random_floats;
+
+bool is_float_type(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+struct Case {
+  GgmlType k_type, v_type;
+  int64_t n_tokens, n_head, n_head_kv, head_dim, n_kv;
+  float softcap;
+};
+
+/// Rows of `type` quantized from N(0, 1) floats; `deq` gets their dequantized values.
+std::vector<uint8_t> make_rows(GgmlType type, int64_t n_rows, int64_t n, std::mt19937& rng,
+                               std::vector<float>& deq) {
+  const size_t rb = row_size(type, n);
+  std::vector<uint8_t> rows(n_rows * rb);
+  const std::vector<float> f = random_floats(rng, n_rows * n, 1.0f, 29);
+  deq.resize(n_rows * n);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    EXPECT_TRUE(quantize_row(type, f.data() + r * n, rows.data() + r * rb, n).ok());
+    EXPECT_TRUE(dequantize_row(type, rows.data() + r * rb, deq.data() + r * n, n).ok());
+  }
+  return rows;
+}
+
+void check_case(const Case& cs, std::mt19937& rng) {
+  SCOPED_TRACE(std::string("K ") + std::string(type_name(cs.k_type)) + " V " +
+               std::string(type_name(cs.v_type)) + " tokens " + std::to_string(cs.n_tokens) +
+               " heads " + std::to_string(cs.n_head) + "/" + std::to_string(cs.n_head_kv) +
+               " head_dim " + std::to_string(cs.head_dim) + " n_kv " + std::to_string(cs.n_kv));
+  const int64_t n_kv_elems = cs.n_head_kv * cs.head_dim;
+  std::vector<float> kd, vd;
+  const std::vector<uint8_t> k = make_rows(cs.k_type, cs.n_kv, n_kv_elems, rng, kd);
+  const std::vector<uint8_t> v = make_rows(cs.v_type, cs.n_kv, n_kv_elems, rng, vd);
+  const KvView kv{cs.k_type, k.data(), row_size(cs.k_type, n_kv_elems),
+                  cs.v_type, v.data(), row_size(cs.v_type, n_kv_elems), cs.n_kv};
+  const AttentionParams p{cs.n_tokens,  cs.n_head, cs.n_head_kv, cs.head_dim,
+                          1.0f / std::sqrt(static_cast<float>(cs.head_dim)), cs.softcap};
+  const std::vector<float> q = random_floats(rng, cs.n_tokens * cs.n_head * cs.head_dim, 1.0f, 17);
+
+  // Mask: causal over the last n_tokens cells, a few random holes, the last token sees nothing.
+  const int64_t mask_stride = cs.n_kv + 3;
+  std::vector<float> mask(cs.n_tokens * mask_stride, 0.0f);
+  std::bernoulli_distribution hole(0.1);
+  for (int64_t t = 0; t < cs.n_tokens; ++t) {
+    for (int64_t c = 0; c < cs.n_kv; ++c) {
+      const bool future = c > cs.n_kv - cs.n_tokens + t;
+      const bool hidden = (cs.n_tokens > 1 && t == cs.n_tokens - 1) || hole(rng);
+      if (future || hidden) mask[t * mask_stride + c] = -INFINITY;
+    }
+  }
+
+  const size_t n_out = cs.n_tokens * cs.n_head * cs.head_dim;
+  std::vector<float> want_exact(n_out), want_q(n_out);
+  ref::attention(p, q.data(), kv, mask.data(), mask_stride, want_exact.data(), false);
+  ref::attention(p, q.data(), kv, mask.data(), mask_stride, want_q.data(), true);
+
+  // Per (token, head) bounds.
+  const int64_t gqa = cs.n_head / cs.n_head_kv;
+  std::vector<double> delta_f(cs.n_tokens * cs.n_head), delta_q(cs.n_tokens * cs.n_head);
+  double vmax = 0.0;
+  for (float x : vd) vmax = std::max(vmax, static_cast<double>(std::fabs(x)));
+  for (int64_t t = 0; t < cs.n_tokens; ++t) {
+    for (int64_t h = 0; h < cs.n_head; ++h) {
+      const float* qv = q.data() + (t * cs.n_head + h) * cs.head_dim;
+      double df = 0.0, dq = 0.0;
+      for (int64_t c = 0; c < cs.n_kv; ++c) {
+        if (mask[t * mask_stride + c] == -INFINITY) continue;
+        const float* kc = kd.data() + c * n_kv_elems + (h / gqa) * cs.head_dim;
+        double mag = 0.0, qerr = 0.0;
+        for (int64_t b = 0; b < cs.head_dim; b += 32) {
+          float amax = 0.0f;
+          double ksum = 0.0;
+          for (int i = 0; i < 32; ++i) {
+            amax = std::max(amax, std::fabs(qv[b + i]));
+            ksum += std::fabs(kc[b + i]);
+            mag += std::fabs(qv[b + i] * kc[b + i]);
+          }
+          qerr += amax / 254.0 * ksum;
+        }
+        df = std::max(df, 2e-5 * p.scale * mag);
+        dq = std::max(dq, p.scale * qerr);
+      }
+      delta_f[t * cs.n_head + h] = df;
+      delta_q[t * cs.n_head + h] = dq;
+    }
+  }
+
+  ThreadPool pool(2);
+  for_each_target([&] {
+    const bool quantized_q = internal::int_dot_active() && !is_float_type(cs.k_type);
+    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> out(n_out, NAN);
+      attention(p, q.data(), kv, mask.data(), mask_stride, out.data(), tp);
+      for (int64_t t = 0; t < cs.n_tokens; ++t) {
+        for (int64_t h = 0; h < cs.n_head; ++h) {
+          const double df = delta_f[t * cs.n_head + h];
+          const double dq = quantized_q ? delta_q[t * cs.n_head + h] : 0.0;
+          const double tight = (std::expm1(2 * df) + 1e-5) * vmax + 1e-6;
+          const double loose = (std::expm1(2 * (df + dq)) + 1e-5) * vmax + 1e-6;
+          for (int64_t i = 0; i < cs.head_dim; ++i) {
+            const size_t o = (t * cs.n_head + h) * cs.head_dim + i;
+            const std::vector<float>& same_q = quantized_q ? want_q : want_exact;
+            ASSERT_NEAR(out[o], same_q[o], tight)
+                << "t=" << t << " h=" << h << " i=" << i << " threads=" << (tp ? 2 : 1);
+            ASSERT_NEAR(out[o], want_exact[o], loose) << "vs exact, t=" << t << " h=" << h;
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(AttentionTest, MatchesReferenceForEveryCacheType) {
+  std::mt19937 rng(42);
+  const std::vector<std::pair<GgmlType, GgmlType>> types = {
+      {GgmlType::F32, GgmlType::F32},       {GgmlType::F16, GgmlType::F16},
+      {GgmlType::BF16, GgmlType::BF16},     {GgmlType::Q8_0, GgmlType::Q8_0},
+      {GgmlType::Q4_0, GgmlType::Q4_0},     {GgmlType::Q4_1, GgmlType::Q4_1},
+      {GgmlType::Q5_0, GgmlType::Q5_0},     {GgmlType::Q5_1, GgmlType::Q5_1},
+      {GgmlType::IQ4_NL, GgmlType::IQ4_NL}, {GgmlType::Q8_0, GgmlType::F16},
+      {GgmlType::F16, GgmlType::Q4_0}};
+  for (const auto& [kt, vt] : types) {
+    // Decoding, SmolLM2 heads, enough cells to split the cell range across tasks.
+    check_case({kt, vt, 1, 9, 3, 64, 700, 0.0f}, rng);
+    // A prompt chunk, Gemma 3 heads (one K/V head, head_dim 256), causal mask.
+    check_case({kt, vt, 20, 4, 1, 256, 90, 0.0f}, rng);
+  }
+}
+
+TEST(AttentionTest, PaddedHeadDimSoftcapAndSmallCaches) {
+  std::mt19937 rng(43);
+  check_case({GgmlType::F16, GgmlType::F16, 3, 6, 2, 96, 40, 0.0f}, rng);
+  check_case({GgmlType::Q8_0, GgmlType::Q8_0, 3, 6, 2, 96, 40, 0.0f}, rng);
+  check_case({GgmlType::Q4_1, GgmlType::F32, 5, 8, 8, 32, 7, 0.0f}, rng);
+  check_case({GgmlType::F32, GgmlType::F32, 2, 4, 2, 64, 130, 30.0f}, rng);
+  check_case({GgmlType::Q8_0, GgmlType::Q8_0, 2, 4, 2, 64, 130, 30.0f}, rng);
+}
+
+TEST(AttentionTest, NoMaskAndEmptyCache) {
+  std::mt19937 rng(44);
+  const int64_t hd = 64, n_kv = 33;
+  std::vector<float> kd, vd;
+  const std::vector<uint8_t> k = make_rows(GgmlType::Q8_0, n_kv, hd, rng, kd);
+  const std::vector<uint8_t> v = make_rows(GgmlType::Q8_0, n_kv, hd, rng, vd);
+  const KvView kv{GgmlType::Q8_0, k.data(), row_size(GgmlType::Q8_0, hd),
+                  GgmlType::Q8_0, v.data(), row_size(GgmlType::Q8_0, hd), n_kv};
+  const AttentionParams p{2, 2, 1, hd, 0.125f, 0.0f};
+  const std::vector<float> q = random_floats(rng, 2 * 2 * hd);
+  std::vector<float> out(2 * 2 * hd), want(2 * 2 * hd);
+  attention(p, q.data(), kv, nullptr, 0, out.data(), nullptr);
+  ref::attention(p, q.data(), kv, nullptr, 0, want.data(), internal::int_dot_active());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-3);
+  KvView empty = kv;
+  empty.n_kv = 0;
+  attention(p, q.data(), empty, nullptr, 0, out.data(), nullptr);
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace mnemo::kernels
