@@ -45,8 +45,23 @@
 //   seq_pos_max(seq)            highest position of seq held, -1 when none (or seq out of range).
 //
 // Costs: every sequence operation is O(cells touched * log n); seq_pos_min / seq_pos_max are O(1).
+//
+// --- recurrent memory (RecurrentState, HybridMemory: include/mnemo/recurrent_state.h) ---------
+// A recurrent layer keeps one fixed-size state per sequence that summarizes every token read so
+// far; it cannot forget a suffix. Such memories honour seq_rm of a tail only by restoring a
+// checkpoint (a snapshot of the state taken every N tokens), which may cut the sequence further
+// back than asked; a head or middle range cannot be removed at all. To truncate without guessing:
+//
+//   plan_truncate(seq, p)       "can I keep positions [0, p) of seq, and how many tokens must I
+//                               decode again?": TruncatePlan{keep, n_redo}. keep <= p is where
+//                               decoding resumes; seq_rm(seq, keep, -1) then succeeds and leaves
+//                               seq_pos_max(seq) == keep - 1; the caller re-decodes [keep, p)
+//                               (n_redo = p - keep tokens). keep == 0: nothing can be kept.
+//                               Attention-only memories keep every position: keep = min(p, end).
+// ----------------------------------------------------------------------------------------------
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -63,6 +78,7 @@
 namespace mnemo {
 
 class KvCacheContext;
+class RecurrentStateContext;  // include/mnemo/recurrent_state.h
 
 /// Outcome of preparing or running a memory transaction (a capacity outcome, STYLE habit 6).
 enum class MemoryStatus : uint8_t {
@@ -114,6 +130,9 @@ class MemoryContext {
   /// The KV context that governs attention layer il (views, placement, masks), or nullptr when
   /// the memory holds no K/V for that layer.
   virtual const KvCacheContext* kv_for_layer(uint32_t il) const { return nullptr; }
+  /// The recurrent-state context that governs recurrent layer il (conv / ssm state of the current
+  /// ubatch's sequence), or nullptr when the memory holds no state for that layer.
+  virtual const RecurrentStateContext* rs_for_layer(uint32_t il) const { return nullptr; }
 
  private:
   MemoryStatus status_;
@@ -152,6 +171,12 @@ struct MemoryBreakdown {
   std::string to_string() const;
 };
 
+/// Answer of Memory::plan_truncate (see "recurrent memory" at the top of this header).
+struct TruncatePlan {
+  Pos keep = 0;         // positions [0, keep) survive seq_rm(seq, keep, -1); decoding resumes here
+  uint32_t n_redo = 0;  // p - keep: tokens the caller must decode again to reach position p
+};
+
 /// The memory interface. Implementations are owned through std::unique_ptr and are neither
 /// copyable nor movable (contexts keep a pointer to them); an explicit copy() exists where a
 /// deep copy is needed.
@@ -186,6 +211,17 @@ class Memory {
   virtual Status seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) = 0;
   virtual Pos seq_pos_min(SeqId seq) const = 0;
   virtual Pos seq_pos_max(SeqId seq) const = 0;
+  /// How far seq can be cut back to keep positions [0, p), without changing anything. Errors:
+  /// kInvalidArgument for seq outside [0, n_seq_max) or p < 0. The default suits memories that
+  /// keep every position (KvCache); recurrent memories override it.
+  virtual Result<TruncatePlan> plan_truncate(SeqId seq, Pos p) const {
+    if (seq < 0 || static_cast<uint32_t>(seq) >= n_seq_max() || p < 0) {
+      return Status::invalid_argument("plan_truncate: seq_id " + std::to_string(seq) +
+                                      " or position " + std::to_string(p) + " is out of range");
+    }
+    const Pos keep = std::min<Pos>(p, seq_pos_max(seq) + 1);
+    return TruncatePlan{keep, static_cast<uint32_t>(p - keep)};
+  }
 
   /// Empties every cell of every sequence (storage stays allocated).
   virtual void clear() = 0;

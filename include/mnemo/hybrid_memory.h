@@ -1,0 +1,109 @@
+// HybridMemory: the memory of models that mix attention and recurrent layers (Granite 4.0-H,
+// Bamba, ...; DESIGN.md §3), composed of a KvCache for the attention layers and a RecurrentState
+// for the recurrent layers behind the Memory interface (STYLE.md habit 3).
+//
+// One transaction over both: init_batch validates once (one sequence per row, as the recurrent
+// state needs), splits once with the recurrent split (split_seq, cut at checkpoint boundaries;
+// every such ubatch is also a valid ubatch for the KV cache in unified or split mode), plans the
+// KV placement and prepares the recurrent context, and returns a context only if both succeed
+// (nothing changes otherwise). The context applies KV then recurrent state for each ubatch and
+// rolls back both (recurrent first), so after rollback() both children are byte-equal to their
+// state before init_batch.
+//
+// Sequence operations are checked on both children before either changes, then done on both.
+// seq_rm of a tail follows the recurrent child: the KV child is cut at the same point, so both
+// hold the same positions (plan_truncate is the recurrent child's answer). seq_pos_max is the
+// same in both children; seq_pos_min is the larger of the two minimums.
+//
+// Lifetime: created by HybridMemory::create as a std::unique_ptr; neither copyable nor movable;
+// copy() deep-copies. Single-threaded (the server loop owns it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "mnemo/kv_cache.h"
+#include "mnemo/memory.h"
+#include "mnemo/recurrent_state.h"
+
+namespace mnemo {
+
+class HybridMemory;
+
+struct HybridMemoryConfig {
+  /// The attention layers' cache. Its layer_filter must select exactly the layers that `rs`
+  /// does not hold (create() fills it in when null).
+  KvCacheConfig kv;
+  /// The recurrent layers' state (layer_filter: the recurrent layers; required).
+  RecurrentStateConfig rs;
+};
+
+/// The transaction of a HybridMemory: a KV context and a recurrent context moved in lockstep.
+class HybridMemoryContext final : public MemoryContext {
+ public:
+  std::span<const Ubatch> ubatches() const override { return rs_->ubatches(); }
+  uint32_t ubatch_index() const override { return rs_->ubatch_index(); }
+  const Ubatch& ubatch() const override { return rs_->ubatch(); }
+  bool next() override;
+  Status apply() override;
+  void rollback() override;
+  /// kv() for attention layers, nullptr for recurrent ones.
+  const KvCacheContext* kv_for_layer(uint32_t il) const override;
+  /// rs() for recurrent layers, nullptr for attention ones.
+  const RecurrentStateContext* rs_for_layer(uint32_t il) const override;
+
+  const KvCacheContext& kv() const { return *kv_; }
+  const RecurrentStateContext& rs() const { return *rs_; }
+
+ private:
+  friend class HybridMemory;
+  HybridMemoryContext(MemoryStatus status, std::unique_ptr<KvCacheContext> kv,
+                      std::unique_ptr<RecurrentStateContext> rs);
+
+  std::unique_ptr<KvCacheContext> kv_;
+  std::unique_ptr<RecurrentStateContext> rs_;
+};
+
+class HybridMemory final : public Memory {
+ public:
+  /// Errors: kInvalidArgument for a config either child rejects, a missing rs.layer_filter,
+  /// different n_seq_max or layer counts in the two children, or a layer held by both / neither;
+  /// kNoSpace when storage cannot be mapped.
+  static Result<std::unique_ptr<HybridMemory>> create(HybridMemoryConfig config);
+  Result<std::unique_ptr<HybridMemory>> copy() const;
+
+  // Memory (semantics in the header comment and in memory.h).
+  using Memory::init_batch;
+  std::unique_ptr<MemoryContext> init_batch(const Batch& batch, uint32_t n_ubatch,
+                                            const BatchLimits& limits) override;
+  std::unique_ptr<MemoryContext> init_full() override;
+  /// The KV child's pending shifts (the recurrent child has none).
+  std::unique_ptr<MemoryContext> init_update() override;
+  Status seq_rm(SeqId seq, Pos p0, Pos p1) override;
+  Status seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) override;
+  Status seq_keep(SeqId seq) override;
+  Status seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) override;
+  Status seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) override;
+  Pos seq_pos_min(SeqId seq) const override;
+  Pos seq_pos_max(SeqId seq) const override;
+  Result<TruncatePlan> plan_truncate(SeqId seq, Pos p) const override;
+  void clear() override;
+  /// Both children's tensors and streams: parts "kv", "rs", "rs_ckpt".
+  MemoryBreakdown breakdown() const override;
+  uint32_t n_seq_max() const override { return rs_->n_seq_max(); }
+
+  const KvCache& kv() const { return *kv_; }
+  const RecurrentState& rs() const { return *rs_; }
+  KvCache& kv() { return *kv_; }
+  RecurrentState& rs() { return *rs_; }
+
+ private:
+  HybridMemory(std::unique_ptr<KvCache> kv, std::unique_ptr<RecurrentState> rs)
+      : kv_(std::move(kv)), rs_(std::move(rs)) {}
+
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<RecurrentState> rs_;
+};
+
+}  // namespace mnemo

@@ -1,0 +1,667 @@
+// RecurrentState: creation, the split at checkpoint boundaries, the journaled commit of a
+// ubatch, sequence operations with checkpoints, accounting. Contract: include/mnemo/recurrent_state.h.
+
+#include "mnemo/recurrent_state.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace mnemo {
+
+// The undo log of one transaction: what apply() overwrote, saved the first time.
+struct RsJournal {
+  struct SeqSave {
+    SeqId seq = 0;
+    RecurrentState::SeqMeta meta;
+    std::vector<float> slot;  // [n_floats] the slot before the forward pass wrote it
+  };
+  struct PoolSave {
+    uint32_t slot = 0;
+    std::vector<float> bytes;  // [n_floats] a live checkpoint before it was replaced
+  };
+  std::vector<SeqSave> seqs;
+  std::vector<PoolSave> pool;
+  std::vector<uint8_t> seq_saved;   // [n_seq_max]
+  std::vector<uint8_t> pool_saved;  // [n_seq_max * n_checkpoints]
+
+  bool empty() const { return seqs.empty() && pool.empty(); }
+};
+
+namespace {
+
+constexpr Pos kPosMax = INT32_MAX - 1;
+
+struct Range {
+  Pos lo;
+  Pos hi;  // exclusive
+  bool empty() const { return lo >= hi; }
+};
+
+Range open_range(Pos p0, Pos p1) { return {p0 < 0 ? 0 : p0, p1 < 0 ? INT32_MAX : p1}; }
+
+// Rows [b, e) of a single-sequence ubatch, as a ubatch of its own.
+Ubatch slice_ubatch(const Ubatch& u, uint32_t b, uint32_t e) {
+  Ubatch o;
+  o.strategy = u.strategy;
+  o.n_embd = u.n_embd;
+  o.seqs = u.seqs;
+  o.n_seq_tokens = e - b;
+  if (!u.token.empty()) o.token.assign(u.token.begin() + b, u.token.begin() + e);
+  if (!u.embd.empty()) {
+    o.embd.assign(u.embd.begin() + size_t(b) * u.n_embd, u.embd.begin() + size_t(e) * u.n_embd);
+  }
+  o.pos.assign(u.pos.begin() + b, u.pos.begin() + e);
+  o.output.assign(u.output.begin() + b, u.output.begin() + e);
+  o.batch_row.assign(u.batch_row.begin() + b, u.batch_row.begin() + e);
+  o.seq_begin.push_back(0);
+  for (uint32_t i = b; i < e; ++i) {
+    for (SeqId s : u.seq_ids(i)) o.seq_id_flat.push_back(s);
+    o.seq_begin.push_back(static_cast<uint32_t>(o.seq_id_flat.size()));
+  }
+  return o;
+}
+
+std::string pos_list(const std::vector<Pos>& v) {
+  if (v.empty()) return "none";
+  std::string s;
+  for (Pos p : v) s += (s.empty() ? "" : ", ") + std::to_string(p);
+  return s;
+}
+
+}  // namespace
+
+// --- context -----------------------------------------------------------------------------------
+
+RecurrentStateContext::RecurrentStateContext(RecurrentState* state, Mode mode, MemoryStatus status,
+                                             std::string message)
+    : MemoryContext(status, std::move(message)),
+      state_(state),
+      mode_(mode),
+      journal_(std::make_unique<RsJournal>()) {}
+
+RecurrentStateContext::~RecurrentStateContext() = default;
+
+std::span<const Ubatch> RecurrentStateContext::ubatches() const {
+  if (!ubatches_) return {};
+  return {ubatches_->data(), ubatches_->size()};
+}
+
+const Ubatch& RecurrentStateContext::ubatch() const {
+  if (!ubatches_ || ubatches_->empty()) return MemoryContext::ubatch();
+  return (*ubatches_)[cur_];
+}
+
+bool RecurrentStateContext::next() {
+  if (!ubatches_ || cur_ + 1 >= ubatches_->size()) return false;
+  ++cur_;
+  return true;
+}
+
+Status RecurrentStateContext::apply() {
+  if (!ok()) return MemoryContext::apply();
+  CHECK(!spent_) << "apply() after rollback()";
+  if (mode_ == Mode::kFull) return Status();
+  CHECK(state_->epoch_ == epoch_) << "the recurrent state changed since init_batch";
+  CHECK(n_applied_ == cur_) << "ubatch " << cur_ << " applied out of order (" << n_applied_
+                            << " applied)";
+  state_->apply_ubatch((*ubatches_)[cur_], journal_.get());
+  n_applied_ = cur_ + 1;
+  epoch_ = ++state_->epoch_;
+  return Status();
+}
+
+void RecurrentStateContext::rollback() {
+  if (!ok() || spent_) return;
+  spent_ = true;
+  if (journal_->empty()) return;
+  CHECK(state_->epoch_ == epoch_) << "the recurrent state changed after this context's apply()";
+  state_->undo(journal_.get());
+  ++state_->epoch_;
+}
+
+const RecurrentStateContext* RecurrentStateContext::rs_for_layer(uint32_t il) const {
+  return state_->holds_layer(il) ? this : nullptr;
+}
+
+SeqId RecurrentStateContext::seq() const {
+  const Ubatch& ub = ubatch();
+  CHECK(ub.n_tokens() > 0) << "no current ubatch";
+  return ub.seq_id(0);
+}
+
+float* RecurrentStateContext::conv_state(uint32_t il) const { return state_->conv_state(il, seq()); }
+
+float* RecurrentStateContext::ssm_state(uint32_t il) const { return state_->ssm_state(il, seq()); }
+
+// --- creation ----------------------------------------------------------------------------------
+
+RecurrentState::RecurrentState(RecurrentStateConfig config, std::vector<int64_t> off_r,
+                               std::vector<int64_t> off_s, size_t n_floats, AlignedBuffer slots,
+                               AlignedBuffer ckpt_pool)
+    : config_(std::move(config)),
+      layer_off_r_(std::move(off_r)),
+      layer_off_s_(std::move(off_s)),
+      n_floats_(n_floats),
+      slots_(std::move(slots)),
+      ckpt_pool_(std::move(ckpt_pool)),
+      seqs_(config_.n_seq_max) {}
+
+RecurrentState::~RecurrentState() = default;
+
+Result<std::unique_ptr<RecurrentState>> RecurrentState::create(RecurrentStateConfig config) {
+  const auto bad = [](const std::string& m) {
+    return Status::invalid_argument("RecurrentState: " + m);
+  };
+  if (config.n_seq_max == 0 || config.n_seq_max > kMaxSeq) {
+    return bad("n_seq_max = " + std::to_string(config.n_seq_max) + " is outside [1, " +
+               std::to_string(kMaxSeq) + "]");
+  }
+  if (config.n_embd_r.size() != config.n_embd_s.size()) {
+    return bad("n_embd_r has " + std::to_string(config.n_embd_r.size()) +
+               " layers but n_embd_s has " + std::to_string(config.n_embd_s.size()));
+  }
+  if ((config.checkpoint_interval == 0) != (config.n_checkpoints == 0)) {
+    return bad("checkpoint_interval (" + std::to_string(config.checkpoint_interval) +
+               ") and n_checkpoints (" + std::to_string(config.n_checkpoints) +
+               ") must both be zero or both positive");
+  }
+  const size_t n_layer = config.n_embd_r.size();
+  std::vector<int64_t> off_r(n_layer, -1), off_s(n_layer, -1);
+  size_t n = 0;
+  for (uint32_t il = 0; il < n_layer; ++il) {
+    if (config.layer_filter && !config.layer_filter(il)) continue;
+    if (uint64_t{config.n_embd_r[il]} + config.n_embd_s[il] == 0) {
+      return bad("recurrent layer " + std::to_string(il) + " has no state (n_embd_r = n_embd_s = 0)");
+    }
+    off_r[il] = static_cast<int64_t>(n);
+    n += config.n_embd_r[il];
+    off_s[il] = static_cast<int64_t>(n);
+    n += config.n_embd_s[il];
+  }
+  if (n == 0) return bad("no recurrent layer");
+  const uint64_t bytes_per_seq = uint64_t{n} * sizeof(float);
+  const uint64_t n_ckpt_slots = uint64_t{config.n_seq_max} * config.n_checkpoints;
+  if (bytes_per_seq * (config.n_seq_max + n_ckpt_slots) > (uint64_t{1} << 46)) {
+    return Status::no_space("RecurrentState: " + std::to_string(bytes_per_seq) +
+                            " bytes per state times " +
+                            std::to_string(config.n_seq_max + n_ckpt_slots) + " states is too large");
+  }
+  Result<AlignedBuffer> slots = AlignedBuffer::allocate(bytes_per_seq * config.n_seq_max);
+  if (!slots.ok()) return slots.status().with_context("RecurrentState slots");
+  Result<AlignedBuffer> pool = AlignedBuffer::allocate(bytes_per_seq * n_ckpt_slots);
+  if (!pool.ok()) return pool.status().with_context("RecurrentState checkpoints");
+  return std::unique_ptr<RecurrentState>(new RecurrentState(std::move(config), std::move(off_r),
+                                                            std::move(off_s), n,
+                                                            std::move(slots).value(),
+                                                            std::move(pool).value()));
+}
+
+Result<std::unique_ptr<RecurrentState>> RecurrentState::copy() const {
+  MNEMO_ASSIGN_OR_RETURN(AlignedBuffer slots, slots_.copy());
+  MNEMO_ASSIGN_OR_RETURN(AlignedBuffer pool, ckpt_pool_.copy());
+  std::unique_ptr<RecurrentState> c(new RecurrentState(config_, layer_off_r_, layer_off_s_,
+                                                       n_floats_, std::move(slots),
+                                                       std::move(pool)));
+  c->seqs_ = seqs_;
+  return c;
+}
+
+// --- storage access ----------------------------------------------------------------------------
+
+float* RecurrentState::slot_ptr(SeqId seq) const {
+  CHECK(seq >= 0 && static_cast<uint32_t>(seq) < config_.n_seq_max) << "seq_id " << seq;
+  // The buffer is owned by this object; the const accessors hand out the bytes the forward pass
+  // writes, as KvCache's views do.
+  return reinterpret_cast<float*>(const_cast<uint8_t*>(slots_.data())) + size_t(seq) * n_floats_;
+}
+
+float* RecurrentState::ckpt_ptr(uint32_t pool_slot) const {
+  CHECK_LT(pool_slot, config_.n_seq_max * config_.n_checkpoints);
+  return reinterpret_cast<float*>(const_cast<uint8_t*>(ckpt_pool_.data())) +
+         size_t(pool_slot) * n_floats_;
+}
+
+float* RecurrentState::conv_state(uint32_t il, SeqId seq) const {
+  CHECK(holds_layer(il)) << "model layer " << il << " is not recurrent";
+  return slot_ptr(seq) + layer_off_r_[il];
+}
+
+float* RecurrentState::ssm_state(uint32_t il, SeqId seq) const {
+  CHECK(holds_layer(il)) << "model layer " << il << " is not recurrent";
+  return slot_ptr(seq) + layer_off_s_[il];
+}
+
+std::vector<Pos> RecurrentState::checkpoints(SeqId seq) const {
+  std::vector<Pos> out;
+  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return out;
+  for (const Checkpoint& c : seqs_[seq].ckpts) out.push_back(c.pos);
+  return out;
+}
+
+std::span<const float> RecurrentState::slot(SeqId seq) const { return {slot_ptr(seq), n_floats_}; }
+
+std::span<const float> RecurrentState::checkpoint(SeqId seq, Pos pos) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return {};
+  for (const Checkpoint& c : seqs_[seq].ckpts) {
+    if (c.pos == pos) return {ckpt_ptr(c.slot), n_floats_};
+  }
+  return {};
+}
+
+const RecurrentState::Checkpoint* RecurrentState::find_checkpoint(SeqId seq, Pos pos) const {
+  const Checkpoint* best = nullptr;
+  for (const Checkpoint& c : seqs_[seq].ckpts) {
+    if (c.pos <= pos) best = &c;
+  }
+  return best;
+}
+
+void RecurrentState::reset_seq(SeqId seq) { seqs_[seq] = SeqMeta{}; }
+
+// --- contexts ----------------------------------------------------------------------------------
+
+BatchLimits RecurrentState::batch_limits(const BatchLimits& base) const {
+  BatchLimits l = base;
+  l.n_seq_max = config_.n_seq_max;
+  l.allow_multi_seq_rows = false;  // one state per sequence: share a prefix with seq_cp
+  return l;
+}
+
+Result<std::vector<Ubatch>> RecurrentState::split(const PreparedBatch& batch,
+                                                  uint32_t n_ubatch) const {
+  MNEMO_ASSIGN_OR_RETURN(std::vector<Ubatch> ubs, split_batch(batch, SplitStrategy::kSeq, n_ubatch));
+  const uint32_t n = config_.checkpoint_interval;
+  if (n == 0) return ubs;
+  // A checkpoint is the state after position k*N - 1, which exists between two forward passes
+  // only if a ubatch starts at k*N: cut there.
+  std::vector<Ubatch> out;
+  out.reserve(ubs.size());
+  for (Ubatch& u : ubs) {
+    uint32_t b = 0;
+    for (uint32_t i = 1; i < u.n_tokens(); ++i) {
+      if (u.pos[i] % static_cast<Pos>(n) == 0) {
+        out.push_back(slice_ubatch(u, b, i));
+        b = i;
+      }
+    }
+    if (b == 0) {
+      out.push_back(std::move(u));
+    } else {
+      out.push_back(slice_ubatch(u, b, u.n_tokens()));
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<RecurrentStateContext> RecurrentState::prepare(
+    std::shared_ptr<const std::vector<Ubatch>> ubatches) {
+  CHECK(ubatches != nullptr);
+  for (const Ubatch& ub : *ubatches) {  // prepare() takes validated, split ubatches
+    CHECK(ub.n_tokens() > 0 && ub.seqs.size() == 1) << "a recurrent ubatch holds one sequence";
+    for (uint32_t r = 0; r < ub.n_tokens(); ++r) {
+      CHECK(ub.seq_ids(r).size() == 1 && ub.seq_id(r) == ub.seqs[0] && ub.pos[r] >= 0);
+    }
+  }
+  std::unique_ptr<RecurrentStateContext> ctx(
+      new RecurrentStateContext(this, RecurrentStateContext::Mode::kBatch));
+  ctx->ubatches_ = std::move(ubatches);
+  ctx->epoch_ = epoch_;
+  return ctx;
+}
+
+std::unique_ptr<MemoryContext> RecurrentState::init_batch(const Batch& batch, uint32_t n_ubatch,
+                                                          const BatchLimits& limits) {
+  Result<PreparedBatch> pb =
+      prepare_batch(batch, batch_limits(limits), [this](SeqId s) { return seq_pos_max(s); });
+  if (!pb.ok()) {
+    return std::make_unique<MemoryContext>(MemoryStatus::kInvalidBatch, pb.status().message());
+  }
+  Result<std::vector<Ubatch>> ubs = split(*pb, n_ubatch);
+  if (!ubs.ok()) {
+    return std::make_unique<MemoryContext>(MemoryStatus::kInvalidBatch, ubs.status().message());
+  }
+  return prepare(std::make_shared<const std::vector<Ubatch>>(std::move(ubs).value()));
+}
+
+std::unique_ptr<MemoryContext> RecurrentState::init_full() {
+  std::unique_ptr<RecurrentStateContext> ctx(
+      new RecurrentStateContext(this, RecurrentStateContext::Mode::kFull));
+  ctx->epoch_ = epoch_;
+  return ctx;
+}
+
+std::unique_ptr<MemoryContext> RecurrentState::init_update() {
+  return std::make_unique<MemoryContext>(MemoryStatus::kNoUpdate,
+                                         "recurrent state has no pending shifts");
+}
+
+void RecurrentState::apply_ubatch(const Ubatch& ub, RsJournal* journal) {
+  const SeqId s = ub.seqs[0];
+  SeqMeta& m = seqs_[s];
+  const size_t bytes = n_floats_ * sizeof(float);
+  if (journal->seq_saved.empty()) {
+    journal->seq_saved.assign(config_.n_seq_max, 0);
+    journal->pool_saved.assign(size_t(config_.n_seq_max) * config_.n_checkpoints, 0);
+  }
+  if (!journal->seq_saved[s]) {
+    journal->seq_saved[s] = 1;
+    RsJournal::SeqSave& save = journal->seqs.emplace_back();
+    save.seq = s;
+    save.meta = m;
+    save.slot.assign(slot_ptr(s), slot_ptr(s) + n_floats_);
+  }
+  const Pos p = ub.pos[0];
+  CHECK(p == m.pos_max + 1) << "seq_id " << s << " continues at " << p << ", holds up to "
+                            << m.pos_max;
+  if (m.pos_max < 0) {
+    std::memset(slot_ptr(s), 0, bytes);  // a new sequence starts from the zero state
+    m.pos_min = p;
+  }
+  const uint32_t n = config_.checkpoint_interval;
+  if (n > 0 && p > 0 && p % static_cast<Pos>(n) == 0 &&
+      (m.ckpts.empty() || m.ckpts.back().pos != p - 1)) {
+    // Snapshot the state after p - 1 (the slot, before this ubatch's forward pass writes it).
+    const uint32_t first = static_cast<uint32_t>(s) * config_.n_checkpoints;
+    uint32_t slot = first;
+    if (m.ckpts.size() < config_.n_checkpoints) {
+      std::vector<uint8_t> used(config_.n_checkpoints, 0);
+      for (const Checkpoint& c : m.ckpts) used[c.slot - first] = 1;
+      while (used[slot - first]) ++slot;
+    } else {
+      slot = m.ckpts.front().slot;  // the oldest goes
+      m.ckpts.erase(m.ckpts.begin());
+      if (!journal->pool_saved[slot]) {
+        journal->pool_saved[slot] = 1;
+        journal->pool.push_back({slot, std::vector<float>(ckpt_ptr(slot), ckpt_ptr(slot) + n_floats_)});
+      }
+    }
+    std::memcpy(ckpt_ptr(slot), slot_ptr(s), bytes);
+    m.ckpts.push_back({p - 1, slot});
+  }
+  m.pos_max = ub.pos.back();
+}
+
+void RecurrentState::undo(RsJournal* journal) {
+  for (auto it = journal->pool.rbegin(); it != journal->pool.rend(); ++it) {
+    std::memcpy(ckpt_ptr(it->slot), it->bytes.data(), n_floats_ * sizeof(float));
+  }
+  for (auto it = journal->seqs.rbegin(); it != journal->seqs.rend(); ++it) {
+    seqs_[it->seq] = it->meta;
+    std::memcpy(slot_ptr(it->seq), it->slot.data(), n_floats_ * sizeof(float));
+  }
+  *journal = RsJournal{};
+}
+
+// --- sequence operations -----------------------------------------------------------------------
+
+Status RecurrentState::check_seq(SeqId seq, const char* op, const char* what) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) {
+    return Status::invalid_argument(std::string(op) + ": " + what + " " + std::to_string(seq) +
+                                    " is outside [0, n_seq_max = " +
+                                    std::to_string(config_.n_seq_max) + ")");
+  }
+  return Status();
+}
+
+Status RecurrentState::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
+  if (seq < 0) {
+    for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) {
+      MNEMO_RETURN_IF_ERROR(check_seq_rm(s, p0, p1));
+    }
+    return Status();
+  }
+  MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_rm", "seq_id"));
+  const SeqMeta& m = seqs_[seq];
+  const Range r = open_range(p0, p1);
+  if (m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) return Status();
+  if (r.lo <= m.pos_min && r.hi > m.pos_max) return Status();  // the whole sequence
+  if (r.hi <= m.pos_max) {
+    return Status::not_supported(
+        "seq_rm: positions [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + ") of seq_id " +
+        std::to_string(seq) + " cannot be removed from a recurrent state holding [" +
+        std::to_string(m.pos_min) + ", " + std::to_string(m.pos_max) +
+        "]: a state can only be cut back to a checkpoint (a tail), or emptied");
+  }
+  if (find_checkpoint(seq, r.lo - 1) == nullptr) {
+    return Status::out_of_range(
+        "seq_rm: seq_id " + std::to_string(seq) + " cannot be cut back to position " +
+        std::to_string(r.lo - 1) + ": no checkpoint at or before it (checkpoints: " +
+        pos_list(checkpoints(seq)) + "); remove the whole sequence and decode it again");
+  }
+  return Status();
+}
+
+Status RecurrentState::seq_rm(SeqId seq, Pos p0, Pos p1) {
+  MNEMO_RETURN_IF_ERROR(check_seq_rm(seq, p0, p1));
+  const Range r = open_range(p0, p1);
+  auto rm_one = [&](SeqId s) {
+    SeqMeta& m = seqs_[s];
+    if (m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) return;
+    if (r.lo <= m.pos_min) {
+      reset_seq(s);
+      return;
+    }
+    const Checkpoint* c = find_checkpoint(s, r.lo - 1);
+    CHECK(c != nullptr);
+    const Pos keep = c->pos;
+    std::memcpy(slot_ptr(s), ckpt_ptr(c->slot), n_floats_ * sizeof(float));
+    m.pos_max = keep;
+    m.ckpts.erase(std::remove_if(m.ckpts.begin(), m.ckpts.end(),
+                                 [keep](const Checkpoint& k) { return k.pos > keep; }),
+                  m.ckpts.end());
+  };
+  if (seq < 0) {
+    for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) rm_one(s);
+  } else {
+    rm_one(seq);
+  }
+  ++epoch_;
+  return Status();
+}
+
+Status RecurrentState::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const {
+  MNEMO_RETURN_IF_ERROR(check_seq(src, "seq_cp", "source seq_id"));
+  MNEMO_RETURN_IF_ERROR(check_seq(dst, "seq_cp", "destination seq_id"));
+  const SeqMeta& m = seqs_[src];
+  const Range r = open_range(p0, p1);
+  if (src == dst || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+    return Status();
+  }
+  if (r.lo > m.pos_min) {
+    return Status::not_supported("seq_cp: a recurrent state of seq_id " + std::to_string(src) +
+                                 " covers positions from " + std::to_string(m.pos_min) +
+                                 " on; copying only positions from " + std::to_string(r.lo) +
+                                 " is not possible");
+  }
+  if (r.hi <= m.pos_max && find_checkpoint(src, r.hi - 1) == nullptr) {
+    return Status::out_of_range("seq_cp: seq_id " + std::to_string(src) +
+                                " has no checkpoint at or before position " +
+                                std::to_string(r.hi - 1) + " (checkpoints: " +
+                                pos_list(checkpoints(src)) + ")");
+  }
+  return Status();
+}
+
+Status RecurrentState::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
+  MNEMO_RETURN_IF_ERROR(check_seq_cp(src, dst, p0, p1));
+  const SeqMeta& m = seqs_[src];
+  const Range r = open_range(p0, p1);
+  if (src == dst || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+    return Status();
+  }
+  const size_t bytes = n_floats_ * sizeof(float);
+  SeqMeta d;
+  d.pos_min = m.pos_min;
+  if (r.hi > m.pos_max) {
+    d.pos_max = m.pos_max;
+    std::memcpy(slot_ptr(dst), slot_ptr(src), bytes);
+  } else {
+    const Checkpoint* c = find_checkpoint(src, r.hi - 1);
+    d.pos_max = c->pos;
+    std::memcpy(slot_ptr(dst), ckpt_ptr(c->slot), bytes);
+  }
+  const uint32_t first = static_cast<uint32_t>(dst) * config_.n_checkpoints;
+  for (const Checkpoint& c : m.ckpts) {
+    if (c.pos > d.pos_max) break;
+    const uint32_t slot = first + static_cast<uint32_t>(d.ckpts.size());
+    std::memcpy(ckpt_ptr(slot), ckpt_ptr(c.slot), bytes);
+    d.ckpts.push_back({c.pos, slot});
+  }
+  seqs_[dst] = std::move(d);
+  ++epoch_;
+  return Status();
+}
+
+Status RecurrentState::check_seq_keep(SeqId seq) const { return check_seq(seq, "seq_keep", "seq_id"); }
+
+Status RecurrentState::seq_keep(SeqId seq) {
+  MNEMO_RETURN_IF_ERROR(check_seq_keep(seq));
+  for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) {
+    if (s != seq) reset_seq(s);
+  }
+  ++epoch_;
+  return Status();
+}
+
+Status RecurrentState::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const {
+  MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_add", "seq_id"));
+  const SeqMeta& m = seqs_[seq];
+  const Range r = open_range(p0, p1);
+  if (delta == 0 || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+    return Status();
+  }
+  if (r.lo > m.pos_min || r.hi <= m.pos_max) {
+    return Status::not_supported("seq_add: a recurrent state moves as a whole; [" +
+                                 std::to_string(r.lo) + ", " + std::to_string(r.hi) +
+                                 ") covers only part of seq_id " + std::to_string(seq) + "'s [" +
+                                 std::to_string(m.pos_min) + ", " + std::to_string(m.pos_max) + "]");
+  }
+  const int64_t lo = int64_t{m.pos_min} + delta;
+  const int64_t hi = int64_t{m.pos_max} + delta;
+  if (lo < 0 || hi > kPosMax) {
+    return Status::invalid_argument("seq_add: moving seq_id " + std::to_string(seq) + " by " +
+                                    std::to_string(delta) + " puts positions outside [0, " +
+                                    std::to_string(kPosMax) + "]");
+  }
+  return Status();
+}
+
+Status RecurrentState::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
+  MNEMO_RETURN_IF_ERROR(check_seq_add(seq, p0, p1, delta));
+  SeqMeta& m = seqs_[seq];
+  const Range r = open_range(p0, p1);
+  if (delta == 0 || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+    return Status();
+  }
+  m.pos_min += delta;
+  m.pos_max += delta;
+  for (Checkpoint& c : m.ckpts) c.pos += delta;
+  ++epoch_;
+  return Status();
+}
+
+Status RecurrentState::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const {
+  MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_div", "seq_id"));
+  if (d < 1) return Status::invalid_argument("seq_div: divisor " + std::to_string(d) + " < 1");
+  const SeqMeta& m = seqs_[seq];
+  const Range r = open_range(p0, p1);
+  if (d == 1 || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+    return Status();
+  }
+  if (r.lo > m.pos_min || r.hi <= m.pos_max) {
+    return Status::not_supported("seq_div: a recurrent state moves as a whole; the range covers "
+                                 "only part of seq_id " + std::to_string(seq));
+  }
+  return Status();
+}
+
+Status RecurrentState::seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) {
+  MNEMO_RETURN_IF_ERROR(check_seq_div(seq, p0, p1, d));
+  SeqMeta& m = seqs_[seq];
+  const Range r = open_range(p0, p1);
+  if (d == 1 || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+    return Status();
+  }
+  m.pos_min /= d;
+  m.pos_max /= d;
+  for (Checkpoint& c : m.ckpts) c.pos /= d;
+  // Checkpoints that now share a position: keep the newest of each.
+  std::vector<Checkpoint> kept;
+  for (const Checkpoint& c : m.ckpts) {
+    if (!kept.empty() && kept.back().pos == c.pos) kept.pop_back();
+    kept.push_back(c);
+  }
+  m.ckpts = std::move(kept);
+  ++epoch_;
+  return Status();
+}
+
+Pos RecurrentState::seq_pos_min(SeqId seq) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return -1;
+  return seqs_[seq].pos_min;
+}
+
+Pos RecurrentState::seq_pos_max(SeqId seq) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return -1;
+  return seqs_[seq].pos_max;
+}
+
+Result<TruncatePlan> RecurrentState::plan_truncate(SeqId seq, Pos p) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max || p < 0) {
+    return Status::invalid_argument("plan_truncate: seq_id " + std::to_string(seq) +
+                                    " or position " + std::to_string(p) + " is out of range");
+  }
+  const SeqMeta& m = seqs_[seq];
+  Pos keep = 0;
+  if (p > m.pos_max) {
+    keep = m.pos_max + 1;  // nothing past p is held (0 for an empty sequence)
+  } else if (p > m.pos_min) {
+    const Checkpoint* c = find_checkpoint(seq, p - 1);
+    keep = c != nullptr ? c->pos + 1 : 0;
+  }
+  return TruncatePlan{keep, static_cast<uint32_t>(p - keep)};
+}
+
+void RecurrentState::clear() {
+  for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) reset_seq(s);
+  ++epoch_;
+}
+
+MemoryBreakdown RecurrentState::breakdown() const {
+  MemoryBreakdown b;
+  const uint32_t n_ckpt_rows = config_.n_seq_max * config_.n_checkpoints;
+  for (const char* part : {"rs", "rs_ckpt"}) {
+    const bool ckpt = part[2] == '_';
+    const uint32_t rows = ckpt ? n_ckpt_rows : config_.n_seq_max;
+    if (rows == 0) continue;
+    MemoryBreakdown::Stream& st = b.streams.emplace_back();
+    st.part = part;
+    st.n_cells = rows;
+    for (const SeqMeta& m : seqs_) st.used += ckpt ? uint32_t(m.ckpts.size()) : (m.pos_max >= 0);
+    st.free = rows - st.used;
+    st.k_type = GgmlType::F32;
+    st.v_type = GgmlType::F32;
+    st.mapped_bytes = ckpt ? ckpt_pool_.mapped_bytes() : slots_.mapped_bytes();
+    for (uint32_t il = 0; il < layer_off_r_.size(); ++il) {
+      if (!holds_layer(il)) continue;
+      for (char kind : {'R', 'S'}) {
+        MemoryBreakdown::Tensor& t = b.tensors.emplace_back();
+        t.part = part;
+        t.layer = il;
+        t.kind = kind;
+        t.type = GgmlType::F32;
+        t.n_embd = kind == 'R' ? config_.n_embd_r[il] : config_.n_embd_s[il];
+        t.n_cells = rows;
+        t.bytes = size_t(t.n_embd) * rows * sizeof(float);
+        st.tensor_bytes += t.bytes;
+      }
+    }
+    b.tensor_bytes += st.tensor_bytes;
+    b.mapped_bytes += st.mapped_bytes;
+  }
+  return b;
+}
+
+}  // namespace mnemo

@@ -1,0 +1,37 @@
+// Test helpers for recurrent memory (linked into tests only): a fake recurrent "model" that folds
+// every token into every word of a layer's states, its independent reference, and byte
+// snapshots of a RecurrentState / HybridMemory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mnemo/hybrid_memory.h"
+#include "mnemo/memory.h"
+#include "mnemo/recurrent_state.h"
+
+namespace mnemo::testing {
+
+/// One step of the fake recurrence on one state word (a uint32 bit pattern): depends on the
+/// word's previous value, the token, the layer, which state ('R' conv / 'S' ssm) and the word
+/// index, so states of different sequences, layers or token orders differ.
+uint32_t fake_rs_step(uint32_t word, int32_t token, uint32_t il, char kind, uint32_t j);
+
+/// The fake forward pass: for the current ubatch of `ctx` (after apply()), folds its tokens, in
+/// order, into the conv and ssm states of every recurrent layer in [0, n_layer).
+void fake_rs_forward(const MemoryContext& ctx, uint32_t n_layer);
+
+/// The reference: the whole-state floats (RecurrentState::slot layout) of a sequence that read
+/// `tokens` from the zero state, computed from the token list alone.
+std::vector<float> ref_rs_state(const RecurrentState& m, const std::vector<int32_t>& tokens,
+                                uint32_t n_layer);
+
+/// Everything observable about a recurrent state, as bytes: per sequence pos_min, pos_max,
+/// checkpoint positions, the slot bytes of non-empty sequences and the bytes of every live
+/// checkpoint. Equal snapshots = equal memories.
+std::string snapshot(const RecurrentState& m);
+/// Both children of a hybrid memory (KV snapshot of memory_testing.h + the recurrent one).
+std::string snapshot(const HybridMemory& m);
+
+}  // namespace mnemo::testing
