@@ -99,6 +99,7 @@ class Carver {
 /// tmp8 / tmpf: scratch for the unpacked form (n_pad bytes, n_pad / 4 + n_pad floats).
 HWY_INLINE void DequantSegment(const attn_detail::RowCodec& codec, const uint8_t* seg, int64_t n,
                                int64_t n_pad, float* out, uint8_t* tmp8, float* tmpf) {
+  if (codec.type == GgmlType::Q8_0) return DequantQ8_0Direct(seg, n, n_pad, out);
 #if MNEMO_INT_DOT
   if (codec.fu == nullptr) {
     const int group = codec.ik.format.group;

@@ -85,8 +85,8 @@ struct Shape {
 // Odd row counts (tile tails), n_in not a multiple of 64 (padding), more tokens than a cache
 // block (64) and not a multiple of the tile width.
 std::vector<Shape> shapes_for(GgmlType type) {
-  if (block_size(type) == 256) return {{13, 256, 1}, {37, 512, 3}, {70, 768, 70}};
-  return {{13, 64, 1}, {37, 96, 3}, {70, 576, 70}, {9, 32, 5}};
+  if (block_size(type) == 256) return {{13, 256, 1}, {6, 512, 2}, {37, 512, 3}, {70, 768, 70}};
+  return {{13, 64, 1}, {21, 128, 2}, {5, 96, 1}, {37, 96, 3}, {70, 576, 70}, {9, 32, 5}};
 }
 
 void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
@@ -115,6 +115,7 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
   for_each_target([&] {
     const bool int_path = internal::int_dot_active() && !is_float_type(type);
     std::vector<float> y(s.n_tokens * s.n_out, NAN);
+    std::vector<double> rounding_bound(s.n_tokens * s.n_out);  // bound (a) / float bound
     matmul(w, x.data(), s.n_tokens, y.data(), nullptr);
     for (int64_t t = 0; t < s.n_tokens; ++t) {
       for (int64_t r = 0; r < s.n_out; ++r) {
@@ -125,7 +126,8 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
         if (!int_path) {
           double mag = 0.0;
           for (int64_t i = 0; i < s.n_in; ++i) mag += std::fabs(wr[i] * xt[i]);
-          ASSERT_NEAR(y[o], y_exact[o], 1e-5 * mag + 1e-6) << "t=" << t << " r=" << r;
+          rounding_bound[o] = 1e-5 * mag + 1e-6;
+          ASSERT_NEAR(y[o], y_exact[o], rounding_bound[o]) << "t=" << t << " r=" << r;
           continue;
         }
         double q_bound = 0.0, m = 0.0;
@@ -143,7 +145,8 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
           q_bound += amax / 254.0 * wsum;
           m += (wmax + (wmaxv - wmin)) * xsum;
         }
-        ASSERT_NEAR(y[o], y_q[o], 2e-5 * m + 1e-6) << "vs quantized-x reference, t=" << t
+        rounding_bound[o] = 2e-5 * m + 1e-6;
+        ASSERT_NEAR(y[o], y_q[o], rounding_bound[o]) << "vs quantized-x reference, t=" << t
                                                     << " r=" << r;
         ASSERT_NEAR(y[o], y_exact[o], q_bound * 1.001 + 2e-5 * m + 1e-6)
             << "vs exact reference, t=" << t << " r=" << r;
@@ -156,12 +159,17 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
       ASSERT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * sizeof(float)))
           << "threads=" << pool->n_threads();
     }
-    // One token at a time (decode tiles) gives the same bits as the batch (prompt tiles).
+    // One token at a time (the decode path, which may fold offsets into the integer dot)
+    // agrees with the batch (prompt tiles) to float rounding: both are within the rounding
+    // bound of the same reference.
     std::vector<float> y1(s.n_out);
     for (int64_t t = 0; t < s.n_tokens; ++t) {
       matmul(w, x.data() + t * s.n_in, 1, y1.data(), &pool2);
-      ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + t * s.n_out, s.n_out * sizeof(float)))
-          << "token " << t << " alone";
+      for (int64_t r = 0; r < s.n_out; ++r) {
+        const size_t o = t * s.n_out + r;
+        ASSERT_NEAR(y1[r], y[o], 2 * rounding_bound[o])
+            << "token " << t << " alone, r=" << r;
+      }
     }
   });
 }

@@ -84,6 +84,30 @@ HWY_INLINE void UnpackBF16(const uint8_t* row, int64_t n_in, int64_t n_pad, floa
   ZeroTail(n_in, n_pad, out);
 }
 
+/// Q8_0 row -> n_pad floats directly (d * q), for V rows in attention.
+HWY_INLINE void DequantQ8_0Direct(const uint8_t* row, int64_t n_in, int64_t n_pad, float* out) {
+  const block_q8_0* blocks = reinterpret_cast<const block_q8_0*>(row);
+#if HWY_TARGET != HWY_SCALAR
+  const hn::CappedTag<float, 16> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const size_t nf = hn::Lanes(df);
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    const auto s = hn::Set(df, F16ToF32(blocks[b].d));
+    for (size_t j = 0; j < 32; j += nf) {
+      const auto q = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, blocks[b].qs + j)));
+      hn::StoreU(hn::Mul(q, s), df, out + 32 * b + j);
+    }
+  }
+#else
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    const float s = F16ToF32(blocks[b].d);
+    for (int j = 0; j < 32; ++j) out[32 * b + j] = s * static_cast<float>(blocks[b].qs[j]);
+  }
+#endif
+  ZeroTail(n_in, n_pad, out);
+}
+
 #if MNEMO_INT_DOT
 
 using D16U8 = hn::Full128<uint8_t>;
