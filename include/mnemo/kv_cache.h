@@ -46,6 +46,7 @@
 #include "mnemo/kv_storage.h"
 #include "mnemo/memory.h"
 #include "mnemo/quant.h"
+#include "mnemo/state_format.h"
 #include "mnemo/ubatch.h"
 
 namespace mnemo {
@@ -92,6 +93,10 @@ struct KvCacheConfig {
   bool swa_reuse = true;
   bool causal = true;   // causal attention (false: embeddings-style, no causal mask)
   uint32_t n_pad = 32;  // n_kv is used_max rounded up to this (capped at n_ctx)
+  /// Hadamard rotation of stored rows (include/mnemo/kv_rotation.h): 0 = off; otherwise the
+  /// attention head size d (a power of two dividing every row width). Streams whose K or V type
+  /// is quantized then store every head rotated by H_d; f32 / f16 / bf16 streams never are.
+  uint32_t rotation_dim = 0;
 };
 
 /// Where the rows of one ubatch that belong to one stream go.
@@ -209,6 +214,31 @@ class KvCache final : public Memory {
   Status check_seq_keep(SeqId seq) const;
   Status check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const;
   Status check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const;
+
+  // State save / restore (kv_cache_state.cc) and requantization (kv_requantize.cc); contracts
+  // in memory.h, byte layout in docs/formats/state.md.
+  state_format::MemoryKindId state_kind() const override {
+    return state_format::MemoryKindId::kAttention;
+  }
+  Status state_write(StateWriter& w, const StateWriteSpec& spec) const override;
+  Status state_read(StateReader& r, const StateReadSpec& spec) override;
+  /// Unified mode: kInvalidArgument (one stream holds every sequence; use requantize()).
+  Status requantize(GgmlType k_type, GgmlType v_type) override;
+  Status requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) override;
+  /// Building blocks for composites (SwaKvCache, HybridMemory): one KVPT part of a state, tagged
+  /// with the child's role; the read checks the role.
+  Status state_write_part(StateWriter& w, const StateWriteSpec& spec,
+                          state_format::PartRole role) const;
+  Status state_read_part(StateReader& r, const StateReadSpec& spec, state_format::PartRole role);
+  /// The Status requantize / requantize_seq would return, without doing it (a type the cache
+  /// cannot hold, a seq_id out of range, unified mode for requantize_seq).
+  Status check_requantize(GgmlType k_type, GgmlType v_type) const;
+  Status check_requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) const;
+  /// Converts stream s to new types (requantize's unit of work; see KvStorage::convert_stream).
+  /// Errors: kNoSpace when the new mapping is refused (the stream is then unchanged).
+  Status requantize_stream(uint32_t s, GgmlType k_type, GgmlType v_type);
+  /// The rotation rows of these types get in this cache: kv_rotation_for(rotation_dim, k, v).
+  uint32_t rotation_for(GgmlType k_type, GgmlType v_type) const;
 
   const KvCacheConfig& config() const { return config_; }
   /// One stream shared by all sequences (true) or one per sequence (false).

@@ -46,10 +46,12 @@ class KvStorage {
     uint32_t n_embd_k = 0;
     uint32_t n_embd_v = 0;
   };
-  /// K / V types of one stream.
+  /// K / V types of one stream, and the Hadamard rotation of its rows (kv_rotation.h): 0 = rows
+  /// as computed, d = every head of d elements stored rotated by H_d (d must divide every width).
   struct StreamTypes {
     GgmlType k_type = GgmlType::F16;
     GgmlType v_type = GgmlType::F16;
+    uint32_t rotation = 0;
   };
 
   /// Allocates n_cells rows per (layer, stream), zero-filled. Errors: kInvalidArgument for an
@@ -71,6 +73,8 @@ class KvStorage {
   const Layer& layer(uint32_t l) const { return layers_[l]; }
   GgmlType k_type(uint32_t s) const { return streams_[s].types.k_type; }
   GgmlType v_type(uint32_t s) const { return streams_[s].types.v_type; }
+  uint32_t rotation(uint32_t s) const { return streams_[s].types.rotation; }
+  const StreamTypes& types(uint32_t s) const { return streams_[s].types; }
 
   /// Views of held layer l (index into layers, not the model layer) and stream s.
   KvView k(uint32_t l, uint32_t s) const;
@@ -83,13 +87,19 @@ class KvStorage {
   /// The inverse of save_cell.
   void restore_cell(uint32_t s, uint32_t cell, const uint8_t* in);
   /// Copies every layer's K and V row from (src_s, src_cell) to (dst_s, dst_cell), converting
-  /// through f32 (dequantize_row + quantize_row) when the streams' types differ.
+  /// through f32 (kv_row_convert: types and rotation) when the streams' formats differ.
   void copy_cell(uint32_t src_s, uint32_t src_cell, uint32_t dst_s, uint32_t dst_cell);
 
   /// Frees stream s's tensors and maps new zero-filled ones of the given types (contents lost:
   /// the caller converts or re-fills the rows of occupied cells, or clears them). Errors as
   /// create(); on error the stream is unchanged.
   Status replace_stream(uint32_t s, StreamTypes types);
+  /// Requantization (kv_requantize.cc): maps stream s anew with `types` and converts the K/V rows
+  /// of `cells` layer by layer (kv_row_convert), then releases the old mapping (munmap), so the
+  /// peak is the old plus the new size of this one stream. Rows of other cells are zero. Errors
+  /// as create(); on error the stream is unchanged. A no-op when the types are the same.
+  /// Large streams are converted by up to one thread per core (one task per layer and K / V).
+  Status convert_stream(uint32_t s, StreamTypes types, const std::vector<uint32_t>& cells);
 
   /// Bytes of the K (kind 'K') or V tensor of (l, s): n_cells * row_size.
   size_t tensor_bytes(uint32_t l, uint32_t s, char kind) const;

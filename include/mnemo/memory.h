@@ -59,6 +59,37 @@
 //                               (n_redo = p - keep tokens). keep == 0: nothing can be kept.
 //                               Attention-only memories keep every position: keep = min(p, end).
 // ----------------------------------------------------------------------------------------------
+//
+// --- state save / restore and requantization (include/mnemo/state.h, docs/formats/state.md) ---
+// The hooks below are what state.cc calls; implementations own their part of the format.
+//
+//   state_kind()            HEAD.memory_kind of this memory (state_format::MemoryKindId);
+//                           kNone: the memory cannot save its state (the hooks' defaults).
+//   state_write(w, spec)    writes this memory's sections, the ones between HEAD and TOKN (KvCache:
+//                           KVPT, then per stream block KVCL and one KVLY per held layer).
+//                           spec.scope kWhole: every sequence; kSequence: spec.seq only. Changes
+//                           nothing; lengths are computed before each section; the same memory
+//                           gives the same bytes. With w.counts_only() it may skip() data bytes.
+//   state_read(r, spec)     reads back exactly those sections. state.cc calls it twice over the
+//                           same bytes: (1) spec.dry_run = true: parse and validate everything
+//                           (structure, checksums through r.end_section(), layers and widths,
+//                           types, positions, seq ids, room at the destination) and change
+//                           NOTHING; (2) only when the whole state validated (TOKN and DONE too),
+//                           dry_run = false: apply. kSequence: the cells replace those of
+//                           spec.dst_seq (any seq_id; spec.src_seq is the id recorded);
+//                           kWhole: the state replaces the whole memory. Step (2) can fail only
+//                           if the source changed between the passes (a file rewritten
+//                           meanwhile); the memory must then stay consistent, with the
+//                           destination sequence (kWhole: every sequence) emptied, and the error
+//                           must say so.
+//   requantize(k, v)        every stream to new K/V types without re-processing any prompt: rows
+//                           converted (dequantize, re-rotate if the rotation changes, quantize),
+//                           stream by stream and layer by layer, old buffers released.
+//   requantize_seq(s, k, v) only the stream that holds sequence s; a memory whose stream is shared
+//                           by several sequences (unified KvCache) returns kInvalidArgument.
+// Memories without K/V (recurrent state) return kNotSupported from requantize*; a hybrid
+// requantizes its attention part.
+// ----------------------------------------------------------------------------------------------
 #pragma once
 
 #include <algorithm>
@@ -72,12 +103,17 @@
 
 #include "mnemo/batch.h"
 #include "mnemo/quant.h"
+#include "mnemo/state_format.h"
 #include "mnemo/status.h"
 #include "mnemo/ubatch.h"
 
 namespace mnemo {
 
 class KvCacheContext;
+class StateWriter;     // include/mnemo/state_io.h
+class StateReader;     // include/mnemo/state_io.h
+struct StateWriteSpec;  // include/mnemo/state_io.h
+struct StateReadSpec;   // include/mnemo/state_io.h
 class RecurrentStateContext;  // include/mnemo/recurrent_state.h
 
 /// Outcome of preparing or running a memory transaction (a capacity outcome, STYLE habit 6).
@@ -159,6 +195,7 @@ struct MemoryBreakdown {
     uint32_t free = 0;  // n_cells - used
     GgmlType k_type = GgmlType::F16;
     GgmlType v_type = GgmlType::F16;
+    uint32_t rotation = 0;    // Hadamard rotation of the stored rows (kv_rotation.h); 0 = none
     size_t tensor_bytes = 0;  // sum of this stream's tensors
     size_t mapped_bytes = 0;  // bytes mapped from the OS for them (page-rounded, aligned)
   };
@@ -228,6 +265,21 @@ class Memory {
   /// Exact bytes per layer, stream and K/V type; cells used / free per stream.
   virtual MemoryBreakdown breakdown() const = 0;
   virtual uint32_t n_seq_max() const = 0;
+
+  // State save / restore and requantization: contracts in the block at the top of this header.
+  virtual state_format::MemoryKindId state_kind() const { return state_format::MemoryKindId::kNone; }
+  virtual Status state_write(StateWriter& w, const StateWriteSpec& spec) const {
+    return Status::not_supported("this memory cannot save its state");
+  }
+  virtual Status state_read(StateReader& r, const StateReadSpec& spec) {
+    return Status::not_supported("this memory cannot restore a state");
+  }
+  virtual Status requantize(GgmlType k_type, GgmlType v_type) {
+    return Status::not_supported("this memory holds no K/V to requantize");
+  }
+  virtual Status requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) {
+    return Status::not_supported("this memory holds no K/V to requantize");
+  }
 };
 
 }  // namespace mnemo

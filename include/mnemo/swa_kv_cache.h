@@ -49,6 +49,7 @@ struct SwaKvCacheConfig {
   bool swa_full = false;    // give the SWA layers n_ctx cells too
   bool causal = true;
   uint32_t n_pad = 32;
+  uint32_t rotation_dim = 0;  // Hadamard rotation of quantized rows (KvCacheConfig::rotation_dim)
 };
 
 /// The transaction of a SwaKvCache: one child context per KvCache, moved in lockstep.
@@ -101,6 +102,18 @@ class SwaKvCache final : public Memory {
   /// Both children's tensors and streams, parts "kv_base" and "kv_swa".
   MemoryBreakdown breakdown() const override;
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
+
+  // State (swa_kv_cache_state.cc): parts kv_base then kv_swa, both validated before either is
+  // applied; the SWA part holds every cell the window child holds (also the ones behind the
+  // window not reused yet), so a restored sequence continues exactly. Requantization converts
+  // both children (requantize_seq: the sequence's stream in each; checked on both first).
+  state_format::MemoryKindId state_kind() const override {
+    return state_format::MemoryKindId::kSwa;
+  }
+  Status state_write(StateWriter& w, const StateWriteSpec& spec) const override;
+  Status state_read(StateReader& r, const StateReadSpec& spec) override;
+  Status requantize(GgmlType k_type, GgmlType v_type) override;
+  Status requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) override;
 
   const SwaKvCacheConfig& config() const { return config_; }
   const KvCache& base() const { return *base_; }

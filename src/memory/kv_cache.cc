@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "memory/kv_journal.h"
+#include "mnemo/kv_rotation.h"
 
 namespace mnemo {
 
@@ -67,6 +68,10 @@ Result<std::unique_ptr<KvCache>> KvCache::create(KvCacheConfig config) {
                " needs n_swa >= 1");
   }
   if (config.n_pad == 0) return bad("n_pad must be at least 1");
+  if (!is_valid_kv_rotation(config.rotation_dim)) {
+    return bad("rotation_dim " + std::to_string(config.rotation_dim) +
+               " is not 0 or a power of two");
+  }
   const uint32_t n_stream = config.unified ? 1 : config.n_seq_max;
   if (!config.stream_types.empty() && config.stream_types.size() != n_stream) {
     return bad("stream_types has " + std::to_string(config.stream_types.size()) +
@@ -82,6 +87,9 @@ Result<std::unique_ptr<KvCache>> KvCache::create(KvCacheConfig config) {
   }
   std::vector<KvStorage::StreamTypes> types = config.stream_types;
   if (types.empty()) types.assign(n_stream, {config.k_type, config.v_type});
+  for (KvStorage::StreamTypes& t : types) {
+    t.rotation = kv_rotation_for(config.rotation_dim, t.k_type, t.v_type);
+  }
   Result<KvStorage> storage = KvStorage::create(config.n_ctx, std::move(layers), std::move(types));
   if (!storage.ok()) return storage.status().with_context("KvCache");
   return std::unique_ptr<KvCache>(
@@ -393,6 +401,7 @@ MemoryBreakdown KvCache::breakdown() const {
     st.free = st.n_cells - st.used;
     st.k_type = storage_.k_type(s);
     st.v_type = storage_.v_type(s);
+    st.rotation = storage_.rotation(s);
     st.mapped_bytes = storage_.mapped_bytes(s);
     for (uint32_t l = 0; l < storage_.n_layer(); ++l) {
       for (char kind : {'K', 'V'}) {

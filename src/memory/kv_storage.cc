@@ -1,6 +1,8 @@
 #include "mnemo/kv_storage.h"
 
 #include <cstring>
+
+#include "mnemo/kv_rotation.h"
 #include <string>
 #include <utility>
 
@@ -34,6 +36,17 @@ bool is_supported_kv_type(GgmlType t) {
 }
 
 Status KvStorage::check_types(const std::vector<Layer>& layers, uint32_t s, StreamTypes t) {
+  if (!is_valid_kv_rotation(t.rotation)) {
+    return Status::invalid_argument("rotation " + std::to_string(t.rotation) + " of stream " +
+                                    std::to_string(s) + " is not 0 or a power of two");
+  }
+  for (const Layer& l : layers) {
+    if (t.rotation != 0 && (l.n_embd_k % t.rotation != 0 || l.n_embd_v % t.rotation != 0)) {
+      return Status::invalid_argument("rotation " + std::to_string(t.rotation) +
+                                      " does not divide the row widths of layer " +
+                                      std::to_string(l.il));
+    }
+  }
   for (int kind = 0; kind < 2; ++kind) {
     const GgmlType type = kind == 0 ? t.k_type : t.v_type;
     const char* what = kind == 0 ? "k_type" : "v_type";
@@ -154,19 +167,20 @@ void KvStorage::restore_cell(uint32_t s, uint32_t cell, const uint8_t* in) {
 
 void KvStorage::copy_cell(uint32_t src_s, uint32_t src_cell, uint32_t dst_s, uint32_t dst_cell) {
   std::vector<float> tmp;
+  const uint32_t src_rot = rotation(src_s);
+  const uint32_t dst_rot = rotation(dst_s);
   for (uint32_t l = 0; l < n_layer(); ++l) {
     for (int kind = 0; kind < 2; ++kind) {
       const KvView a = kind == 0 ? k(l, src_s) : v(l, src_s);
       const KvView b = kind == 0 ? k(l, dst_s) : v(l, dst_s);
-      if (a.type == b.type) {
+      if (a.type == b.type && src_rot == dst_rot) {
         std::memmove(b.row(dst_cell), a.row(src_cell), a.row_bytes);
       } else {
         tmp.resize(a.n_embd);
-        // Types were validated at creation: both conversions exist and the width fits.
-        const Status st1 = dequantize_row(a.type, a.row(src_cell), tmp.data(), a.n_embd);
-        CHECK(st1.ok()) << st1.to_string();
-        const Status st2 = quantize_row(b.type, tmp.data(), b.row(dst_cell), b.n_embd);
-        CHECK(st2.ok()) << st2.to_string();
+        // Types and rotations were validated at creation: the conversion exists.
+        const Status st = kv_row_convert(a.type, src_rot, a.row(src_cell), b.type, dst_rot,
+                                         b.row(dst_cell), a.n_embd, tmp.data());
+        CHECK(st.ok()) << st.to_string();
       }
     }
   }

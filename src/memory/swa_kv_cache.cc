@@ -60,6 +60,7 @@ Result<std::unique_ptr<SwaKvCache>> SwaKvCache::create(SwaKvCacheConfig config) 
   base.n_embd_v_gqa = config.n_embd_v_gqa;
   base.causal = config.causal;
   base.n_pad = config.n_pad;
+  base.rotation_dim = config.rotation_dim;
   KvCacheConfig swa = base;
 
   auto is_swa = config.is_swa_layer;

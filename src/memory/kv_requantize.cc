@@ -1,0 +1,134 @@
+// Requantization of a KV cache while the model stays loaded: KvStorage::convert_stream and
+// KvCache::requantize / requantize_seq / requantize_stream (contracts: memory.h, kv_cache.h).
+//
+// Unit of work: one stream. Its new mapping (all layers, new types) is made first, the rows of
+// occupied cells are converted layer by layer (K then V), then the old mapping is released with
+// munmap (AlignedBuffer), so the peak is old + new bytes of one stream and resident memory drops
+// right away. Rows of empty cells are left zero: they hold no data (invariant 2 in memory.h).
+// Large streams are converted by one thread per hardware core (a task per layer and K / V).
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mnemo/kv_cache.h"
+#include "mnemo/kv_rotation.h"
+#include "mnemo/kv_storage.h"
+
+namespace mnemo {
+
+Status KvStorage::convert_stream(uint32_t s, StreamTypes types, const std::vector<uint32_t>& cells) {
+  CHECK_LT(s, streams_.size());
+  const StreamTypes old = streams_[s].types;
+  if (old.k_type == types.k_type && old.v_type == types.v_type &&
+      old.rotation == types.rotation) {
+    return Status();
+  }
+  MNEMO_RETURN_IF_ERROR(check_types(layers_, s, types));
+  MNEMO_ASSIGN_OR_RETURN(Stream fresh, make_stream(n_cells_, layers_, types));
+  const Stream& cur = streams_[s];
+  // One task per (layer, K or V); large streams are converted by several threads (the work is
+  // independent per tensor), small ones on the calling thread.
+  const uint32_t n_tasks = uint32_t(layers_.size()) * 2;
+  auto convert = [&](uint32_t task, std::vector<float>* scratch) {
+    const size_t l = task / 2;
+    const bool is_k = task % 2 == 0;
+    const uint32_t n = is_k ? layers_[l].n_embd_k : layers_[l].n_embd_v;
+    const GgmlType src_t = is_k ? old.k_type : old.v_type;
+    const GgmlType dst_t = is_k ? types.k_type : types.v_type;
+    const size_t src_row = is_k ? cur.k_row[l] : cur.v_row[l];
+    const size_t dst_row = is_k ? fresh.k_row[l] : fresh.v_row[l];
+    const uint8_t* src = cur.buf.data() + (is_k ? cur.k_off[l] : cur.v_off[l]);
+    uint8_t* dst = fresh.buf.data() + (is_k ? fresh.k_off[l] : fresh.v_off[l]);
+    scratch->resize(n);
+    for (uint32_t cell : cells) {
+      // Types were checked above and at creation: the conversion exists.
+      const Status st = kv_row_convert(src_t, old.rotation, src + size_t(cell) * src_row, dst_t,
+                                       types.rotation, dst + size_t(cell) * dst_row, n,
+                                       scratch->data());
+      CHECK(st.ok()) << st.to_string();
+    }
+  };
+  const size_t work = cells.size() * n_tasks;
+  const uint32_t n_threads =
+      work < (size_t{1} << 14) ? 1
+                               : std::min(n_tasks, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<uint32_t> next{0};
+  auto worker = [&] {
+    std::vector<float> scratch;
+    for (uint32_t t = next++; t < n_tasks; t = next++) convert(t, &scratch);
+  };
+  std::vector<std::thread> threads;
+  for (uint32_t i = 1; i < n_threads; ++i) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  streams_[s] = std::move(fresh);  // the old mapping is unmapped here
+  return Status();
+}
+
+Status KvCache::check_requantize(GgmlType k_type, GgmlType v_type) const {
+  for (auto [what, t] : {std::pair{"K", k_type}, std::pair{"V", v_type}}) {
+    if (!is_supported_kv_type(t)) {
+      return Status::invalid_argument(std::string("requantize: ") + what + " type " +
+                                      std::string(type_name(t)) +
+                                      " is not a KV cache type (f32, f16, bf16, q8_0, q4_0, "
+                                      "q4_1, q5_0, q5_1, iq4_nl)");
+    }
+    const uint32_t bs = block_size(t);
+    for (uint32_t l = 0; l < storage_.n_layer(); ++l) {
+      const uint32_t n = what[0] == 'K' ? storage_.layer(l).n_embd_k : storage_.layer(l).n_embd_v;
+      if (n % bs != 0) {
+        return Status::invalid_argument(std::string("requantize: ") + what + " type " +
+                                        std::string(type_name(t)) + " needs widths that are " +
+                                        "multiples of " + std::to_string(bs) + "; layer " +
+                                        std::to_string(storage_.layer(l).il) + " has " +
+                                        std::to_string(n));
+      }
+    }
+  }
+  return Status();
+}
+
+Status KvCache::check_requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) const {
+  MNEMO_RETURN_IF_ERROR(check_seq(seq, "requantize_seq", "seq_id"));
+  if (config_.unified) {
+    return Status::invalid_argument(
+        "requantize_seq: a unified KV cache keeps every sequence in one stream with one K/V "
+        "type; requantize the whole cache (requantize) or use split mode (kv_unified = false)");
+  }
+  return check_requantize(k_type, v_type);
+}
+
+Status KvCache::requantize_stream(uint32_t s, GgmlType k_type, GgmlType v_type) {
+  CHECK_LT(s, n_stream());
+  MNEMO_RETURN_IF_ERROR(check_requantize(k_type, v_type));
+  const KvCells& c = cells_[s];
+  std::vector<uint32_t> occupied;
+  occupied.reserve(c.used());
+  for (uint32_t i = 0; i < c.used_max(); ++i) {
+    if (!c.is_empty(i)) occupied.push_back(i);
+  }
+  KvStorage::StreamTypes t{k_type, v_type, rotation_for(k_type, v_type)};
+  MNEMO_RETURN_IF_ERROR(storage_.convert_stream(s, t, occupied));
+  ++epoch_;  // views into the old mapping are gone
+  return Status();
+}
+
+Status KvCache::requantize(GgmlType k_type, GgmlType v_type) {
+  MNEMO_RETURN_IF_ERROR(check_requantize(k_type, v_type));
+  for (uint32_t s = 0; s < n_stream(); ++s) {
+    MNEMO_RETURN_IF_ERROR(requantize_stream(s, k_type, v_type));
+  }
+  config_.k_type = k_type;
+  config_.v_type = v_type;
+  config_.stream_types.clear();
+  return Status();
+}
+
+Status KvCache::requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) {
+  MNEMO_RETURN_IF_ERROR(check_requantize_seq(seq, k_type, v_type));
+  return requantize_stream(stream_of(seq), k_type, v_type);
+}
+
+}  // namespace mnemo

@@ -1,0 +1,48 @@
+// SwaKvCache state and requantization: both children, in the order base then swa (contracts in
+// memory.h and swa_kv_cache.h; byte layout in docs/formats/state.md).
+#include "mnemo/state_io.h"
+#include "mnemo/swa_kv_cache.h"
+
+namespace mnemo {
+
+namespace sf = state_format;
+
+Status SwaKvCache::state_write(StateWriter& w, const StateWriteSpec& spec) const {
+  MNEMO_RETURN_IF_ERROR(base_->state_write_part(w, spec, sf::PartRole::kKvBase));
+  return swa_->state_write_part(w, spec, sf::PartRole::kKvSwa);
+}
+
+Status SwaKvCache::state_read(StateReader& r, const StateReadSpec& spec) {
+  // Dry run: both parts validate before state.cc lets either apply. Apply: if the swa part fails
+  // (a source changed between the passes) the base part was applied already: empty it too.
+  MNEMO_RETURN_IF_ERROR(base_->state_read_part(r, spec, sf::PartRole::kKvBase));
+  Status st = swa_->state_read_part(r, spec, sf::PartRole::kKvSwa);
+  if (!st.ok() && !spec.dry_run) {
+    if (spec.scope == sf::Scope::kSequence) {
+      CHECK(base_->seq_rm(spec.dst_seq, -1, -1).ok());
+    } else {
+      base_->clear();
+    }
+  }
+  return st;
+}
+
+Status SwaKvCache::requantize(GgmlType k_type, GgmlType v_type) {
+  MNEMO_RETURN_IF_ERROR(base_->check_requantize(k_type, v_type));
+  MNEMO_RETURN_IF_ERROR(swa_->check_requantize(k_type, v_type).with_context("sliding-window layers"));
+  MNEMO_RETURN_IF_ERROR(base_->requantize(k_type, v_type));
+  MNEMO_RETURN_IF_ERROR(swa_->requantize(k_type, v_type));
+  config_.k_type = k_type;
+  config_.v_type = v_type;
+  return Status();
+}
+
+Status SwaKvCache::requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) {
+  MNEMO_RETURN_IF_ERROR(base_->check_requantize_seq(seq, k_type, v_type));
+  MNEMO_RETURN_IF_ERROR(
+      swa_->check_requantize_seq(seq, k_type, v_type).with_context("sliding-window layers"));
+  MNEMO_RETURN_IF_ERROR(base_->requantize_seq(seq, k_type, v_type));
+  return swa_->requantize_seq(seq, k_type, v_type);
+}
+
+}  // namespace mnemo
