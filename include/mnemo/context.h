@@ -6,7 +6,8 @@
 //   order. On a forward error or an abort the memory context rolls back: the memory is exactly
 //   as it was before decode().
 //
-// Memory kind by architecture: KvCache (llama, qwen2, qwen3), SwaKvCache (gemma3). n_ctx follows
+// Memory kind by architecture: KvCache (llama, qwen2, qwen3), SwaKvCache (gemma3), RecurrentState
+// (mamba2), HybridMemory (granitehybrid; src/context/recurrent_memory.cc). n_ctx follows
 // llama.cpp: the total number of cells; in split mode (kv_unified = false, the default) each of
 // the n_seq_max streams gets n_ctx / n_seq_max cells.
 //
@@ -40,6 +41,11 @@ struct ContextParams {
   GgmlType type_v = GgmlType::F16;  // -ctv
   int n_threads = 0;         // -t: 0 = the number of hardware threads
   bool swa_full = false;     // --swa-full: full-size cache for sliding-window layers
+  // Recurrent layers (mamba2, granitehybrid; issue 7): each sequence's state is checkpointed
+  // every rs_checkpoint_interval tokens, rs_n_checkpoints kept per sequence (either 0: none).
+  // Checkpoints let seq_rm / plan_truncate cut a sequence back (prompt caching, rollback).
+  uint32_t rs_checkpoint_interval = 256;
+  uint32_t rs_n_checkpoints = 4;
 
   /// InvalidArgument naming the field for a bad value (n_ubatch > n_batch, an unsupported K/V
   /// type, n_seq_max outside [1, 256], ...).

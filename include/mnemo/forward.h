@@ -7,7 +7,9 @@
 // stream's rows attend over that stream's cells [0, n_kv) with the context's mask.
 //
 // Architectures: llama/qwen2/qwen3 blocks (src/model/llama.cc), gemma3 blocks
-// (src/model/gemma3.cc); shared pieces in src/model/forward.cc.
+// (src/model/gemma3.cc); shared pieces in src/model/forward.cc. Recurrent architectures (issue 7):
+// mamba2 (src/model/mamba2.cc) and granitehybrid (src/model/granite_hybrid.cc), whose Mamba-2
+// blocks read and write the recurrent state of the memory context (rs_for_layer).
 //
 // Not thread-safe: one Forward per Context; it uses the Context's ThreadPool inside kernels.
 #pragma once
@@ -52,6 +54,15 @@ class Forward {
   // One block of each family (llama.cc, gemma3.cc); x: [T x n_embd] residual stream, in place.
   void llama_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
   void gemma3_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
+  // Recurrent architectures (issue 7). ssm_block runs block il of mamba2 / granitehybrid
+  // (granite_layer for the latter); mamba2_mixer: in [T x n_embd] (normed) -> out [T x n_embd],
+  // the state of rs's sequence updated; granite_attention: in -> out likewise, K/V written to
+  // the cache. out may alias in.
+  void ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
+  void granite_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
+  void mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in, float* out);
+  void granite_attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* in,
+                         float* out);
 
   // Shared pieces (forward.cc).
   kernels::RopeParams rope_params(uint32_t il) const;
@@ -80,6 +91,7 @@ class Forward {
   std::vector<float> attn_;   // [T x n_head * hd_v]
   std::vector<float> gate_;   // [T x n_ff]
   std::vector<float> up_;     // [T x n_ff]
+  std::vector<float> ssm_buf_;  // mamba2 mixer scratch (src/model/mamba2.cc), grown on demand
   std::vector<float> qg_, og_;  // gathered rows of one stream: [rows x n_head * hd]
   std::vector<std::vector<float>> rope_tables_;  // [2] global / sliding-window layers
   std::vector<int32_t> rope_pos_;

@@ -1,5 +1,5 @@
 // Models: hyper-parameters and weights bound to a GGUF file's tensors, for the architectures
-// mnemo runs (llama, qwen2, qwen3, gemma3).
+// mnemo runs (llama, qwen2, qwen3, gemma3; mamba2 and granitehybrid: src/model/model_ssm.cc).
 //
 // Tensor names and metadata keys follow what llama.cpp's converter writes (GGUF spec "Standardized
 // tensor names", and gguf-py's constants.py MODEL_TENSORS for each architecture), so published
@@ -20,7 +20,7 @@
 namespace mnemo {
 
 /// Supported architectures (value of general.architecture).
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kMamba2, kGraniteHybrid };
 
 /// "llama", "qwen2", "qwen3", "gemma3".
 const char* arch_name(Arch arch);
@@ -51,6 +51,25 @@ struct HParams {
   float attn_scale = 0.0f;      // multiplier of Q before QK^T (1/sqrt(head_dim_k) by default)
   float embd_scale = 1.0f;      // gemma: sqrt(n_embd)
   bool tied_output = false;     // output projection is token_embd
+  // --- recurrent layers (mamba2, granitehybrid; issue 7): {arch}.ssm.* keys -------------------
+  uint32_t ssm_d_conv = 0;   // ssm.conv_kernel: width of the causal depthwise conv
+  uint32_t ssm_d_inner = 0;  // ssm.inner_size: d_inner = ssm_n_head * head dim
+  uint32_t ssm_d_state = 0;  // ssm.state_size: N, the state size per channel
+  uint32_t ssm_n_head = 0;   // ssm.time_step_rank: Mamba-2 heads (one dt, A, D per head)
+  uint32_t ssm_n_group = 0;  // ssm.group_count: groups of heads sharing B and C
+  std::vector<uint8_t> recurrent_layer;  // [n_layer] 1: Mamba-2 block; empty: none
+  float residual_scale = 1.0f;  // granite {arch}.residual_scale: block outputs scaled before adds
+  float logit_scale = 1.0f;     // granite {arch}.logit_scale: logits divided by it
+  bool has_recurrent_layers() const { return !recurrent_layer.empty(); }
+  bool is_recurrent_layer(uint32_t il) const {
+    return il < recurrent_layer.size() && recurrent_layer[il] != 0;
+  }
+  /// Channels through the conv: x, B and C (d_inner + 2 * n_group * d_state).
+  uint32_t ssm_conv_channels() const { return ssm_d_inner + 2 * ssm_n_group * ssm_d_state; }
+  /// Floats of one sequence's conv state / ssm state per recurrent layer.
+  uint32_t n_embd_r() const { return (ssm_d_conv - 1) * ssm_conv_channels(); }
+  uint32_t n_embd_s() const { return ssm_d_state * ssm_d_inner; }
+  // --- end recurrent layers --------------------------------------------------------------------
 
   uint32_t n_embd_k_gqa() const { return head_dim_k * n_head_kv; }
   uint32_t n_embd_v_gqa() const { return head_dim_v * n_head_kv; }
@@ -86,6 +105,16 @@ struct LayerWeights {
   Weight ffn_norm;                      // [n_embd]
   Weight ffn_gate, ffn_up, ffn_down;    // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]
   Weight post_ffn_norm;                 // gemma3 [n_embd]
+  // Mamba-2 mixer (recurrent layers of mamba2 / granitehybrid; issue 7). H = ssm_n_head.
+  Weight ssm_in;        // [n_embd -> 2 * d_inner + 2 * n_group * d_state + H]: z, xBC, dt
+  Weight ssm_conv1d;    // f32 [conv channels rows of d_conv taps]
+  Weight ssm_conv1d_b;  // f32 [conv channels] (optional)
+  Weight ssm_dt_b;      // f32 [H] dt bias
+  Weight ssm_a;         // f32 [H] A = -exp(A_log) (GGUF shape [1, H])
+  Weight ssm_d;         // f32 [H] skip connection D (GGUF shape [1, H])
+  Weight ssm_norm;      // f32 [d_inner] gated RMSNorm weight (GGUF shape [d_inner / G, G])
+  Weight ssm_out;       // [d_inner -> n_embd]
+  Weight bo;            // granitehybrid attn_output.bias [n_embd] (optional)
 };
 
 /// Loaded model: the mapped file, hyper-parameters and weights. Immutable after load, so one
@@ -114,6 +143,8 @@ class Model {
   explicit Model(gguf::File file) : file_(std::move(file)) {}
   Status load_hparams();
   Status bind_weights();
+  Status load_ssm_hparams();  // mamba2 / granitehybrid (src/model/model_ssm.cc)
+  Status bind_ssm_weights();
 
   gguf::File file_;
   HParams hp_;

@@ -6,6 +6,7 @@
 
 #include "mnemo/kv_cache.h"
 #include "mnemo/kv_storage.h"
+#include "context/recurrent_memory.h"  // issue 7
 #include "mnemo/swa_kv_cache.h"
 #include "mnemo/ubatch.h"
 
@@ -62,7 +63,11 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
   ctx->n_ctx_seq_ = params.kv_unified ? params.n_ctx : params.n_ctx / params.n_seq_max;
   std::vector<uint32_t> n_embd_k(hp.n_layer, hp.n_embd_k_gqa());
   std::vector<uint32_t> n_embd_v(hp.n_layer, hp.n_embd_v_gqa());
-  if (hp.n_swa > 0 && hp.swa_type != SwaType::kNone) {
+  if (hp.has_recurrent_layers()) {  // mamba2 / granitehybrid (issue 7)
+    auto mem = make_recurrent_memory(hp, params, ctx->n_ctx_seq_);
+    if (!mem.ok()) return mem.status();
+    ctx->memory_ = std::move(mem).value();
+  } else if (hp.n_swa > 0 && hp.swa_type != SwaType::kNone) {
     SwaKvCacheConfig c;
     c.n_ctx = ctx->n_ctx_seq_;
     c.n_seq_max = params.n_seq_max;

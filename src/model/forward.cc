@@ -174,7 +174,7 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
         break;
       }
     }
-    if (il < 0) continue;
+    if (il < 0 || hp_.rope_dim == 0) continue;  // rope_dim 0: no RoPE (granitehybrid, issue 7)
     const kernels::RopeParams p = rope_params(uint32_t(il));
     rope_tables_[swa].resize(size_t(T) * kernels::rope_table_floats(p));
     kernels::rope_table(p, rope_pos_.data(), T, rope_tables_[swa].data());
@@ -182,6 +182,10 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
 
   for (uint32_t il = 0; il < hp_.n_layer; ++il) {
     if (abort && abort()) return Status::aborted("decode aborted by the caller");
+    if (hp_.has_recurrent_layers()) {  // mamba2 / granitehybrid (issue 7: src/model/mamba2.cc)
+      ssm_block(il, mctx, ub);
+      continue;
+    }
     const KvCacheContext* kv = mctx.kv_for_layer(il);
     CHECK(kv != nullptr) << "no KV context for layer " << il;
     if (hp_.arch == Arch::kGemma3) {
@@ -211,6 +215,9 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
                       normed.data());
     chunk_logits.resize(size_t(n) * n_vocab);
     matmul(model_.output(), normed.data(), n, chunk_logits.data());
+    if (hp_.logit_scale != 1.0f) {  // granitehybrid (issue 7)
+      kernels::scale(chunk_logits.data(), n * n_vocab, 1.0f / hp_.logit_scale);
+    }
     for (int64_t j = 0; j < n; ++j, ++k) {
       std::memcpy(out_rows[k], &chunk_logits[j * n_vocab], n_vocab * sizeof(float));
     }
@@ -219,6 +226,7 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
 }
 
 void Forward::apply_shifts(const MemoryContext& update) {
+  if (hp_.rope_dim == 0) return;  // no RoPE (granitehybrid, issue 7): K does not depend on pos
   for (uint32_t il = 0; il < hp_.n_layer; ++il) {
     const KvCacheContext* kv = update.kv_for_layer(il);
     if (kv == nullptr) continue;

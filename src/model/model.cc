@@ -15,7 +15,8 @@ struct ArchName {
   const char* name;
 };
 constexpr ArchName kArchNames[] = {
-    {Arch::kLlama, "llama"}, {Arch::kQwen2, "qwen2"}, {Arch::kQwen3, "qwen3"}, {Arch::kGemma3, "gemma3"}};
+    {Arch::kLlama, "llama"}, {Arch::kQwen2, "qwen2"}, {Arch::kQwen3, "qwen3"}, {Arch::kGemma3, "gemma3"},
+    {Arch::kMamba2, "mamba2"}, {Arch::kGraniteHybrid, "granitehybrid"}};
 
 // Reads an optional unsigned hyper-parameter; a present key of the wrong type is an error.
 Status read_u32(const gguf::File& f, const char* suffix, uint32_t* out, bool required) {
@@ -77,6 +78,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
 Status Model::load_hparams() {
   const gguf::File& f = file_;
   MNEMO_ASSIGN_OR_RETURN(hp_.arch, arch_from_name(f.architecture()));
+  if (hp_.arch == Arch::kMamba2 || hp_.arch == Arch::kGraniteHybrid) return load_ssm_hparams();
   MNEMO_RETURN_IF_ERROR(read_u32(f, "context_length", &hp_.n_ctx_train, false));
   MNEMO_RETURN_IF_ERROR(read_u32(f, "embedding_length", &hp_.n_embd, true));
   MNEMO_RETURN_IF_ERROR(read_u32(f, "block_count", &hp_.n_layer, true));
@@ -139,6 +141,9 @@ Status Model::load_hparams() {
     case Arch::kQwen3:
       hp_.rope_mode = kernels::RopeMode::kNeox;
       break;
+    case Arch::kMamba2:
+    case Arch::kGraniteHybrid:
+      break;  // load_ssm_hparams (src/model/model_ssm.cc)
     case Arch::kGemma3:
       // Gemma 3: interleaved local (sliding-window) and global layers, 5 local per global; local
       // layers use RoPE base 10000; embeddings scaled by sqrt(n_embd); Q scaled by
@@ -155,6 +160,7 @@ Status Model::load_hparams() {
 }
 
 Status Model::bind_weights() {
+  if (hp_.has_recurrent_layers()) return bind_ssm_weights();  // src/model/model_ssm.cc
   const HParams& hp = hp_;
   // Binds tensor `name`, checking its shape is [ne0, ne1] (ne1 = 1 for vectors) and that mnemo
   // can compute with its type.

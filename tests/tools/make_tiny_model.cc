@@ -16,6 +16,7 @@
 #include "mnemo/gguf.h"
 #include "mnemo/quant.h"
 #include "quant/blocks.h"
+#include "tiny_ssm_model.h"  // mamba2, granitehybrid (issue 7)
 
 namespace {
 
@@ -91,6 +92,9 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = uint32_t(std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--f32") == 0) all_f32 = true;
+  }
+  if (arch == "mamba2" || arch == "granitehybrid") {
+    return mnemo::tools::write_tiny_ssm_model(argc, argv);
   }
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "gemma3") {
     std::fprintf(stderr, "unknown arch %s (llama, qwen2, qwen3, gemma3)\n", arch.c_str());

@@ -1,0 +1,23 @@
+// The memory of models with recurrent layers (issue 7), built from the model's hyper-parameters
+// and the context's settings: a RecurrentState when every layer is recurrent (mamba2), a
+// HybridMemory (KvCache for attention layers + RecurrentState) otherwise (granitehybrid).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "mnemo/context.h"
+#include "mnemo/memory.h"
+#include "mnemo/model.h"
+
+namespace mnemo {
+
+/// Per recurrent layer and sequence: conv state (d_conv - 1) * (d_inner + 2 n_group d_state)
+/// floats, ssm state d_state * d_inner floats (HParams::n_embd_r / n_embd_s). n_ctx_seq: KV cells
+/// per stream of the attention layers. Checkpoints from params.rs_checkpoint_interval /
+/// rs_n_checkpoints (none when either is 0). Errors: those of RecurrentState / HybridMemory::create.
+Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
+                                                      const ContextParams& params,
+                                                      uint32_t n_ctx_seq);
+
+}  // namespace mnemo

@@ -1,0 +1,71 @@
+// The granitehybrid block (IBM Granite 4.0-H; Bamba), as llama.cpp's granite-hybrid graph
+// computes it. Every block is pre-norm; its mixer is either a Mamba-2 mixer (src/model/mamba2.cc)
+// or grouped-query attention, chosen per layer by head_count_kv (0: Mamba-2); every block ends
+// with a SwiGLU feed-forward. Granite's multipliers scale the embeddings, both residual branches,
+// the attention scores and the logits:
+//
+//   x  = embd_scale * token_embd[tok]
+//   x += residual_scale * mixer(rms_norm(x) * w_attn_norm)
+//   x += residual_scale * W_down · (silu(W_gate · n'(x)) * W_up · n'(x))
+//   logits = W_out · rms_norm(x) / logit_scale
+//
+// Attention: scores scaled by attention.scale (1/sqrt(head_dim) when absent); Granite 4.0-H uses
+// no positional encoding at all (rope_dim 0), Bamba RoPE "norm" (adjacent pairs). The model
+// needs a HybridMemory: a KvCache for the attention layers, a RecurrentState for the others.
+// Sources: IBM Granite 4.0 model cards; Dao & Gu 2024 (Mamba-2); Shazeer 2020 (SwiGLU).
+#include "mnemo/forward.h"
+#include "mnemo/recurrent_state.h"
+
+namespace mnemo {
+
+void Forward::granite_attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
+                                const float* in, float* out) {
+  const LayerWeights& L = model_.layers()[il];
+  const int64_t T = n_tokens_;
+  const int64_t hd = hp_.head_dim_k;
+  matmul(L.wq, in, T, q_.data());
+  matmul(L.wk, in, T, k_.data());
+  matmul(L.wv, in, T, v_.data());
+  add_bias(L.bq, q_.data(), T);
+  add_bias(L.bk, k_.data(), T);
+  add_bias(L.bv, v_.data(), T);
+  if (hp_.rope_dim > 0) {
+    const kernels::RopeParams rp = rope_params(il);
+    const float* table = rope_table_for(il, ub);
+    kernels::rope_apply(rp, table, T, hp_.n_head, hd, q_.data(), int64_t(hp_.n_head) * hd);
+    kernels::rope_apply(rp, table, T, hp_.n_head_kv, hd, k_.data(), int64_t(hp_.n_head_kv) * hd);
+  }
+  attention(il, kv, ub, q_.data(), k_.data(), v_.data(), attn_.data());
+  matmul(L.wo, attn_.data(), T, out);
+  add_bias(L.bo, out, T);
+}
+
+void Forward::granite_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
+  const LayerWeights& L = model_.layers()[il];
+  const int64_t T = n_tokens_;
+  const int64_t n_embd = hp_.n_embd;
+  const float eps = hp_.rms_eps;
+
+  kernels::rms_norm(x_.data(), L.attn_norm.f32(), eps, T, n_embd, h_.data());
+  if (hp_.is_recurrent_layer(il)) {
+    const RecurrentStateContext* rs = mctx.rs_for_layer(il);
+    CHECK(rs != nullptr) << "no recurrent state for layer " << il;
+    mamba2_mixer(il, *rs, h_.data(), h_.data());
+  } else {
+    const KvCacheContext* kv = mctx.kv_for_layer(il);
+    CHECK(kv != nullptr) << "no KV context for layer " << il;
+    granite_attention(il, *kv, ub, h_.data(), h_.data());
+  }
+  if (hp_.residual_scale != 1.0f) kernels::scale(h_.data(), T * n_embd, hp_.residual_scale);
+  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
+
+  kernels::rms_norm(x_.data(), L.ffn_norm.f32(), eps, T, n_embd, h_.data());
+  matmul(L.ffn_gate, h_.data(), T, gate_.data());
+  matmul(L.ffn_up, h_.data(), T, up_.data());
+  kernels::silu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data());
+  matmul(L.ffn_down, gate_.data(), T, h_.data());
+  if (hp_.residual_scale != 1.0f) kernels::scale(h_.data(), T * n_embd, hp_.residual_scale);
+  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
+}
+
+}  // namespace mnemo

@@ -1,0 +1,79 @@
+// The Mamba-2 block (Dao & Gu 2024, "Transformers are SSMs: Generalized Models and Efficient
+// Algorithms Through Structured State Space Duality"; Mamba: Gu & Dao 2023), as llama.cpp's
+// mamba2 graph computes it from the GGUF tensors (src/model/model_ssm.cc lists them):
+//
+//   zxBCdt = W_in · n(x)                          [T x (d_inner | d_inner + 2 G N | H)]
+//   xBC    = silu(conv1d(xBC; conv state) + b)    causal depthwise, width d_conv
+//   x, B, C = split(xBC)                          [T x d_inner], [T x G N], [T x G N]
+//   y      = ssm_scan(x, dt + dt_bias, A, B, C; ssm state) + D x     per head, scalar decay
+//   y      = rms_norm_groups(y * silu(z)) * w_norm                   G groups
+//   out    = W_out · y
+//
+// One ubatch holds one sequence (split_seq), so the mixer reads and writes that sequence's conv
+// and ssm state in place through the memory context (RecurrentStateContext). State layouts (per
+// layer, floats): conv [conv channels x (d_conv - 1)], oldest input first; ssm [H x head_dim x N]
+// (mnemo/ssm_kernels.h). A mamba2 model is a stack of such blocks with a residual:
+//   x += mixer(rms_norm(x) * w_attn_norm)
+#include "mnemo/forward.h"
+#include "mnemo/recurrent_state.h"
+#include "mnemo/ssm_kernels.h"
+
+namespace mnemo {
+
+void Forward::mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in,
+                           float* out) {
+  const LayerWeights& L = model_.layers()[il];
+  const int64_t T = n_tokens_;
+  const int64_t H = hp_.ssm_n_head, G = hp_.ssm_n_group, N = hp_.ssm_d_state;
+  const int64_t d_inner = hp_.ssm_d_inner, n_ch = hp_.ssm_conv_channels();
+  const int64_t d_in_proj = 2 * d_inner + 2 * G * N + H;
+  // Scratch: zxBCdt [T x d_in_proj] | xBC after the conv [T x n_ch] | y [T x d_inner].
+  const size_t need = size_t(T) * size_t(d_in_proj + n_ch + d_inner);
+  if (ssm_buf_.size() < need) ssm_buf_.resize(need);
+  float* zxbcdt = ssm_buf_.data();
+  float* xbc = zxbcdt + T * d_in_proj;
+  float* y = xbc + T * n_ch;
+
+  matmul(L.ssm_in, in, T, zxbcdt);  // `in` is not read after this: out may alias it
+  const float* z = zxbcdt;
+  const float* dt = zxbcdt + 2 * d_inner + 2 * G * N;
+
+  kernels::SsmConvParams cp;
+  cp.n_tokens = T;
+  cp.n_ch = n_ch;
+  cp.d_conv = hp_.ssm_d_conv;
+  cp.silu = true;
+  kernels::ssm_conv1d(cp, rs.conv_state(il), zxbcdt + d_inner, d_in_proj, L.ssm_conv1d.f32(),
+                      L.ssm_conv1d_b.present() ? L.ssm_conv1d_b.f32() : nullptr, xbc, n_ch,
+                      pool_);
+
+  kernels::SsmScanParams sp;
+  sp.n_tokens = T;
+  sp.n_head = H;
+  sp.head_dim = d_inner / H;
+  sp.d_state = N;
+  sp.n_group = G;
+  kernels::ssm_scan(sp, rs.ssm_state(il), xbc, n_ch, dt, d_in_proj, L.ssm_dt_b.f32(),
+                    L.ssm_a.f32(), xbc + d_inner, n_ch, xbc + d_inner + G * N, n_ch,
+                    L.ssm_d.f32(), y, d_inner, pool_);
+
+  kernels::rms_norm_gated(y, d_inner, z, d_in_proj, L.ssm_norm.f32(), hp_.rms_eps, T, d_inner, G,
+                          y, d_inner);
+  matmul(L.ssm_out, y, T, out);
+}
+
+void Forward::ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
+  if (hp_.arch == Arch::kGraniteHybrid) {
+    granite_layer(il, mctx, ub);
+    return;
+  }
+  const LayerWeights& L = model_.layers()[il];
+  const int64_t T = n_tokens_;
+  const RecurrentStateContext* rs = mctx.rs_for_layer(il);
+  CHECK(rs != nullptr) << "no recurrent state for layer " << il;
+  kernels::rms_norm(x_.data(), L.attn_norm.f32(), hp_.rms_eps, T, hp_.n_embd, h_.data());
+  mamba2_mixer(il, *rs, h_.data(), h_.data());
+  kernels::add(x_.data(), h_.data(), T * hp_.n_embd, x_.data());
+}
+
+}  // namespace mnemo

@@ -1,0 +1,179 @@
+// Tiny random-weight mamba2 and granitehybrid GGUF files for make_tiny_model (issue 7), with the
+// tensor names, shapes and metadata keys llama.cpp's converter writes (convert_hf_to_gguf.py
+// Mamba2Model / GraniteHybridModel; gguf-py constants.py):
+//
+//   mamba2         2 Mamba-2 blocks; feed_forward_length = head_count = 0 as the converter writes.
+//   granitehybrid  4 blocks: Mamba-2, attention, Mamba-2, Mamba-2 (attention.head_count_kv =
+//                  [0, 2, 0, 0]: 0 marks a Mamba-2 layer), each with a SwiGLU feed-forward;
+//                  Granite 4.0-H's multipliers (embedding_scale, residual_scale, attention.scale,
+//                  logit_scale) and rope.scaling.finetuned = false (no RoPE); --rope writes it
+//                  true (Bamba's layout: RoPE "norm" in the attention layer).
+//
+// Shapes (Mamba-2 as in the paper, scaled down): n_embd 256, d_inner 512 = 2 n_embd (the
+// converter asserts the expansion factor 2), 8 heads of 64 (ssm.time_step_rank = 8), d_state 32,
+// 2 groups, d_conv 4; attention 4 query heads of 64, 2 KV heads; n_ff 512; vocab 512.
+// Initialisation follows Mamba-2's: A = -exp(A_log) with A_log = log(U[1, 16]); dt_bias the
+// inverse softplus of dt ~ exp(U[log 0.001, log 0.1]); D = 1; so states carry over many tokens.
+#include "tiny_ssm_model.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mnemo/gguf.h"
+#include "mnemo/quant.h"
+
+namespace mnemo::tools {
+namespace {
+
+using gguf::Value;
+
+struct Writer {
+  gguf::Writer w;
+  std::mt19937 rng;
+  bool all_f32 = false;
+
+  void key(const std::string& k, Value v) {
+    Status st = w.add(k, std::move(v));
+    CHECK(st.ok()) << st.to_string();
+  }
+  void tensor(const std::string& name, std::vector<int64_t> dims, GgmlType t,
+              const std::vector<float>& f) {
+    if (all_f32) t = GgmlType::F32;
+    const int64_t n_in = dims[0];
+    int64_t n_rows = 1;
+    for (size_t i = 1; i < dims.size(); ++i) n_rows *= dims[i];
+    CHECK_EQ(f.size(), size_t(n_in * n_rows));
+    const size_t rb = row_size(t, n_in);
+    std::vector<uint8_t> data(rb * size_t(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (t == GgmlType::F32) {
+        std::memcpy(data.data() + r * rb, f.data() + r * n_in, rb);
+      } else {
+        Status st = quantize_row(t, f.data() + r * n_in, data.data() + r * rb, n_in);
+        CHECK(st.ok()) << name << ": " << st.to_string();
+      }
+    }
+    Status st = w.add_tensor(name, std::move(dims), t, data);
+    CHECK(st.ok()) << name << ": " << st.to_string();
+  }
+  std::vector<float> normal(size_t n, float mean, float stddev) {
+    std::normal_distribution<float> d(mean, stddev);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  }
+  std::vector<float> uniform(size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  }
+};
+
+}  // namespace
+
+int write_tiny_ssm_model(int argc, char** argv) {
+  const std::string arch = argv[1];
+  const std::string out = argv[2];
+  Writer W;
+  uint32_t seed = 1;
+  bool rope = false;
+  for (int i = 3; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = uint32_t(std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--f32") == 0) W.all_f32 = true;
+    else if (std::strcmp(argv[i], "--rope") == 0) rope = true;
+  }
+  W.rng.seed(seed);
+  const bool granite = arch == "granitehybrid";
+  const int64_t n_embd = 256, n_vocab = 512, d_inner = 512, H = 8, N = 32, G = 2, d_conv = 4;
+  const int64_t n_ch = d_inner + 2 * G * N, d_in_proj = 2 * d_inner + 2 * G * N + H;
+  const int64_t n_head = 4, n_head_kv = 2, hd = 64, n_ff = 512;
+  const int64_t n_layer = granite ? 4 : 2;
+  auto is_attention = [&](int64_t il) { return granite && il == 1; };
+
+  W.key("general.architecture", Value::str(arch));
+  W.key("general.name", Value::str("tiny-" + arch));
+  W.key(arch + ".context_length", Value::u32(1u << 20));
+  W.key(arch + ".embedding_length", Value::u32(n_embd));
+  W.key(arch + ".block_count", Value::u32(n_layer));
+  W.key(arch + ".vocab_size", Value::u32(n_vocab));
+  W.key(arch + ".attention.layer_norm_rms_epsilon", Value::f32(1e-5f));
+  W.key(arch + ".ssm.conv_kernel", Value::u32(d_conv));
+  W.key(arch + ".ssm.inner_size", Value::u32(d_inner));
+  W.key(arch + ".ssm.state_size", Value::u32(N));
+  W.key(arch + ".ssm.time_step_rank", Value::u32(H));
+  W.key(arch + ".ssm.group_count", Value::u32(G));
+  if (granite) {
+    W.key(arch + ".feed_forward_length", Value::u32(n_ff));
+    W.key(arch + ".attention.head_count", Value::u32(n_head));
+    std::vector<Value> kv;
+    for (int64_t il = 0; il < n_layer; ++il) kv.push_back(Value::u32(is_attention(il) ? n_head_kv : 0));
+    W.key(arch + ".attention.head_count_kv", Value::array(gguf::ValueType::UINT32, std::move(kv)));
+    W.key(arch + ".rope.freq_base", Value::f32(10000.0f));
+    W.key(arch + ".rope.scaling.finetuned", Value::boolean(rope));
+    W.key(arch + ".embedding_scale", Value::f32(12.0f));
+    W.key(arch + ".residual_scale", Value::f32(0.22f));
+    W.key(arch + ".attention.scale", Value::f32(0.015625f));
+    W.key(arch + ".logit_scale", Value::f32(4.0f));
+  } else {
+    W.key(arch + ".feed_forward_length", Value::u32(0));
+    W.key(arch + ".attention.head_count", Value::u32(0));
+  }
+
+  const float s_embd = 1.0f / std::sqrt(float(n_embd));
+  W.tensor("token_embd.weight", {n_embd, n_vocab}, GgmlType::Q8_0,
+           W.normal(n_embd * n_vocab, 0.0f, granite ? 0.1f : 1.0f));
+  W.tensor("output_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
+  W.tensor("output.weight", {n_embd, n_vocab}, GgmlType::Q8_0, W.normal(n_embd * n_vocab, 0, s_embd));
+  for (int64_t il = 0; il < n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    W.tensor(p + "attn_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
+    if (is_attention(il)) {
+      W.tensor(p + "attn_q.weight", {n_embd, n_head * hd}, GgmlType::Q8_0,
+               W.normal(n_embd * n_head * hd, 0, s_embd));
+      W.tensor(p + "attn_k.weight", {n_embd, n_head_kv * hd}, GgmlType::F16,
+               W.normal(n_embd * n_head_kv * hd, 0, s_embd));
+      W.tensor(p + "attn_v.weight", {n_embd, n_head_kv * hd}, GgmlType::Q4_0,
+               W.normal(n_embd * n_head_kv * hd, 0, s_embd));
+      W.tensor(p + "attn_output.weight", {n_head * hd, n_embd}, GgmlType::Q5_1,
+               W.normal(n_head * hd * n_embd, 0, s_embd));
+    } else {
+      W.tensor(p + "ssm_in.weight", {n_embd, d_in_proj}, il % 2 ? GgmlType::F16 : GgmlType::Q8_0,
+               W.normal(n_embd * d_in_proj, 0, s_embd));
+      W.tensor(p + "ssm_conv1d.weight", {d_conv, n_ch}, GgmlType::F32,
+               W.normal(d_conv * n_ch, 0, 0.5f));
+      W.tensor(p + "ssm_conv1d.bias", {n_ch}, GgmlType::F32, W.normal(n_ch, 0, 0.1f));
+      std::vector<float> dt_bias(H), a(H), d(H, 1.0f);
+      for (int64_t h = 0; h < H; ++h) {
+        const float dt = std::exp(W.uniform(1, std::log(0.001f), std::log(0.1f))[0]);
+        dt_bias[h] = dt + std::log(-std::expm1(-dt));  // softplus(dt_bias) = dt
+        a[h] = -W.uniform(1, 1.0f, 16.0f)[0];          // -exp(A_log), A_log = log U[1, 16]
+      }
+      W.tensor(p + "ssm_dt.bias", {H}, GgmlType::F32, dt_bias);
+      W.tensor(p + "ssm_a", {1, H}, GgmlType::F32, a);
+      W.tensor(p + "ssm_d", {1, H}, GgmlType::F32, d);
+      W.tensor(p + "ssm_norm.weight", {d_inner / G, G}, GgmlType::F32, W.normal(d_inner, 1.0f, 0.1f));
+      W.tensor(p + "ssm_out.weight", {d_inner, n_embd}, il % 2 ? GgmlType::Q4_0 : GgmlType::BF16,
+               W.normal(d_inner * n_embd, 0, 1.0f / std::sqrt(float(d_inner))));
+    }
+    if (granite) {
+      W.tensor(p + "ffn_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
+      W.tensor(p + "ffn_gate.weight", {n_embd, n_ff}, GgmlType::Q5_0, W.normal(n_embd * n_ff, 0, s_embd));
+      W.tensor(p + "ffn_up.weight", {n_embd, n_ff}, GgmlType::BF16, W.normal(n_embd * n_ff, 0, s_embd));
+      W.tensor(p + "ffn_down.weight", {n_ff, n_embd}, GgmlType::Q8_0,
+               W.normal(n_ff * n_embd, 0, 1.0f / std::sqrt(float(n_ff))));
+    }
+  }
+  Status st = W.w.write(out);
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace mnemo::tools
