@@ -21,4 +21,7 @@ RunFn register_run(CLI::App& app);
 /// `mnemo bench -m FILE ...`: pp/tg throughput in llama-bench's table and JSON shape.
 RunFn register_bench(CLI::App& app);
 
+/// `mnemo serve -m FILE ...`: the HTTP server (llama-server's flags; include/mnemo/server.h).
+RunFn register_serve(CLI::App& app);
+
 }  // namespace mnemo::tools

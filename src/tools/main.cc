@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add("run", "Generate text from a prompt", mnemo::tools::register_run);
   add("bench", "Prompt-processing and generation throughput (llama-bench's format)",
       mnemo::tools::register_bench);
+  add("serve", "HTTP server: OpenAI and llama.cpp APIs over slots", mnemo::tools::register_serve);
 
   try {
     app.parse(argc, argv);

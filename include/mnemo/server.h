@@ -1,0 +1,53 @@
+// mnemo's HTTP server (`mnemo serve`): llama.cpp's and OpenAI's completion APIs over slots
+// with continuous batching, per-slot prompt caches, slot save / restore and live KV
+// requantization. Design: src/server/engine.h (the loop thread that owns the memory) and
+// src/server/http.cc (transport: routes, auth, SSE). Endpoints: docs in src/server/http.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "mnemo/context.h"
+#include "mnemo/model.h"
+#include "mnemo/sampling.h"
+#include "mnemo/status.h"
+#include "mnemo/tokenizer.h"
+
+namespace mnemo::server {
+
+/// Everything `mnemo serve` is configured with (flag names as llama-server's where it has them).
+struct ServerParams {
+  std::string host = "127.0.0.1";    // --host: loopback unless told otherwise
+  int port = 8080;                   // --port: 0 picks a free port (printed when listening)
+  std::string model_path;            // -m (for /props)
+  std::string model_alias;           // -a / --alias: "model" in responses ("" = file name)
+  ContextParams ctx;                 // -c -b -ub -t -ctk -ctv -kvu -np (n_seq_max = slots)
+  SamplingParams sampling;           // defaults for fields a request leaves out
+  int32_t n_predict = -1;            // -n: default tokens per request (-1: n_predict_max)
+  int32_t n_predict_max = 4096;      // --n-predict-max: requests asking for more get 400
+  int32_t n_keep = 0;                // --keep: tokens a context shift keeps (-1: the prompt)
+  bool context_shift = false;        // --context-shift
+  std::string slot_save_path;        // --slot-save-path: enables /slots/{id}?action=...
+  std::string kv_policy;             // --kv-policy (issue 5's policy; "" = none)
+  std::string api_key;               // --api-key: Bearer token for every endpoint but /health
+  bool metrics = false;              // --metrics: enables GET /metrics
+  int timeout_s = 600;               // --timeout: socket read/write and queue-wait limit, seconds
+  int n_threads_http = 0;            // --threads-http: 0 = max(16, 4 * slots)
+  size_t max_body_bytes = 8u << 20;  // --max-body: larger request bodies get 413
+  uint32_t max_queue = 256;          // --max-queue: waiting requests beyond this get 503
+  /// Called once with the bound port when the server starts listening (tests, scripts/run).
+  std::function<void(int port)> on_listening;
+};
+
+/// Runs the server until SIGINT or SIGTERM (or until stop_server() from another thread).
+/// `model` and `tok` must outlive the call. Errors: the context's creation (bad params, no
+/// memory), a port that cannot be bound (IOError naming host and port), a bad --kv-policy or an
+/// --slot-save-path that is not a writable directory (InvalidArgument).
+Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& params);
+
+/// Asks a running run_server() to return (thread-safe; also what SIGINT / SIGTERM do).
+void stop_server();
+
+}  // namespace mnemo::server

@@ -1,0 +1,582 @@
+#include "server/api.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <random>
+
+namespace mnemo::server {
+namespace {
+
+// Typed field readers: absent or null leaves *out unchanged; a wrong type or range is an
+// InvalidArgument naming the field.
+Status get_bool(const Json& b, const char* key, bool* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return Status();
+  if (!it->is_boolean())
+    return Status::invalid_argument(fmt::format("'{}' must be a boolean", key));
+  *out = it->get<bool>();
+  return Status();
+}
+
+Status get_int(const Json& b, const char* key, int64_t lo, int64_t hi, int64_t* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return Status();
+  bool ok = it->is_number_integer();
+  int64_t v = 0;
+  if (ok) {
+    v = it->is_number_unsigned()
+            ? static_cast<int64_t>(std::min<uint64_t>(it->get<uint64_t>(), uint64_t(INT64_MAX)))
+            : it->get<int64_t>();
+  } else if (it->is_number_float()) {
+    // 16.0 is accepted as 16 (some clients send every number as a float).
+    const double d = it->get<double>();
+    ok = d == static_cast<double>(static_cast<int64_t>(d));
+    v = static_cast<int64_t>(d);
+  }
+  if (!ok) return Status::invalid_argument(fmt::format("'{}' must be an integer", key));
+  if (v < lo || v > hi) {
+    return Status::invalid_argument(
+        fmt::format("'{}' is {}; it must be in [{}, {}]", key, v, lo, hi));
+  }
+  *out = v;
+  return Status();
+}
+
+template <typename T>
+Status get_int_as(const Json& b, const char* key, int64_t lo, int64_t hi, T* out) {
+  int64_t v = static_cast<int64_t>(*out);
+  MNEMO_RETURN_IF_ERROR(get_int(b, key, lo, hi, &v));
+  *out = static_cast<T>(v);
+  return Status();
+}
+
+Status get_float(const Json& b, const char* key, double lo, double hi, float* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return Status();
+  if (!it->is_number()) return Status::invalid_argument(fmt::format("'{}' must be a number", key));
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi)) {
+    return Status::invalid_argument(
+        fmt::format("'{}' is {}; it must be in [{}, {}]", key, v, lo, hi));
+  }
+  *out = static_cast<float>(v);
+  return Status();
+}
+
+Status get_stop(const Json& b, const ApiDefaults& d, std::vector<std::string>* out) {
+  auto it = b.find("stop");
+  if (it == b.end() || it->is_null()) return Status();
+  std::vector<std::string> stop;
+  if (it->is_string()) {
+    stop.push_back(it->get<std::string>());
+  } else if (it->is_array()) {
+    for (const Json& s : *it) {
+      if (!s.is_string()) return Status::invalid_argument("'stop' must be a string or strings");
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    return Status::invalid_argument("'stop' must be a string or an array of strings");
+  }
+  if (stop.size() > d.max_stop) {
+    return Status::invalid_argument(
+        fmt::format("'stop' has {} strings; at most {}", stop.size(), d.max_stop));
+  }
+  for (const auto& s : stop) {
+    if (s.size() > d.max_stop_bytes) {
+      return Status::invalid_argument(
+          fmt::format("a stop string is {} bytes; at most {}", s.size(), d.max_stop_bytes));
+    }
+  }
+  *out = std::move(stop);
+  return Status();
+}
+
+Status check_token(const Json& t, const Tokenizer& tok, const char* field, TokenId* out) {
+  if (!t.is_number_integer()) {
+    return Status::invalid_argument(fmt::format("'{}' token ids must be integers", field));
+  }
+  const int64_t id = t.is_number_unsigned()
+                         ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), INT64_MAX))
+                         : t.get<int64_t>();
+  if (id < 0 || id >= tok.n_vocab()) {
+    return Status::invalid_argument(
+        fmt::format("'{}' has token id {}; ids are in [0, {})", field, id, tok.n_vocab()));
+  }
+  *out = static_cast<TokenId>(id);
+  return Status();
+}
+
+// llama.cpp's prompt forms: a string, or an array mixing strings and token ids (one prompt).
+// The first string piece gets the vocabulary's BOS; special-token texts are recognised.
+Status tokenize_prompt(const Json& prompt, const Tokenizer& tok, std::vector<TokenId>* out) {
+  if (prompt.is_string()) {
+    *out = tok.tokenize(prompt.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
+    return Status();
+  }
+  if (!prompt.is_array()) {
+    return Status::invalid_argument("'prompt' must be a string or an array of token ids");
+  }
+  // ["text"] (OpenAI's list form with one prompt) or a mixed list.
+  bool first = true;
+  for (const Json& e : prompt) {
+    if (e.is_string()) {
+      auto ids = tok.tokenize(e.get<std::string>(), first, true);
+      out->insert(out->end(), ids.begin(), ids.end());
+    } else if (e.is_array()) {
+      return Status::invalid_argument(
+          "'prompt' holds several prompts; send one prompt per request");
+    } else {
+      TokenId id = 0;
+      MNEMO_RETURN_IF_ERROR(check_token(e, tok, "prompt", &id));
+      out->push_back(id);
+    }
+    first = false;
+  }
+  if (prompt.size() > 1 && prompt[0].is_string() && prompt[1].is_string()) {
+    return Status::invalid_argument("'prompt' holds several prompts; send one prompt per request");
+  }
+  return Status();
+}
+
+Status chat_messages(const Json& b, std::vector<ChatMessage>* out) {
+  auto it = b.find("messages");
+  if (it == b.end() || !it->is_array() || it->empty()) {
+    return Status::invalid_argument("'messages' must be a non-empty array");
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    if (!m.is_object()) {
+      return Status::invalid_argument(fmt::format("messages[{}] must be an object", i));
+    }
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return Status::invalid_argument(fmt::format("messages[{}].role must be a string", i));
+    }
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      // An assistant turn may have no content (tool calls); treat as empty.
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const Json& part : *content) {
+        auto type = part.is_object() ? part.find("type") : part.end();
+        if (!part.is_object() || type == part.end() || !type->is_string() ||
+            type->get<std::string>() != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return Status::invalid_argument(
+              fmt::format("messages[{}].content: only parts of type \"text\" are supported", i));
+        }
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      return Status::invalid_argument(
+          fmt::format("messages[{}].content must be a string or an array of parts", i));
+    }
+    out->push_back(std::move(msg));
+  }
+  return Status();
+}
+
+Json timings_json(const CompletionStats& s) {
+  const int32_t prompt_n = s.n_prompt - s.n_cached;
+  return {
+      {"prompt_n", prompt_n},
+      {"prompt_ms", s.prompt_ms},
+      {"prompt_per_token_ms", prompt_n > 0 ? s.prompt_ms / prompt_n : 0.0},
+      {"prompt_per_second", s.prompt_ms > 0 ? prompt_n * 1000.0 / s.prompt_ms : 0.0},
+      {"predicted_n", s.n_generated},
+      {"predicted_ms", s.gen_ms},
+      {"predicted_per_token_ms", s.n_generated > 0 ? s.gen_ms / s.n_generated : 0.0},
+      {"predicted_per_second", s.gen_ms > 0 ? s.n_generated * 1000.0 / s.gen_ms : 0.0},
+  };
+}
+
+Json usage_json(const CompletionStats& s) {
+  return {{"prompt_tokens", s.n_prompt},
+          {"completion_tokens", s.n_generated},
+          {"total_tokens", s.n_prompt + s.n_generated},
+          {"prompt_tokens_details", {{"cached_tokens", s.n_cached}}}};
+}
+
+const char* stop_type_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kWord:
+      return "word";
+    case FinishReason::kLimit:
+    case FinishReason::kContext:
+      return "limit";
+    default:
+      return "none";
+  }
+}
+
+Json generation_settings(const CompletionRequest& q) {
+  const SamplingParams& s = q.sampling;
+  return {{"n_predict", q.n_predict},
+          {"temperature", s.temp},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"repeat_penalty", s.repeat_penalty},
+          {"repeat_last_n", s.repeat_last_n},
+          {"frequency_penalty", s.frequency_penalty},
+          {"presence_penalty", s.presence_penalty},
+          {"seed", s.seed},
+          {"n_keep", q.n_keep},
+          {"stop", q.stop},
+          {"ignore_eos", q.ignore_eos},
+          {"cache_prompt", q.cache_prompt}};
+}
+
+Json oai_chunk(const ParsedCompletion& p, const ApiDefaults& d, const ResponseIds& ids) {
+  const bool chat = p.api == Api::kOaiChat;
+  return {{"id", ids.id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", ids.created},
+          {"model", d.model_name},
+          {"system_fingerprint", "mnemo-0.1.0"}};
+}
+
+}  // namespace
+
+Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const ChatTemplate& tmpl,
+                        const ApiDefaults& d, ParsedCompletion* out) {
+  if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
+  ParsedCompletion p;
+  p.api = api;
+  CompletionRequest& q = p.req;
+  q.sampling = d.sampling;
+  q.n_keep = d.n_keep;
+
+  // The prompt.
+  if (api == Api::kOaiChat) {
+    std::vector<ChatMessage> msgs;
+    MNEMO_RETURN_IF_ERROR(chat_messages(b, &msgs));
+    const std::string text = tmpl.apply(msgs, /*add_generation_prompt=*/true);
+    q.prompt = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/true);
+  } else {
+    auto it = b.find("prompt");
+    if (it == b.end() || it->is_null()) return Status::invalid_argument("'prompt' is missing");
+    MNEMO_RETURN_IF_ERROR(tokenize_prompt(*it, tok, &q.prompt));
+  }
+  if (q.prompt.empty()) return Status::invalid_argument("the prompt is empty");
+
+  // How many tokens.
+  int64_t n_predict = -1;
+  if (api == Api::kLlama) {
+    MNEMO_RETURN_IF_ERROR(get_int(b, "n_predict", -1, INT32_MAX, &n_predict));
+  } else {
+    MNEMO_RETURN_IF_ERROR(get_int(b, "max_tokens", 0, INT32_MAX, &n_predict));
+    MNEMO_RETURN_IF_ERROR(get_int(b, "max_completion_tokens", 0, INT32_MAX, &n_predict));
+  }
+  if (n_predict < 0) n_predict = d.n_predict >= 0 ? d.n_predict : d.n_predict_max;
+  if (n_predict > d.n_predict_max) {
+    return Status::invalid_argument(fmt::format(
+        "{} is {}; this server generates at most {} tokens per request",
+        api == Api::kLlama ? "'n_predict'" : "'max_tokens'", n_predict, d.n_predict_max));
+  }
+  q.n_predict = static_cast<int32_t>(n_predict);
+
+  // Sampling.
+  SamplingParams& s = q.sampling;
+  MNEMO_RETURN_IF_ERROR(get_float(b, "temperature", -1e9, 1e9, &s.temp));
+  MNEMO_RETURN_IF_ERROR(get_float(b, "top_p", 0.0, 1.0, &s.top_p));
+  MNEMO_RETURN_IF_ERROR(get_float(b, "min_p", 0.0, 1.0, &s.min_p));
+  MNEMO_RETURN_IF_ERROR(get_int_as(b, "top_k", INT32_MIN, INT32_MAX, &s.top_k));
+  MNEMO_RETURN_IF_ERROR(get_float(b, "frequency_penalty", -2.0, 2.0, &s.frequency_penalty));
+  MNEMO_RETURN_IF_ERROR(get_float(b, "presence_penalty", -2.0, 2.0, &s.presence_penalty));
+  MNEMO_RETURN_IF_ERROR(get_float(b, "repeat_penalty", 0.0, 1e6, &s.repeat_penalty));
+  MNEMO_RETURN_IF_ERROR(get_int_as(b, "repeat_last_n", 0, 1 << 20, &s.repeat_last_n));
+  int64_t seed = -1;
+  MNEMO_RETURN_IF_ERROR(get_int(b, "seed", INT64_MIN, INT64_MAX, &seed));
+  if (b.contains("seed") && !b["seed"].is_null()) {
+    s.seed = seed < 0 ? SamplingParams::kRandomSeed : static_cast<uint64_t>(seed);
+  }
+  if (Status st = s.validate(); !st.ok()) return st;
+
+  // The rest.
+  MNEMO_RETURN_IF_ERROR(get_stop(b, d, &q.stop));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "stream", &p.stream));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "cache_prompt", &q.cache_prompt));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "ignore_eos", &q.ignore_eos));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "return_tokens", &p.return_tokens));
+  MNEMO_RETURN_IF_ERROR(get_int_as(b, "n_keep", -1, INT32_MAX, &q.n_keep));
+  MNEMO_RETURN_IF_ERROR(get_int_as(b, "id_slot", -1, int64_t(d.n_slots) - 1, &q.id_slot));
+  if (api != Api::kLlama) {
+    int64_t n = 1;
+    MNEMO_RETURN_IF_ERROR(get_int(b, "n", 1, 1, &n));
+    auto so = b.find("stream_options");
+    if (so != b.end() && !so->is_null()) {
+      if (!so->is_object()) return Status::invalid_argument("'stream_options' must be an object");
+      MNEMO_RETURN_IF_ERROR(get_bool(*so, "include_usage", &p.include_usage));
+    }
+    bool flag = false;
+    MNEMO_RETURN_IF_ERROR(get_bool(b, "echo", &flag));
+    if (flag) return Status::invalid_argument("'echo' is not supported");
+    auto lp = b.find("logprobs");
+    if (lp != b.end() && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>())) {
+      return Status::invalid_argument("'logprobs' is not supported");
+    }
+  }
+  if (q.prompt.size() >= d.n_ctx_seq) {
+    return Status::out_of_range(
+        fmt::format("the prompt has {} tokens; a slot holds at most {} tokens including the reply",
+                    q.prompt.size(), d.n_ctx_seq));
+  }
+  *out = std::move(p);
+  return Status();
+}
+
+ResponseIds new_response_ids(Api api) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  ResponseIds ids;
+  ids.id = fmt::format("{}{:016x}{:08x}", api == Api::kOaiChat ? "chatcmpl-" : "cmpl-", rng(),
+                       static_cast<uint32_t>(rng()));
+  ids.created = static_cast<int64_t>(std::time(nullptr));
+  return ids;
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLimit:
+    case FinishReason::kContext:
+      return "length";
+    default:
+      return "stop";
+  }
+}
+
+Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const ApiDefaults& d,
+                     const ResponseIds& ids) {
+  if (p.api == Api::kLlama) {
+    Json j = {{"index", 0},
+              {"content", r.text},
+              {"id_slot", r.stats.id_slot},
+              {"stop", true},
+              {"model", d.model_name},
+              {"tokens_predicted", r.stats.n_generated},
+              {"tokens_evaluated", r.stats.n_prompt},
+              {"tokens_cached", r.stats.n_cached},
+              {"truncated", r.finish == FinishReason::kContext},
+              {"stop_type", stop_type_name(r.finish)},
+              {"stopping_word", r.stop_word},
+              {"context_shifts", r.stats.n_shifts},
+              {"generation_settings", generation_settings(p.req)},
+              {"timings", timings_json(r.stats)}};
+    if (p.return_tokens) j["tokens"] = r.tokens;
+    return j;
+  }
+  Json j = oai_chunk(p, d, ids);
+  if (p.api == Api::kOaiChat) {
+    j["object"] = "chat.completion";
+    j["choices"] = Json::array({{{"index", 0},
+                                 {"message", {{"role", "assistant"}, {"content", r.text}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish_reason_name(r.finish)}}});
+  } else {
+    j["choices"] = Json::array({{{"index", 0},
+                                 {"text", r.text},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish_reason_name(r.finish)}}});
+  }
+  j["usage"] = usage_json(r.stats);
+  j["timings"] = timings_json(r.stats);
+  return j;
+}
+
+std::vector<Json> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
+                               const ResponseIds& ids) {
+  if (p.api != Api::kOaiChat) return {};
+  Json j = oai_chunk(p, d, ids);
+  j["choices"] = Json::array({{{"index", 0},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  return {j};
+}
+
+Json stream_delta(const ParsedCompletion& p, const std::string& text,
+                  const std::vector<TokenId>& tokens, int32_t id_slot, const ApiDefaults& d,
+                  const ResponseIds& ids) {
+  if (p.api == Api::kLlama) {
+    Json j = {{"index", 0}, {"content", text}, {"stop", false}, {"id_slot", id_slot}};
+    if (p.return_tokens) j["tokens"] = tokens;
+    return j;
+  }
+  Json j = oai_chunk(p, d, ids);
+  if (p.api == Api::kOaiChat) {
+    j["choices"] = Json::array({{{"index", 0},
+                                 {"delta", {{"content", text}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+  } else {
+    j["choices"] = Json::array(
+        {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  }
+  return j;
+}
+
+std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,
+                             const ApiDefaults& d, const ResponseIds& ids) {
+  if (p.api == Api::kLlama) {
+    Json j = completion_json(p, r, d, ids);
+    j["content"] = "";
+    if (p.return_tokens) j["tokens"] = Json::array();
+    return {j};
+  }
+  std::vector<Json> out;
+  Json j = oai_chunk(p, d, ids);
+  if (p.api == Api::kOaiChat) {
+    j["choices"] = Json::array({{{"index", 0},
+                                 {"delta", Json::object()},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish_reason_name(r.finish)}}});
+  } else {
+    j["choices"] = Json::array({{{"index", 0},
+                                 {"text", ""},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish_reason_name(r.finish)}}});
+  }
+  j["timings"] = timings_json(r.stats);
+  out.push_back(std::move(j));
+  if (p.include_usage) {
+    Json u = oai_chunk(p, d, ids);
+    u["choices"] = Json::array();
+    u["usage"] = usage_json(r.stats);
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+Json error_json(ErrorKind kind, const std::string& message) {
+  const char* type = "server_error";
+  switch (kind) {
+    case ErrorKind::kInvalidRequest:
+    case ErrorKind::kBusy:
+      type = "invalid_request_error";
+      break;
+    case ErrorKind::kUnauthorized:
+      type = "authentication_error";
+      break;
+    case ErrorKind::kNotFound:
+      type = "not_found_error";
+      break;
+    case ErrorKind::kPromptTooLong:
+      type = "exceed_context_size_error";
+      break;
+    case ErrorKind::kCacheFull:
+    case ErrorKind::kQueueFull:
+    case ErrorKind::kTimeout:
+      type = "unavailable_error";
+      break;
+    case ErrorKind::kNotSupported:
+      type = "not_supported_error";
+      break;
+    default:
+      break;
+  }
+  return {{"error", {{"code", http_status(kind)}, {"message", message}, {"type", type}}}};
+}
+
+Status tokenize_json(const Json& b, const Tokenizer& tok, Json* out) {
+  if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
+  auto it = b.find("content");
+  if (it == b.end() || !it->is_string()) {
+    return Status::invalid_argument("'content' must be a string");
+  }
+  bool add_special = false, parse_special = true, with_pieces = false;
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "add_special", &add_special));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "parse_special", &parse_special));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "with_pieces", &with_pieces));
+  const auto ids = tok.tokenize(it->get<std::string>(), add_special, parse_special);
+  Json tokens = Json::array();
+  for (TokenId id : ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string piece = tok.token_to_piece(id, true);
+    Json jp = piece;
+    try {
+      (void)jp.dump();
+    } catch (const Json::exception&) {  // not valid UTF-8 on its own: give the bytes
+      jp = Json::array();
+      for (unsigned char c : piece) jp.push_back(c);
+    }
+    tokens.push_back({{"id", id}, {"piece", jp}});
+  }
+  *out = {{"tokens", tokens}};
+  return Status();
+}
+
+Status detokenize_json(const Json& b, const Tokenizer& tok, Json* out) {
+  if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
+  auto it = b.find("tokens");
+  if (it == b.end() || !it->is_array()) {
+    return Status::invalid_argument("'tokens' must be an array of token ids");
+  }
+  std::vector<TokenId> ids;
+  for (const Json& t : *it) {
+    TokenId id = 0;
+    MNEMO_RETURN_IF_ERROR(check_token(t, tok, "tokens", &id));
+    ids.push_back(id);
+  }
+  *out = {{"content", tok.detokenize(ids, /*special=*/true)}};
+  return Status();
+}
+
+Json slots_json(const ControlReply& snap) {
+  Json arr = Json::array();
+  for (const SlotInfo& s : snap.slots) {
+    arr.push_back({{"id", s.id},
+                   {"state", slot_state_name(s.state)},
+                   {"is_processing", s.state != SlotState::kIdle},
+                   {"id_task", s.id_task},
+                   {"n_ctx", s.n_ctx},
+                   {"n_tokens", s.n_tokens},
+                   {"n_prompt_tokens", s.n_prompt},
+                   {"n_decoded", s.n_generated},
+                   {"type_k", std::string(type_name(s.type_k))},
+                   {"type_v", std::string(type_name(s.type_v))},
+                   {"bytes", s.bytes}});
+  }
+  return arr;
+}
+
+Status parse_requantize(const Json& b, const ControlReply& snap, ControlRequest* out) {
+  if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
+  ControlRequest r;
+  r.kind = ControlKind::kRequantize;
+  int64_t slot = -1;
+  MNEMO_RETURN_IF_ERROR(get_int(b, "slot", -1, int64_t(snap.slots.size()) - 1, &slot));
+  r.slot = static_cast<int32_t>(slot);
+  const SlotInfo& ref = snap.slots.at(slot >= 0 ? size_t(slot) : 0);
+  r.type_k = ref.type_k;
+  r.type_v = ref.type_v;
+  for (auto [key, dst] : {std::pair{"ctk", &r.type_k}, std::pair{"ctv", &r.type_v}}) {
+    auto it = b.find(key);
+    if (it == b.end() || it->is_null()) continue;
+    if (!it->is_string())
+      return Status::invalid_argument(fmt::format("'{}' must be a string", key));
+    auto t = type_from_name(it->get<std::string>());
+    if (!t) {
+      return Status::invalid_argument(
+          fmt::format("'{}': unknown type '{}'", key, it->get<std::string>()));
+    }
+    *dst = *t;
+  }
+  if (!b.contains("ctk") && !b.contains("ctv")) {
+    return Status::invalid_argument("give 'ctk' and/or 'ctv', the target K / V types");
+  }
+  *out = r;
+  return Status();
+}
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+}  // namespace mnemo::server

@@ -1,0 +1,110 @@
+// The API boundary: JSON request bodies -> native requests (CompletionRequest, ...), and native
+// results -> JSON response bodies, for llama.cpp's /completion and OpenAI's /v1/completions and
+// /v1/chat/completions (field names as those APIs define them). Runs on HTTP threads; knows
+// nothing about sockets (httplib stays in http.cc). Errors are Status values with messages
+// that name the field; nothing here throws (nlohmann calls are guarded by type checks).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mnemo/chat.h"
+#include "mnemo/sampling.h"
+#include "mnemo/status.h"
+#include "mnemo/tokenizer.h"
+#include "server/engine.h"
+
+namespace mnemo::server {
+
+using Json = nlohmann::json;
+
+/// Which API a completion request came through (decides field names both ways).
+enum class Api : uint8_t { kLlama, kOaiCompletion, kOaiChat };
+
+/// Server-wide settings the API layer needs.
+struct ApiDefaults {
+  SamplingParams sampling;       // values for fields a request leaves out
+  int32_t n_predict = -1;        // -n: default tokens to generate (-1: n_predict_max)
+  int32_t n_predict_max = 4096;  // requests asking for more get 400
+  int32_t n_keep = 0;            // --keep
+  uint32_t n_slots = 1;
+  uint32_t n_ctx_seq = 0;       // prompts of this many tokens or more get 413 before queueing
+  size_t max_stop = 16;         // stop strings per request
+  size_t max_stop_bytes = 256;  // bytes per stop string
+  std::string model_name;       // "model" in responses and /v1/models
+};
+
+/// A completion request as parsed from JSON.
+struct ParsedCompletion {
+  Api api = Api::kLlama;
+  CompletionRequest req;
+  bool stream = false;
+  bool include_usage = false;  // OpenAI stream_options.include_usage
+  bool return_tokens = false;  // /completion: "tokens" in every response object
+};
+
+/// Parses a completion body (an object). The prompt is templated (chat) and tokenized here.
+/// Errors: InvalidArgument naming the field (wrong type, out of range, unsupported option),
+/// OutOfRange when the prompt is n_ctx_seq tokens or longer (HTTP 413).
+Status parse_completion(const Json& body, Api api, const Tokenizer& tok, const ChatTemplate& tmpl,
+                        const ApiDefaults& defaults, ParsedCompletion* out);
+
+/// What the HTTP thread collected from a completion's events.
+struct CompletionResult {
+  std::string text;
+  std::vector<TokenId> tokens;
+  FinishReason finish = FinishReason::kNone;
+  std::string stop_word;
+  CompletionStats stats;
+};
+
+/// Identity of one response (shared by all chunks of a stream).
+struct ResponseIds {
+  std::string id;       // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+};
+
+/// A fresh id with the API's prefix and 24 random hex digits.
+ResponseIds new_response_ids(Api api);
+
+/// OpenAI finish_reason: "stop" (end-of-generation token or stop string) or "length".
+const char* finish_reason_name(FinishReason r);
+
+/// The non-streamed response body.
+Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const ApiDefaults& d,
+                     const ResponseIds& ids);
+/// Streaming: the objects to send, each as one SSE "data:" event, in order.
+/// First: chat's role delta (nothing for the others).
+std::vector<Json> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
+                               const ResponseIds& ids);
+/// One text delta (tokens only for /completion with return_tokens).
+Json stream_delta(const ParsedCompletion& p, const std::string& text,
+                  const std::vector<TokenId>& tokens, int32_t id_slot, const ApiDefaults& d,
+                  const ResponseIds& ids);
+/// The last objects: the finish_reason chunk (and a usage chunk when asked), or /completion's
+/// final object with stop = true and the timings. OpenAI streams then end with "[DONE]".
+std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,
+                             const ApiDefaults& d, const ResponseIds& ids);
+
+/// {"error": {"code": status, "message": ..., "type": ...}} (the shape OpenAI and llama.cpp use).
+Json error_json(ErrorKind kind, const std::string& message);
+
+/// POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"
+/// (false)} -> {"tokens": [...]} (with_pieces: [{"id", "piece"}], a piece that is not valid
+/// UTF-8 is given as an array of byte values).
+Status tokenize_json(const Json& body, const Tokenizer& tok, Json* out);
+/// POST /detokenize {"tokens": [...]} -> {"content": ...}; ids must be in [0, n_vocab).
+Status detokenize_json(const Json& body, const Tokenizer& tok, Json* out);
+
+/// GET /slots: one object per slot.
+Json slots_json(const ControlReply& snap);
+/// POST /cache/requantize body -> the request. {"ctk": type, "ctv": type, "slot": optional}.
+/// A missing ctk / ctv keeps that type as the target slot (or slot 0) has it now.
+Status parse_requantize(const Json& body, const ControlReply& snap, ControlRequest* out);
+
+/// Dumps JSON for the wire: invalid UTF-8 in strings becomes U+FFFD instead of throwing.
+std::string dump(const Json& j);
+
+}  // namespace mnemo::server

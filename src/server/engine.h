@@ -1,0 +1,285 @@
+// Engine: the server loop. One thread owns the Context (model + memory), the slots and the
+// schedule; HTTP threads talk to it only through the queue below, with native structs
+// (STYLE.md habit 15). Nothing here knows about HTTP or JSON.
+//
+// Threads:
+//   - HTTP threads call submit() (a completion: returns a TaskChannel to read events from) and
+//     control() (slots / metrics snapshots, slot save / restore / erase, requantize: returns a
+//     future). Both only lock the incoming queue.
+//   - The loop thread (start() / stop()) drains the queue, runs control requests between
+//     decode steps, admits waiting completions to slots and decodes one batch per step.
+//
+// Slots. Slot i decodes into sequence i of the memory (split mode: stream i). A slot is
+//   kIdle        free; its cache_tokens stay in memory for prompt-cache reuse;
+//   kPrompt      feeding its prompt in chunks (positions cache_tokens.size() ...);
+//   kGenerating  one sampled token pending per step.
+// Invariant (DCHECKed): sequence i holds exactly positions [0, cache_tokens.size()) and those
+// cells hold cache_tokens, in order.
+//
+// Scheduling of one step (continuous batching): every generating slot adds its pending token,
+// then prompting slots add prompt chunks (round robin, within n_batch); one Context::decode;
+// each slot with an output row samples its next token. A batch that does not fit (unified
+// cache) is retried slot by slot so one full conversation does not stop the others.
+//
+// Admission (before any compute): a prompt of n_ctx_seq tokens or more is refused
+// (kPromptTooLong); the prompt-cache prefix is reused; in unified mode the cells the prompt
+// needs are checked against the stream's free cells from the memory breakdown (idle slots'
+// caches are dropped, least recently used first, when that makes it fit), else kCacheFull.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mnemo/context.h"
+#include "mnemo/memory.h"
+#include "mnemo/model.h"
+#include "mnemo/quant.h"
+#include "mnemo/sampling.h"
+#include "mnemo/status.h"
+#include "mnemo/tokenizer.h"
+#include "server/metrics.h"
+
+namespace mnemo::server {
+
+/// Why a request failed; the HTTP layer maps each to a status code (http_status()).
+enum class ErrorKind : uint8_t {
+  kInvalidRequest = 0,  // 400: malformed JSON, a bad field, a bad slot file name
+  kUnauthorized,        // 401: missing or wrong API key
+  kNotFound,            // 404: no such route, slot or file
+  kBusy,                // 409: the slot is processing a request
+  kPromptTooLong,       // 413: the prompt cannot fit in a slot's context; or a body too large
+  kCacheFull,           // 503: not enough free KV cells now
+  kQueueFull,           // 503: too many requests waiting
+  kTimeout,             // 503: waited longer than --timeout for a slot
+  kNotSupported,        // 501: a disabled or not yet available feature
+  kInternal,            // 500: a decode or I/O failure
+  kCount,
+};
+
+/// "invalid_request", "unauthorized", ... (Prometheus label values).
+const char* error_kind_name(ErrorKind kind);
+/// 400, 401, 404, 409, 413, 503, 503, 503, 501, 500.
+int http_status(ErrorKind kind);
+
+/// How a completion ended.
+enum class FinishReason : uint8_t {
+  kNone = 0,
+  kEos,        // an end-of-generation token (OpenAI "stop")
+  kWord,       // a stop string (OpenAI "stop")
+  kLimit,      // n_predict tokens (OpenAI "length")
+  kContext,    // the slot's context is full and context shift is off (OpenAI "length")
+  kCancelled,  // the client went away
+};
+
+/// A completion request after JSON parsing, templating and tokenization (HTTP thread).
+struct CompletionRequest {
+  std::vector<TokenId> prompt;  // non-empty; ids in [0, n_vocab)
+  SamplingParams sampling;
+  int32_t n_predict = 16;         // tokens to generate, >= 0 (already bounded)
+  int32_t n_keep = 0;             // context shift keeps these first tokens; -1: the whole prompt
+  std::vector<std::string> stop;  // stop strings (generation ends before the first match)
+  int32_t id_slot = -1;           // a specific slot (waits for it), or -1: the best free one
+  bool cache_prompt = true;       // reuse the slot's longest common prefix with the prompt
+  bool ignore_eos = false;        // keep generating past end-of-generation tokens
+};
+
+/// Numbers of one completion, for responses, metrics and the request log line.
+struct CompletionStats {
+  int32_t id_slot = -1;
+  int32_t n_prompt = 0;     // prompt tokens
+  int32_t n_cached = 0;     // prompt tokens reused from the slot's cache (not evaluated)
+  int32_t n_generated = 0;  // tokens sampled (an end-of-generation token counts)
+  int32_t n_shifts = 0;     // context shifts done
+  double prompt_ms = 0;     // admission to first sampled token
+  double gen_ms = 0;        // first sampled token to the end
+};
+
+/// What the loop thread sends to the HTTP thread of a completion, in this order:
+/// one kAdmitted (or one kError), then kText events, then one kDone (or one kError).
+struct CompletionEvent {
+  enum class Kind : uint8_t { kAdmitted, kText, kDone, kError };
+  Kind kind = Kind::kText;
+  std::string text;             // kText: new text, whole UTF-8 characters, stop strings removed
+  std::vector<TokenId> tokens;  // kText: tokens sampled since the previous event
+  FinishReason finish = FinishReason::kNone;    // kDone
+  std::string stop_word;                        // kDone with kWord: the stop string matched
+  CompletionStats stats;                        // kAdmitted (id_slot, n_cached), kDone (all)
+  ErrorKind error_kind = ErrorKind::kInternal;  // kError
+  std::string error;                            // kError: a message with the numbers
+};
+
+/// The one-way event stream of one completion plus its cancel flag. Shared by the HTTP thread
+/// (reader, may cancel) and the loop thread (writer). Thread-safe.
+class TaskChannel {
+ public:
+  /// Loop thread: appends an event and wakes the reader.
+  void push(CompletionEvent ev);
+  /// HTTP thread: the next event, or nullopt after `timeout` without one.
+  std::optional<CompletionEvent> pop(std::chrono::milliseconds timeout);
+  /// HTTP thread: the client went away; the loop frees the slot at its next step.
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<CompletionEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+enum class SlotState : uint8_t { kIdle, kPrompt, kGenerating };
+/// "idle", "prompt", "generating".
+const char* slot_state_name(SlotState s);
+
+/// One slot as seen between two steps.
+struct SlotInfo {
+  int32_t id = 0;
+  SlotState state = SlotState::kIdle;
+  uint32_t n_ctx = 0;       // cells the slot may use (n_ctx_seq)
+  int32_t n_tokens = 0;     // tokens held in memory (cache_tokens)
+  int32_t n_prompt = 0;     // current request: prompt tokens (0 when idle)
+  int32_t n_generated = 0;  // current request: tokens sampled so far
+  uint64_t id_task = 0;     // current request's id (0 when idle)
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
+  size_t bytes = 0;  // K/V bytes of the slot's stream (unified: its share by cells held)
+};
+
+/// Control requests, run by the loop thread between two decode steps.
+enum class ControlKind : uint8_t { kSnapshot, kSlotSave, kSlotRestore, kSlotErase, kRequantize };
+
+struct ControlRequest {
+  ControlKind kind = ControlKind::kSnapshot;
+  int32_t slot = -1;  // kSlot*: the slot; kRequantize: one slot, or -1 for the whole cache
+  std::string path;   // kSlotSave / kSlotRestore: a path already validated by the caller
+  GgmlType type_k = GgmlType::F16;  // kRequantize
+  GgmlType type_v = GgmlType::F16;
+};
+
+/// The answer to a ControlRequest. When !status.ok(), error_kind says which HTTP error.
+struct ControlReply {
+  Status status;
+  ErrorKind error_kind = ErrorKind::kInternal;
+  // kSnapshot
+  std::vector<SlotInfo> slots;
+  MemoryBreakdown breakdown;
+  int32_t n_processing = 0;  // busy slots
+  int32_t n_queued = 0;      // requests waiting for a slot
+  // kSlot*: tokens saved / restored / erased and bytes written / read; kRequantize: bytes.
+  int32_t n_tokens = 0;
+  size_t bytes = 0;
+  size_t bytes_before = 0;
+  size_t bytes_after = 0;
+  double ms = 0;
+};
+
+/// Static facts of a running engine (immutable after create(): readable from any thread).
+struct EngineInfo {
+  uint32_t n_ctx = 0;      // total cells (-c)
+  uint32_t n_ctx_seq = 0;  // cells one slot may use
+  uint32_t n_slots = 0;    // -np
+  uint32_t n_batch = 0;
+  uint32_t n_ubatch = 0;
+  bool kv_unified = false;
+  bool context_shift = false;
+  int32_t n_threads = 0;
+};
+
+/// Settings of an Engine.
+struct EngineParams {
+  ContextParams ctx;  // n_seq_max = number of slots
+  bool context_shift = false;
+  uint32_t max_queue = 256;  // waiting requests beyond this are refused (kQueueFull)
+};
+
+class Engine {
+ public:
+  /// Creates the Context (errors from Context::create). `model` and `tok` must outlive the
+  /// engine. The loop does not run until start().
+  static Result<std::unique_ptr<Engine>> create(const Model& model, const Tokenizer& tok,
+                                                const EngineParams& params, Metrics* metrics);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Starts the loop thread.
+  void start();
+  /// Stops the loop thread (pending and running requests get a kError "shutting down") and
+  /// joins it. Idempotent.
+  void stop();
+
+  /// Any thread: queues a completion. Returns its channel; kQueueFull when max_queue requests
+  /// already wait (nothing queued then).
+  Result<std::shared_ptr<TaskChannel>> submit(CompletionRequest req, ErrorKind* error_kind);
+  /// Any thread: queues a control request; the future is fulfilled between two steps.
+  std::future<ControlReply> control(ControlRequest req);
+
+  const EngineInfo& info() const { return info_; }
+
+ private:
+  struct Slot;
+  struct Waiting;
+  struct Incoming;
+  struct WorkItem;
+
+  Engine(const Model& model, const Tokenizer& tok, Metrics* metrics);
+
+  void loop();
+  // One pass over the incoming queue; blocks when `block` and it is empty.
+  void drain(bool block);
+  void run_control(ControlRequest& req, std::promise<ControlReply>& reply);
+  ControlReply snapshot();
+  ControlReply slot_save(const ControlRequest& req);
+  ControlReply slot_restore(const ControlRequest& req);
+  ControlReply slot_erase(const ControlRequest& req);
+  ControlReply requantize(const ControlRequest& req);
+
+  void check_cancelled();
+  void assign_waiting();
+  Slot* pick_slot(const Waiting& w);
+  // Prepares `slot` for `w` or returns why not (error kind + message); changes nothing on error
+  // except dropping idle slots' caches that admission decided to evict.
+  bool admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why);
+  void step();
+  // Decodes the items as one batch; on kNoSpace with several items, one by one.
+  void decode_items(std::vector<WorkItem>& items);
+  void commit(WorkItem& item, uint32_t out_row);
+  void on_token(Slot& slot, TokenId tok);
+  bool context_shift(Slot& slot);
+  void finish(Slot& slot, FinishReason reason);
+  void fail(Slot& slot, ErrorKind kind, const std::string& why);
+  void release(Slot& slot);
+  uint32_t stream_free_cells(uint32_t stream) const;
+  void check_slot(const Slot& slot) const;
+
+  const Model& model_;
+  const Tokenizer& tok_;
+  Metrics* metrics_;
+  EngineInfo info_;
+  EngineParams params_;
+  std::unique_ptr<Context> ctx_;  // loop thread only (after start())
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::deque<std::unique_ptr<Waiting>> waiting_;  // loop thread: admitted to the queue, FIFO
+  uint64_t clock_ = 0;  // loop thread: step counter for least-recently-used order
+  uint32_t rr_ = 0;     // loop thread: round-robin start for prompt chunks
+
+  std::mutex mu_;  // guards incoming_, stop_
+  std::condition_variable cv_;
+  std::vector<Incoming> incoming_;  // swapped out whole by drain()
+  bool stop_ = false;
+  std::atomic<uint32_t> n_waiting_{0};  // waiting_.size() + incoming completions (for submit)
+  std::atomic<uint64_t> next_task_id_{1};
+  std::thread thread_;
+};
+
+}  // namespace mnemo::server

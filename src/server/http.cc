@@ -1,0 +1,762 @@
+// The HTTP transport of `mnemo serve` (the only file that uses cpp-httplib): routes, API-key
+// check, body limits, SSE streaming, disconnect detection and the one-line-per-request log.
+//
+// Endpoints (JSON bodies; errors are {"error": {"code", "message", "type"}}):
+//   GET  /health                      {"status": "ok"}; never needs the API key
+//   GET  /props                       model, n_ctx, slots, memory mode, K/V types per slot
+//   GET  /slots                       per slot: state, tokens held, K/V types, bytes
+//   POST /slots/{id}?action=save|restore|erase   {"filename": ...}; needs --slot-save-path
+//   POST /cache/requantize            {"ctk", "ctv", "slot"?}: bytes before / after, ms
+//   POST /completion, /completions    llama.cpp's fields; "stream": SSE "data:" events
+//   POST /v1/completions              OpenAI; SSE ending with "data: [DONE]"
+//   POST /v1/chat/completions, /chat/completions
+//   GET  /v1/models, /models
+//   POST /tokenize, /detokenize
+//   GET  /metrics                     Prometheus text; needs --metrics
+//
+// Threads: httplib's pool runs the handlers (JSON, chat template, tokenization) and waits on a
+// TaskChannel for the engine's events. A streamed completion holds its pool thread while it
+// streams; a client that goes away makes a write fail, which cancels the request (the slot is
+// freed at the next step). A non-streamed completion that takes longer than a second is sent as
+// a chunked body that starts with whitespace written every second (valid JSON whitespace), so a
+// disconnect is noticed there too; such a response has status 200 even if it ends in an error
+// object.
+#include <fmt/format.h>
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "mnemo/chat.h"
+#include "mnemo/log.h"
+#include "mnemo/server.h"
+#include "server/api.h"
+#include "server/engine.h"
+#include "server/metrics.h"
+#include "server/slot_files.h"
+
+namespace mnemo::server {
+namespace {
+
+using httplib::DataSink;
+using httplib::Request;
+using httplib::Response;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kPoll = std::chrono::milliseconds(1000);  // heartbeat / keep-alive interval
+
+std::mutex g_server_mu;
+httplib::Server* g_server = nullptr;  // the running server, for stop_server()
+std::atomic<bool> g_stop_requested{false};
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// What the request log line says beyond method, path and status.
+struct RequestLog {
+  Clock::time_point t0 = Clock::now();
+  std::string extra;
+  bool deferred = false;  // a content provider logs when the response ends
+};
+
+void log_request(const std::string& method, const std::string& path, int status,
+                 const RequestLog& log) {
+  MNEMO_LOG(kInfo) << fmt::format("{} {} {} {:.0f} ms{}", method, path, status, ms_since(log.t0),
+                                  log.extra);
+}
+
+std::string completion_log(const CompletionStats& s, const char* outcome) {
+  const double tps = s.gen_ms > 0 ? s.n_generated * 1000.0 / s.gen_ms : 0.0;
+  return fmt::format(" | slot {} | prompt {} (cached {}) | generated {} | {:.1f} tok/s | {}",
+                     s.id_slot, s.n_prompt, s.n_cached, s.n_generated, tps, outcome);
+}
+
+const char* outcome_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kWord:
+      return "stop word";
+    case FinishReason::kLimit:
+      return "n_predict";
+    case FinishReason::kContext:
+      return "context full";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+// Constant-time comparison (the time taken does not reveal how much of the key matched).
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+// One completion being answered: shared by the handler, the content provider and its releaser.
+struct Exchange {
+  ParsedCompletion parsed;
+  ResponseIds ids;
+  std::shared_ptr<TaskChannel> channel;
+  CompletionResult result;
+  bool begun = false;     // stream_begin written
+  bool finished = false;  // the final event was handled
+  bool logged = false;
+  int32_t id_slot = -1;
+  std::string outcome;  // for the log line
+  RequestLog log;
+  std::string method, path;  // for the deferred log line
+};
+
+class Front {
+ public:
+  Front(const Model& model, const Tokenizer& tok, Engine& engine, const ServerParams& params,
+        Metrics& metrics)
+      : model_(model),
+        tok_(tok),
+        engine_(engine),
+        params_(params),
+        metrics_(metrics),
+        tmpl_(ChatTemplate::detect(tok.chat_template())) {
+    defaults_.sampling = params.sampling;
+    defaults_.n_predict = params.n_predict;
+    defaults_.n_predict_max = params.n_predict_max;
+    defaults_.n_keep = params.n_keep;
+    defaults_.n_slots = engine.info().n_slots;
+    defaults_.n_ctx_seq = engine.info().n_ctx_seq;
+    defaults_.model_name = params.model_alias.empty()
+                               ? std::filesystem::path(params.model_path).filename().string()
+                               : params.model_alias;
+  }
+
+  void install(httplib::Server& svr);
+
+ private:
+  using Handler = void (Front::*)(const Request&, Response&, RequestLog&);
+  httplib::Server::Handler wrap(Handler h);
+
+  void reply_json(Response& res, const Json& j, int status = 200) {
+    res.status = status;
+    res.set_content(dump(j), "application/json; charset=utf-8");
+  }
+  // count: false for errors the engine reported (it counted them already).
+  void reply_error(Response& res, ErrorKind kind, const std::string& msg, bool count = true) {
+    if (count) metrics_.count_error(uint8_t(kind));
+    reply_json(res, error_json(kind, msg), http_status(kind));
+  }
+  // Parses the body as JSON; on failure replies 400 and returns false.
+  bool parse_body(const Request& req, Response& res, Json* out);
+  // Waits for a control reply (bounded by --timeout); on failure replies and returns false.
+  bool run_control(ControlRequest creq, Response& res, ControlReply* out);
+
+  void health(const Request&, Response& res, RequestLog&) { reply_json(res, {{"status", "ok"}}); }
+  void props(const Request& req, Response& res, RequestLog& log);
+  void slots(const Request& req, Response& res, RequestLog& log);
+  void slot_action(const Request& req, Response& res, RequestLog& log);
+  void requantize(const Request& req, Response& res, RequestLog& log);
+  void models(const Request& req, Response& res, RequestLog& log);
+  void tokenize(const Request& req, Response& res, RequestLog& log);
+  void detokenize(const Request& req, Response& res, RequestLog& log);
+  void metrics(const Request& req, Response& res, RequestLog& log);
+  void completion_llama(const Request& req, Response& res, RequestLog& log) {
+    completion(req, res, log, Api::kLlama);
+  }
+  void completion_oai(const Request& req, Response& res, RequestLog& log) {
+    completion(req, res, log, Api::kOaiCompletion);
+  }
+  void completion_chat(const Request& req, Response& res, RequestLog& log) {
+    completion(req, res, log, Api::kOaiChat);
+  }
+  void completion(const Request& req, Response& res, RequestLog& log, Api api);
+
+  // Applies one event to the exchange's result. Returns true for the final event.
+  bool absorb(Exchange& ex, const CompletionEvent& ev);
+  // Streams events as SSE until the end; false when the client went away.
+  bool pump_sse(Exchange& ex, DataSink& sink);
+  void finish_log(Exchange& ex, int status);
+
+  const Model& model_;
+  const Tokenizer& tok_;
+  Engine& engine_;
+  const ServerParams& params_;
+  Metrics& metrics_;
+  ChatTemplate tmpl_;
+  ApiDefaults defaults_;
+};
+
+httplib::Server::Handler Front::wrap(Handler h) {
+  return [this, h](const Request& req, Response& res) {
+    RequestLog log;
+    try {
+      (this->*h)(req, res, log);
+    } catch (const std::exception& e) {  // a library's exception (nlohmann, std): never crash
+      MNEMO_LOG(kError) << req.method << " " << req.path << ": " << e.what();
+      reply_error(res, ErrorKind::kInternal, std::string("internal error: ") + e.what());
+    }
+    if (!log.deferred) log_request(req.method, req.path, res.status, log);
+  };
+}
+
+bool Front::parse_body(const Request& req, Response& res, Json* out) {
+  try {
+    *out = Json::parse(req.body);
+  } catch (const Json::parse_error& e) {
+    reply_error(res, ErrorKind::kInvalidRequest, std::string("malformed JSON: ") + e.what());
+    return false;
+  }
+  return true;
+}
+
+bool Front::run_control(ControlRequest creq, Response& res, ControlReply* out) {
+  auto f = engine_.control(std::move(creq));
+  if (f.wait_for(std::chrono::seconds(params_.timeout_s)) != std::future_status::ready) {
+    reply_error(res, ErrorKind::kTimeout, "the server loop did not answer in time");
+    return false;
+  }
+  *out = f.get();
+  if (!out->status.ok()) {
+    reply_error(res, out->error_kind, out->status.message());
+    return false;
+  }
+  return true;
+}
+
+void Front::props(const Request&, Response& res, RequestLog&) {
+  ControlReply snap;
+  if (!run_control({}, res, &snap)) return;
+  const EngineInfo& info = engine_.info();
+  Json slots = Json::array();
+  for (const SlotInfo& s : snap.slots) {
+    slots.push_back({{"id", s.id},
+                     {"type_k", std::string(type_name(s.type_k))},
+                     {"type_v", std::string(type_name(s.type_v))}});
+  }
+  const SamplingParams& sp = params_.sampling;
+  reply_json(res, {{"model", defaults_.model_name},
+                   {"model_path", params_.model_path},
+                   {"model_description", model_.describe()},
+                   {"n_ctx", info.n_ctx},
+                   {"n_ctx_slot", info.n_ctx_seq},
+                   {"total_slots", info.n_slots},
+                   {"memory_mode", info.kv_unified ? "unified" : "split"},
+                   {"kv_unified", info.kv_unified},
+                   {"n_batch", info.n_batch},
+                   {"n_ubatch", info.n_ubatch},
+                   {"n_threads", info.n_threads},
+                   {"context_shift", info.context_shift},
+                   {"slots", slots},
+                   {"kv_bytes", snap.breakdown.tensor_bytes},
+                   {"chat_template", std::string(chat_template_family_name(tmpl_.family()))},
+                   {"default_generation_settings",
+                    {{"n_predict", params_.n_predict},
+                     {"n_predict_max", params_.n_predict_max},
+                     {"temperature", sp.temp},
+                     {"top_k", sp.top_k},
+                     {"top_p", sp.top_p},
+                     {"min_p", sp.min_p}}},
+                   {"build_info", "mnemo 0.1.0"}});
+}
+
+void Front::slots(const Request&, Response& res, RequestLog&) {
+  ControlReply snap;
+  if (!run_control({}, res, &snap)) return;
+  reply_json(res, slots_json(snap));
+}
+
+void Front::slot_action(const Request& req, Response& res, RequestLog& log) {
+  if (params_.slot_save_path.empty()) {
+    reply_error(res, ErrorKind::kNotSupported,
+                "slot actions are disabled: start the server with --slot-save-path DIR");
+    return;
+  }
+  const std::string id_text = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  if (id_text.empty() || id_text.size() > 6) {
+    reply_error(res, ErrorKind::kNotFound, "no such slot: '" + id_text + "'");
+    return;
+  }
+  const int32_t id = std::stoi(id_text);
+  if (id >= static_cast<int32_t>(engine_.info().n_slots)) {
+    reply_error(res, ErrorKind::kNotFound, fmt::format("slot {} does not exist", id));
+    return;
+  }
+  const std::string action = req.get_param_value("action");
+  log.extra = fmt::format(" | slot {} | {}", id, action);
+  ControlRequest creq;
+  creq.slot = id;
+  if (action == "erase") {
+    creq.kind = ControlKind::kSlotErase;
+    ControlReply r;
+    if (!run_control(std::move(creq), res, &r)) return;
+    reply_json(res, {{"id_slot", id}, {"n_erased", r.n_tokens}});
+    return;
+  }
+  if (action != "save" && action != "restore") {
+    reply_error(res, ErrorKind::kInvalidRequest,
+                "'action' must be save, restore or erase (got '" + action + "')");
+    return;
+  }
+  Json body;
+  if (!parse_body(req, res, &body)) return;
+  if (!body.is_object() || !body.contains("filename") || !body["filename"].is_string()) {
+    reply_error(res, ErrorKind::kInvalidRequest, "'filename' must be a string");
+    return;
+  }
+  const std::string filename = body["filename"].get<std::string>();
+  auto path = slot_file_path(params_.slot_save_path, filename);
+  if (!path.ok()) {
+    reply_error(res, ErrorKind::kInvalidRequest, "bad 'filename': " + path.status().message());
+    return;
+  }
+  creq.kind = action == "save" ? ControlKind::kSlotSave : ControlKind::kSlotRestore;
+  creq.path = *path;
+  ControlReply r;
+  if (!run_control(std::move(creq), res, &r)) return;
+  log.extra += fmt::format(" | {} tokens, {} bytes, {:.1f} ms", r.n_tokens, r.bytes, r.ms);
+  if (action == "save") {
+    reply_json(res, {{"id_slot", id},
+                     {"filename", filename},
+                     {"n_saved", r.n_tokens},
+                     {"n_written", r.bytes},
+                     {"timings", {{"save_ms", r.ms}}}});
+  } else {
+    reply_json(res, {{"id_slot", id},
+                     {"filename", filename},
+                     {"n_restored", r.n_tokens},
+                     {"n_read", r.bytes},
+                     {"timings", {{"restore_ms", r.ms}}}});
+  }
+}
+
+void Front::requantize(const Request& req, Response& res, RequestLog& log) {
+  Json body;
+  if (!parse_body(req, res, &body)) return;
+  ControlReply snap;
+  if (!run_control({}, res, &snap)) return;
+  ControlRequest creq;
+  if (Status st = parse_requantize(body, snap, &creq); !st.ok()) {
+    reply_error(res, ErrorKind::kInvalidRequest, st.message());
+    return;
+  }
+  ControlReply r;
+  if (!run_control(creq, res, &r)) return;
+  log.extra = fmt::format(" | slot {} -> {}/{} | {} -> {} bytes | {:.1f} ms", creq.slot,
+                          type_name(creq.type_k), type_name(creq.type_v), r.bytes_before,
+                          r.bytes_after, r.ms);
+  reply_json(res, {{"slot", creq.slot},
+                   {"type_k", std::string(type_name(creq.type_k))},
+                   {"type_v", std::string(type_name(creq.type_v))},
+                   {"bytes_before", r.bytes_before},
+                   {"bytes_after", r.bytes_after},
+                   {"ms", r.ms}});
+}
+
+void Front::models(const Request&, Response& res, RequestLog&) {
+  reply_json(res, {{"object", "list"},
+                   {"data", Json::array({{{"id", defaults_.model_name},
+                                          {"object", "model"},
+                                          {"created", 0},
+                                          {"owned_by", "mnemo"},
+                                          {"meta",
+                                           {{"n_ctx_train", model_.hparams().n_ctx_train},
+                                            {"n_vocab", model_.hparams().n_vocab},
+                                            {"n_params", model_.n_params()},
+                                            {"size", model_.n_bytes()}}}}})}});
+}
+
+void Front::tokenize(const Request& req, Response& res, RequestLog&) {
+  Json body, out;
+  if (!parse_body(req, res, &body)) return;
+  if (Status st = tokenize_json(body, tok_, &out); !st.ok()) {
+    reply_error(res, ErrorKind::kInvalidRequest, st.message());
+    return;
+  }
+  reply_json(res, out);
+}
+
+void Front::detokenize(const Request& req, Response& res, RequestLog&) {
+  Json body, out;
+  if (!parse_body(req, res, &body)) return;
+  if (Status st = detokenize_json(body, tok_, &out); !st.ok()) {
+    reply_error(res, ErrorKind::kInvalidRequest, st.message());
+    return;
+  }
+  reply_json(res, out);
+}
+
+void Front::metrics(const Request&, Response& res, RequestLog&) {
+  if (!params_.metrics) {
+    reply_error(res, ErrorKind::kNotSupported,
+                "the metrics endpoint is disabled: start the server with --metrics");
+    return;
+  }
+  ControlReply snap;
+  if (!run_control({}, res, &snap)) return;
+  res.status = 200;
+  res.set_content(prometheus_text(metrics_, engine_.info(), snap),
+                  "text/plain; version=0.0.4; charset=utf-8");
+}
+
+bool Front::absorb(Exchange& ex, const CompletionEvent& ev) {
+  switch (ev.kind) {
+    case CompletionEvent::Kind::kAdmitted:
+      ex.id_slot = ev.stats.id_slot;
+      return false;
+    case CompletionEvent::Kind::kText:
+      ex.result.text += ev.text;
+      ex.result.tokens.insert(ex.result.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      return false;
+    case CompletionEvent::Kind::kDone:
+      ex.result.finish = ev.finish;
+      ex.result.stop_word = ev.stop_word;
+      ex.result.stats = ev.stats;
+      ex.outcome = completion_log(ev.stats, outcome_name(ev.finish));
+      ex.finished = true;
+      return true;
+    case CompletionEvent::Kind::kError:
+      ex.outcome = fmt::format(" | slot {} | error: {}", ex.id_slot, ev.error);
+      ex.finished = true;
+      return true;
+  }
+  return true;
+}
+
+void Front::finish_log(Exchange& ex, int status) {
+  if (ex.logged) return;
+  ex.logged = true;
+  ex.log.extra = ex.outcome.empty()
+                     ? fmt::format(" | slot {} | cancelled (client went away)", ex.id_slot)
+                     : ex.outcome;
+  log_request(ex.method, ex.path, status, ex.log);
+}
+
+bool Front::pump_sse(Exchange& ex, DataSink& sink) {
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  auto event = [&](const Json& j) { return write("data: " + dump(j) + "\n\n"); };
+  const ParsedCompletion& p = ex.parsed;
+  if (!ex.begun) {
+    ex.begun = true;
+    for (const Json& j : stream_begin(p, defaults_, ex.ids)) {
+      if (!event(j)) return false;
+    }
+  }
+  while (true) {
+    auto ev = ex.channel->pop(kPoll);
+    if (!ev) {
+      // Nothing new (a long prompt): an SSE comment keeps the connection and finds a dead one.
+      if (!write(": keep-alive\n\n")) return false;
+      continue;
+    }
+    const CompletionEvent& e = *ev;
+    const bool last = absorb(ex, e);
+    if (e.kind == CompletionEvent::Kind::kText) {
+      const bool want = !e.text.empty() || (p.api == Api::kLlama && p.return_tokens);
+      if (want && !event(stream_delta(p, e.text, e.tokens, ex.id_slot, defaults_, ex.ids))) {
+        return false;
+      }
+    } else if (e.kind == CompletionEvent::Kind::kDone) {
+      for (const Json& j : stream_end(p, ex.result, defaults_, ex.ids)) {
+        if (!event(j)) return false;
+      }
+      if (p.api != Api::kLlama && !write("data: [DONE]\n\n")) return false;
+    } else if (e.kind == CompletionEvent::Kind::kError) {
+      if (!event(error_json(e.error_kind, e.error))) return false;
+    }
+    if (last) {
+      sink.done();
+      return true;
+    }
+  }
+}
+
+void Front::completion(const Request& req, Response& res, RequestLog& log, Api api) {
+  Json body;
+  if (!parse_body(req, res, &body)) return;
+  auto ex = std::make_shared<Exchange>();
+  if (Status st = parse_completion(body, api, tok_, tmpl_, defaults_, &ex->parsed); !st.ok()) {
+    reply_error(res,
+                st.code() == StatusCode::kOutOfRange ? ErrorKind::kPromptTooLong
+                                                     : ErrorKind::kInvalidRequest,
+                st.message());
+    return;
+  }
+  ex->ids = new_response_ids(api);
+  ErrorKind kind = ErrorKind::kInternal;
+  auto ch = engine_.submit(ex->parsed.req, &kind);
+  if (!ch.ok()) {
+    reply_error(res, kind, ch.status().message());
+    return;
+  }
+  ex->channel = *ch;
+
+  // Wait for a slot (queued requests wait here, bounded by --timeout).
+  const auto deadline = Clock::now() + std::chrono::seconds(params_.timeout_s);
+  while (true) {
+    auto ev = ex->channel->pop(kPoll);
+    if (!ev) {
+      if (Clock::now() < deadline) continue;
+      ex->channel->cancel();
+      reply_error(res, ErrorKind::kTimeout,
+                  fmt::format("no slot became free within {} s (--timeout)", params_.timeout_s));
+      return;
+    }
+    if (ev->kind == CompletionEvent::Kind::kError) {
+      log.extra = " | refused: " + ev->error;
+      reply_error(res, ev->error_kind, ev->error, /*count=*/false);
+      return;
+    }
+    absorb(*ex, *ev);
+    break;  // kAdmitted
+  }
+
+  ex->log = log;
+  ex->method = req.method;
+  ex->path = req.path;
+  log.deferred = true;
+  if (ex->parsed.stream) {
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, ex](size_t, DataSink& sink) {
+          if (pump_sse(*ex, sink)) return true;
+          ex->channel->cancel();  // the client went away
+          return false;
+        },
+        [this, ex](bool success) {
+          if (!ex->finished) ex->channel->cancel();
+          finish_log(*ex, success ? 200 : 499);
+        });
+    return;
+  }
+
+  // Not streamed: a quick answer gets an exact status; a slow one switches to a chunked body.
+  const auto quick = Clock::now() + kPoll;
+  while (!ex->finished && Clock::now() < quick) {
+    auto ev = ex->channel->pop(std::chrono::duration_cast<std::chrono::milliseconds>(
+        quick - Clock::now() + std::chrono::milliseconds(1)));
+    if (ev) {
+      if (ev->kind == CompletionEvent::Kind::kError) {
+        absorb(*ex, *ev);
+        reply_error(res, ev->error_kind, ev->error, /*count=*/false);
+        finish_log(*ex, res.status);
+        return;
+      }
+      absorb(*ex, *ev);
+    }
+  }
+  if (ex->finished) {
+    reply_json(res, completion_json(ex->parsed, ex->result, defaults_, ex->ids));
+    finish_log(*ex, 200);
+    return;
+  }
+  res.status = 200;
+  res.set_chunked_content_provider(
+      "application/json; charset=utf-8",
+      [this, ex](size_t, DataSink& sink) {
+        while (true) {
+          auto ev = ex->channel->pop(kPoll);
+          if (!ev) {
+            if (!sink.write(" ", 1)) {
+              ex->channel->cancel();
+              return false;
+            }
+            continue;
+          }
+          if (!absorb(*ex, *ev)) continue;
+          const Json j = ev->kind == CompletionEvent::Kind::kError
+                             ? error_json(ev->error_kind, ev->error)
+                             : completion_json(ex->parsed, ex->result, defaults_, ex->ids);
+          const std::string s = dump(j);
+          if (!sink.write(s.data(), s.size())) return false;
+          sink.done();
+          return true;
+        }
+      },
+      [this, ex](bool success) {
+        if (!ex->finished) ex->channel->cancel();
+        finish_log(*ex, success ? 200 : 499);
+      });
+}
+
+void Front::install(httplib::Server& svr) {
+  svr.set_pre_routing_handler([this](const Request& req, Response& res) {
+    if (params_.api_key.empty() || req.path == "/health" || req.path == "/v1/health") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.compare(0, prefix.size(), prefix) == 0 &&
+        same_secret(auth.substr(prefix.size()), params_.api_key)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    reply_error(res, ErrorKind::kUnauthorized,
+                "invalid or missing API key: send 'Authorization: Bearer <key>'");
+    log_request(req.method, req.path, res.status, RequestLog{});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Errors httplib produces itself (no route, body too large, bad request line) get a JSON body.
+  svr.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ErrorKind kind = ErrorKind::kInvalidRequest;
+        std::string msg = "bad request";
+        if (res.status == 404) {
+          kind = ErrorKind::kNotFound;
+          msg = "no route for " + req.method + " " + req.path;
+        } else if (res.status == 413) {
+          kind = ErrorKind::kPromptTooLong;
+          msg = fmt::format("the request body is larger than {} bytes (--max-body)",
+                            params_.max_body_bytes);
+        }
+        metrics_.count_error(uint8_t(kind));
+        Json j = error_json(kind, msg);
+        j["error"]["code"] = res.status;
+        res.set_content(dump(j), "application/json; charset=utf-8");
+        log_request(req.method, req.path, res.status, RequestLog{});
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  svr.Get("/health", wrap(&Front::health));
+  svr.Get("/v1/health", wrap(&Front::health));
+  svr.Get("/props", wrap(&Front::props));
+  svr.Get("/slots", wrap(&Front::slots));
+  svr.Post(R"(/slots/(\d+))", wrap(&Front::slot_action));
+  svr.Post("/cache/requantize", wrap(&Front::requantize));
+  svr.Post("/completion", wrap(&Front::completion_llama));
+  svr.Post("/completions", wrap(&Front::completion_llama));
+  svr.Post("/v1/completions", wrap(&Front::completion_oai));
+  svr.Post("/v1/chat/completions", wrap(&Front::completion_chat));
+  svr.Post("/chat/completions", wrap(&Front::completion_chat));
+  svr.Get("/v1/models", wrap(&Front::models));
+  svr.Get("/models", wrap(&Front::models));
+  svr.Post("/tokenize", wrap(&Front::tokenize));
+  svr.Post("/detokenize", wrap(&Front::detokenize));
+  svr.Get("/metrics", wrap(&Front::metrics));
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+void stop_server() {
+  g_stop_requested.store(true);
+  std::lock_guard<std::mutex> lk(g_server_mu);
+  if (g_server != nullptr) g_server->stop();
+}
+
+Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& params) {
+  if (!params.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(params.slot_save_path, ec);
+    if (!std::filesystem::is_directory(params.slot_save_path, ec)) {
+      return Status::invalid_argument("--slot-save-path '" + params.slot_save_path +
+                                      "' is not a directory and cannot be created");
+    }
+  }
+  if (!params.kv_policy.empty()) {
+    return Status::not_supported(
+        "--kv-policy needs the memory policy of issue 5, which this build does not have yet");
+  }
+  if (params.n_predict_max < 0 || params.timeout_s <= 0 || params.max_body_bytes == 0) {
+    return Status::invalid_argument("--n-predict-max, --timeout and --max-body must be positive");
+  }
+
+  // SIGINT / SIGTERM are taken by a watcher thread (blocked everywhere else: every thread
+  // started from here inherits the mask); a broken pipe is an error return, not a signal.
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs, old_mask;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, &old_mask);
+
+  Metrics metrics;
+  EngineParams ep;
+  ep.ctx = params.ctx;
+  ep.context_shift = params.context_shift;
+  ep.max_queue = params.max_queue;
+  auto engine_r = Engine::create(model, tok, ep, &metrics);
+  if (!engine_r.ok()) {
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    return engine_r.status();
+  }
+  Engine& engine = **engine_r;
+
+  httplib::Server svr;
+  const int n_http = params.n_threads_http > 0
+                         ? params.n_threads_http
+                         : static_cast<int>(std::max<uint32_t>(16, 4 * engine.info().n_slots));
+  svr.new_task_queue = [n_http] { return new httplib::ThreadPool(static_cast<size_t>(n_http)); };
+  svr.set_payload_max_length(params.max_body_bytes);
+  svr.set_read_timeout(params.timeout_s, 0);
+  svr.set_write_timeout(params.timeout_s, 0);
+  svr.set_keep_alive_max_count(1000);
+  Front front(model, tok, engine, params, metrics);
+  front.install(svr);
+
+  int port = params.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(params.host);
+  } else if (!svr.bind_to_port(params.host, port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    return Status::io_error(
+        fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
+                    params.host, params.port));
+  }
+  if (!is_loopback(params.host)) {
+    MNEMO_LOG(kWarn) << "listening on " << params.host << ", not only loopback"
+                     << (params.api_key.empty() ? ", and without --api-key" : "");
+  }
+  engine.start();
+  {
+    std::lock_guard<std::mutex> lk(g_server_mu);
+    g_server = &svr;
+  }
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    const timespec tick{0, 200 * 1000 * 1000};
+    while (!done.load()) {
+      if (sigtimedwait(&sigs, nullptr, &tick) > 0 || g_stop_requested.load()) {
+        MNEMO_LOG(kInfo) << "mnemo serve: stopping";
+        svr.stop();
+        return;
+      }
+    }
+  });
+  const EngineInfo& info = engine.info();
+  MNEMO_LOG(kInfo) << fmt::format(
+      "mnemo serve: {} slots, n_ctx {} ({} per slot, {} KV), {} HTTP threads", info.n_slots,
+      info.n_ctx, info.n_ctx_seq, info.kv_unified ? "unified" : "split", n_http);
+  std::fprintf(stderr, "mnemo serve: listening on http://%s:%d\n", params.host.c_str(), port);
+  std::fflush(stderr);
+  if (params.on_listening) params.on_listening(port);
+  svr.listen_after_bind();  // returns after stop()
+  {
+    std::lock_guard<std::mutex> lk(g_server_mu);
+    g_server = nullptr;
+  }
+  done.store(true);
+  watcher.join();
+  engine.stop();
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  g_stop_requested.store(false);
+  return Status();
+}
+
+}  // namespace mnemo::server

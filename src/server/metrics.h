@@ -1,0 +1,41 @@
+// Server counters, updated by the loop thread and the HTTP threads (relaxed atomics: each value
+// is independent, and a scrape may see one request's counters half updated), and their
+// Prometheus text exposition (format 0.0.4: "# HELP", "# TYPE", "name{labels} value").
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace mnemo::server {
+
+struct ControlReply;
+struct EngineInfo;
+
+/// Monotonic counters since the server started. Thread-safe.
+struct Metrics {
+  std::atomic<uint64_t> requests_total{0};       // completions finished (any reason)
+  std::atomic<uint64_t> prompt_tokens_total{0};  // prompt tokens evaluated (cache hits excluded)
+  std::atomic<uint64_t> prompt_tokens_cached_total{0};  // prompt tokens reused from a slot
+  std::atomic<uint64_t> tokens_predicted_total{0};      // tokens sampled
+  std::atomic<uint64_t> prompt_us_total{0};             // microseconds spent on prompts
+  std::atomic<uint64_t> predicted_us_total{0};          // microseconds spent generating
+  std::atomic<uint64_t> decode_steps_total{0};          // Context::decode calls
+  std::atomic<uint64_t> context_shifts_total{0};
+  std::atomic<uint64_t> requantizations_total{0};
+  std::atomic<uint64_t> cancelled_total{0};              // completions whose client went away
+  std::array<std::atomic<uint64_t>, 16> errors_total{};  // indexed by ErrorKind
+
+  /// Adds one to errors_total[kind] (kind < 16).
+  void count_error(uint8_t kind) {
+    if (kind < errors_total.size()) errors_total[kind].fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+/// The /metrics body: the counters above, tokens/s (totals over time spent), requests in flight
+/// and queued, and per slot and per stream: KV cells used / total and bytes by K/V type, all
+/// taken from `snap` (a kSnapshot reply). Metric names start with "mnemo_".
+std::string prometheus_text(const Metrics& m, const EngineInfo& info, const ControlReply& snap);
+
+}  // namespace mnemo::server

@@ -1,0 +1,280 @@
+// Unit tests of the server's pure parts: slot file names, the stop-string / UTF-8 text stream,
+// and JSON request parsing (over a tiny synthetic vocabulary). The HTTP server end to end is
+// tested by tests/python/test_server.py against the real binary and model.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "server/api.h"
+#include "server/slot_files.h"
+#include "server/text_stream.h"
+
+namespace mnemo::server {
+namespace {
+
+TEST(SlotFileName, AcceptsPlainNames) {
+  for (const char* ok : {"a", "slot0.bin", "user-42_state", "état.bin", "a.b.c", "x y"}) {
+    EXPECT_TRUE(validate_slot_filename(ok).ok()) << ok;
+  }
+  EXPECT_TRUE(validate_slot_filename(std::string(255, 'a')).ok());
+}
+
+TEST(SlotFileName, RejectsEveryListedCase) {
+  const std::string cases[] = {
+      "",                      // empty
+      std::string(256, 'a'),   // over 255 bytes
+      "../etc/passwd",         // traversal and separator
+      "a/b",                   // separator
+      "a\\b",                  // Windows separator
+      "..",                    // parent
+      "a..b",                  // contains ".."
+      ".hidden",               // leading dot
+      " lead",                 // leading space
+      "trail.",                // trailing dot
+      "trail ",                // trailing space
+      std::string("a\0b", 3),  // NUL
+      "tab\there",             // control character
+      "del\x7f",               // DEL
+      "bad\xff",               // not UTF-8
+      "\xc0\xaf",              // overlong '/'
+      "/abs",                  // absolute path
+  };
+  for (const std::string& c : cases) {
+    Status st = validate_slot_filename(c);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "'" << c << "'";
+    EXPECT_FALSE(st.message().empty());
+  }
+}
+
+TEST(SlotFileName, PathStaysInsideTheDirectoryAndRefusesLinks) {
+  char tmpl[] = "/tmp/mnemo_slot_test_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto p = slot_file_path(dir, "ok.bin");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(*p, dir + "/ok.bin");
+  EXPECT_FALSE(slot_file_path(dir, "../x").ok());
+  ASSERT_EQ(symlink("/etc/passwd", (dir + "/link").c_str()), 0);
+  auto l = slot_file_path(dir, "link");
+  EXPECT_FALSE(l.ok());
+  std::remove((dir + "/link").c_str());
+  rmdir(dir.c_str());
+}
+
+TEST(TextStream, PassesTextWithoutStops) {
+  TextStream ts;
+  ts.reset({});
+  EXPECT_EQ(ts.append("Hello"), "Hello");
+  EXPECT_EQ(ts.append(" world"), " world");
+  EXPECT_EQ(ts.flush(), "");
+  EXPECT_FALSE(ts.stopped());
+}
+
+TEST(TextStream, HoldsBackIncompleteUtf8) {
+  TextStream ts;
+  ts.reset({});
+  // "é" = C3 A9 split across two pieces.
+  EXPECT_EQ(ts.append("caf\xc3"), "caf");
+  EXPECT_EQ(ts.append("\xa9!"), "\xc3\xa9!");
+  // A 4-byte character in three pieces.
+  EXPECT_EQ(ts.append("\xf0\x9f"), "");
+  EXPECT_EQ(ts.append("\x98"), "");
+  EXPECT_EQ(ts.append("\x80"), "\xf0\x9f\x98\x80");
+  // A dangling lead byte at the end is released by flush().
+  EXPECT_EQ(ts.append("\xe2"), "");
+  EXPECT_EQ(ts.flush(), "\xe2");
+}
+
+TEST(TextStream, StopsAtStopStringAcrossPieces) {
+  TextStream ts;
+  ts.reset({"###", "END"});
+  EXPECT_EQ(ts.append("one two "), "one two ");
+  EXPECT_EQ(ts.append("#"), "");  // could be the start of "###"
+  EXPECT_EQ(ts.append("#"), "");
+  EXPECT_EQ(ts.append("#tail"), "");
+  EXPECT_TRUE(ts.stopped());
+  EXPECT_EQ(ts.stop_word(), "###");
+  EXPECT_EQ(ts.text(), "one two ");
+  EXPECT_EQ(ts.append("more"), "");
+  EXPECT_EQ(ts.flush(), "");
+}
+
+TEST(TextStream, ReleasesAHeldPrefixThatDidNotMatch) {
+  TextStream ts;
+  ts.reset({"END"});
+  EXPECT_EQ(ts.append("the E"), "the ");
+  EXPECT_EQ(ts.append("Nx"), "ENx");
+  EXPECT_EQ(ts.append(" EN"), " ");
+  EXPECT_EQ(ts.flush(), "EN");
+  EXPECT_FALSE(ts.stopped());
+}
+
+TEST(TextStream, StopInsideOnePieceKeepsTextBefore) {
+  TextStream ts;
+  ts.reset({"\n\n"});
+  EXPECT_EQ(ts.append("line\n\nnext"), "line");
+  EXPECT_TRUE(ts.stopped());
+  EXPECT_EQ(ts.stop_word(), "\n\n");
+}
+
+TEST(TextStream, EarliestOfSeveralStopsWins) {
+  TextStream ts;
+  ts.reset({"cd", "b"});
+  EXPECT_EQ(ts.append("abcd"), "a");
+  EXPECT_EQ(ts.stop_word(), "b");
+}
+
+// A byte-level BPE-like vocabulary is overkill here; an SPM one with single characters is enough
+// to tokenize the prompts below.
+Tokenizer tiny_tokenizer() {
+  VocabSpec v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>"};
+  v.token_types = {2, 3, 3};
+  for (char c = 'a'; c <= 'z'; ++c) {
+    v.tokens.push_back(std::string(1, c));
+    v.token_types.push_back(1);
+  }
+  v.tokens.push_back("\xe2\x96\x81");  // '▁'
+  v.token_types.push_back(1);
+  for (int b = 0; b < 256; ++b) {
+    v.tokens.push_back(fmt::format("<0x{:02X}>", b));
+    v.token_types.push_back(6);
+  }
+  v.scores.assign(v.tokens.size(), 0.0f);
+  auto t = Tokenizer::from_spec(v);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return std::move(t).value();
+}
+
+class ApiTest : public ::testing::Test {
+ protected:
+  ApiTest()
+      : tok_(tiny_tokenizer()), tmpl_(ChatTemplate::from_family(ChatTemplateFamily::kChatml)) {
+    d_.n_slots = 4;
+    d_.n_ctx_seq = 64;
+    d_.n_predict_max = 100;
+    d_.model_name = "tiny";
+    d_.sampling.temp = 0.8f;
+  }
+  Status parse(const char* text, Api api, ParsedCompletion* out) {
+    return parse_completion(Json::parse(text), api, tok_, tmpl_, d_, out);
+  }
+  Tokenizer tok_;
+  ChatTemplate tmpl_;
+  ApiDefaults d_;
+};
+
+TEST_F(ApiTest, LlamaCompletionFields) {
+  ParsedCompletion p;
+  ASSERT_TRUE(parse(R"({"prompt": "abc", "n_predict": 7, "temperature": 0, "stop": ["x"],
+                       "stream": true, "id_slot": 2, "cache_prompt": false, "seed": 5,
+                       "return_tokens": true})",
+                    Api::kLlama, &p)
+                  .ok());
+  EXPECT_EQ(p.req.n_predict, 7);
+  EXPECT_EQ(p.req.sampling.temp, 0.0f);
+  EXPECT_EQ(p.req.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(p.stream);
+  EXPECT_EQ(p.req.id_slot, 2);
+  EXPECT_FALSE(p.req.cache_prompt);
+  EXPECT_EQ(p.req.sampling.seed, 5u);
+  EXPECT_TRUE(p.return_tokens);
+  EXPECT_FALSE(p.req.prompt.empty());
+}
+
+TEST_F(ApiTest, TokenPromptAndDefaults) {
+  ParsedCompletion p;
+  ASSERT_TRUE(parse(R"({"prompt": [3, 4, 5]})", Api::kLlama, &p).ok());
+  EXPECT_EQ(p.req.prompt, (std::vector<TokenId>{3, 4, 5}));
+  EXPECT_EQ(p.req.n_predict, 100);  // -n unset: the server's limit
+  EXPECT_EQ(p.req.sampling.temp, 0.8f);
+}
+
+TEST_F(ApiTest, RejectsBadFieldsNamingThem) {
+  struct Case {
+    const char* body;
+    Api api;
+    const char* field;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "a", "n_predict": 101})", Api::kLlama, "n_predict"},
+      {R"({"prompt": "a", "n_predict": "5"})", Api::kLlama, "n_predict"},
+      {R"({"prompt": "a", "temperature": "hot"})", Api::kLlama, "temperature"},
+      {R"({"prompt": "a", "top_p": 1.5})", Api::kOaiCompletion, "top_p"},
+      {R"({"prompt": "a", "id_slot": 4})", Api::kLlama, "id_slot"},
+      {R"({"prompt": "a", "stop": 3})", Api::kLlama, "stop"},
+      {R"({"prompt": [1, 99999]})", Api::kLlama, "prompt"},
+      {R"({"prompt": ["a", "b"]})", Api::kOaiCompletion, "prompt"},
+      {R"({"prompt": "a", "n": 2})", Api::kOaiCompletion, "'n'"},
+      {R"({"prompt": "a", "logprobs": 3})", Api::kOaiCompletion, "logprobs"},
+      {R"({"n_predict": 3})", Api::kLlama, "prompt"},
+      {R"({"messages": []})", Api::kOaiChat, "messages"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", Api::kOaiChat, "content"},
+      {R"({"messages": [{"content": "x"}]})", Api::kOaiChat, "role"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", Api::kOaiChat,
+       "text"},
+      {R"([1, 2])", Api::kLlama, "object"},
+  };
+  for (const Case& c : cases) {
+    ParsedCompletion p;
+    Status st = parse(c.body, c.api, &p);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.body;
+    EXPECT_NE(st.message().find(c.field), std::string::npos) << c.body << " -> " << st.message();
+  }
+}
+
+TEST_F(ApiTest, PromptLongerThanASlotIsOutOfRange) {
+  std::string body = R"({"prompt": ")" + std::string(100, 'a') + R"("})";
+  ParsedCompletion p;
+  Status st = parse(body.c_str(), Api::kLlama, &p);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(st.message().find("64"), std::string::npos) << st.message();
+}
+
+TEST_F(ApiTest, ChatUsesTheTemplateAndMaxTokens) {
+  ParsedCompletion p;
+  ASSERT_TRUE(parse(R"({"messages": [{"role": "user", "content": [{"type": "text",
+                       "text": "hi"}]}], "max_tokens": 3, "stream": true,
+                       "stream_options": {"include_usage": true}})",
+                    Api::kOaiChat, &p)
+                  .ok());
+  EXPECT_EQ(p.req.n_predict, 3);
+  EXPECT_TRUE(p.include_usage);
+}
+
+TEST_F(ApiTest, ResponsesCarryUsageAndFinishReason) {
+  ParsedCompletion p;
+  ASSERT_TRUE(
+      parse(R"({"messages": [{"role": "user", "content": "hi"}]})", Api::kOaiChat, &p).ok());
+  CompletionResult r;
+  r.text = "hello";
+  r.finish = FinishReason::kLimit;
+  r.stats.n_prompt = 10;
+  r.stats.n_generated = 4;
+  const Json j = completion_json(p, r, d_, new_response_ids(Api::kOaiChat));
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "hello");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["total_tokens"], 14);
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+}
+
+TEST_F(ApiTest, DumpReplacesInvalidUtf8) {
+  Json j = {{"content", std::string("a\xff")}};
+  EXPECT_EQ(dump(j), "{\"content\":\"a\xef\xbf\xbd\"}");
+}
+
+TEST_F(ApiTest, DetokenizeChecksIds) {
+  Json out;
+  EXPECT_TRUE(detokenize_json(Json::parse(R"({"tokens": [3, 4]})"), tok_, &out).ok());
+  EXPECT_FALSE(detokenize_json(Json::parse(R"({"tokens": [-1]})"), tok_, &out).ok());
+  EXPECT_FALSE(detokenize_json(Json::parse(R"({"tokens": "x"})"), tok_, &out).ok());
+}
+
+}  // namespace
+}  // namespace mnemo::server

@@ -1,0 +1,88 @@
+#include "server/slot_files.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+namespace mnemo::server {
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not one (overlong forms,
+// surrogates and code points above U+10FFFF are invalid).
+size_t utf8_sequence_length(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  uint32_t cp = 0;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+}  // namespace
+
+Status validate_slot_filename(std::string_view name) {
+  if (name.empty()) return Status::invalid_argument("the file name is empty");
+  if (name.size() > kMaxSlotFileName) {
+    return Status::invalid_argument(
+        fmt::format("the file name is {} bytes long; at most {}", name.size(), kMaxSlotFileName));
+  }
+  for (size_t i = 0; i < name.size();) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7F) {
+      return Status::invalid_argument(
+          fmt::format("the file name has a control character (0x{:02x}) at byte {}", c, i));
+    }
+    if (c == '/' || c == '\\') {
+      return Status::invalid_argument(
+          fmt::format("the file name has a path separator at byte {}", i));
+    }
+    const size_t n = utf8_sequence_length(name, i);
+    if (n == 0) {
+      return Status::invalid_argument(
+          fmt::format("the file name is not valid UTF-8 at byte {}", i));
+    }
+    i += n;
+  }
+  if (name.find("..") != std::string_view::npos) {
+    return Status::invalid_argument("the file name contains '..'");
+  }
+  if (name.front() == '.' || name.front() == ' ') {
+    return Status::invalid_argument("the file name starts with a dot or a space");
+  }
+  if (name.back() == '.' || name.back() == ' ') {
+    return Status::invalid_argument("the file name ends with a dot or a space");
+  }
+  return Status();
+}
+
+Result<std::string> slot_file_path(const std::string& dir, std::string_view name) {
+  MNEMO_RETURN_IF_ERROR(validate_slot_filename(name));
+  std::string path = dir;
+  if (path.empty() || path.back() != '/') path += '/';
+  path.append(name);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return Status::invalid_argument("'" + std::string(name) + "' exists and is not a regular file");
+  }
+  return path;
+}
+
+}  // namespace mnemo::server

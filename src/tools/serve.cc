@@ -1,0 +1,77 @@
+// `mnemo serve`: the HTTP server (llama-server's flag names where it has them). The server
+// itself lives in src/server/ (include/mnemo/server.h); this file only parses flags.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "mnemo/server.h"
+#include "tools/commands.h"
+#include "tools/common.h"
+
+namespace mnemo::tools {
+namespace {
+
+struct ServeFlags {
+  ModelFlags model;
+  server::ServerParams server;
+};
+
+int serve_main(ServeFlags& f) {
+  if (Status st = f.model.resolve(); !st.ok()) {
+    fmt::print(stderr, "mnemo serve: {}\n", st.message());
+    return 2;
+  }
+  if (Status st = f.server.sampling.validate(); !st.ok()) {
+    fmt::print(stderr, "mnemo serve: {}\n", st.message());
+    return 2;
+  }
+  auto lm = load_model(f.model.model_path);
+  if (!lm.ok()) {
+    fmt::print(stderr, "mnemo serve: {}\n", lm.status().to_string());
+    return 1;
+  }
+  fmt::print(stderr, "mnemo serve: {} (loaded in {:.0f} ms)\n", lm->model->describe(), lm->load_ms);
+  f.server.model_path = f.model.model_path;
+  f.server.ctx = f.model.ctx;
+  Status st = server::run_server(*lm->model, *lm->tokenizer, f.server);
+  if (!st.ok()) {
+    fmt::print(stderr, "mnemo serve: {}\n", st.to_string());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+RunFn register_serve(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  f->model.ctx.n_seq_max = 4;
+  f->server.sampling.temp = 0.8f;
+  f->model.add_to(app, /*with_parallel=*/true);
+  add_sampling_flags(app, &f->server.sampling);
+  server::ServerParams& s = f->server;
+  app.add_option("--host", s.host, "address to listen on (default 127.0.0.1: loopback only)");
+  app.add_option("--port", s.port, "port to listen on (0: any free port, printed)");
+  app.add_option("-a,--alias", s.model_alias, "model name in responses (default: the file name)");
+  app.add_option("-n,--n-predict", s.n_predict, "default tokens per request (-1: --n-predict-max)");
+  app.add_option("--n-predict-max", s.n_predict_max, "most tokens one request may ask for");
+  app.add_option("--keep", s.n_keep, "tokens a context shift keeps (-1: the whole prompt)");
+  app.add_flag("--context-shift", s.context_shift,
+               "when a slot's context fills, drop the oldest half after --keep and go on");
+  app.add_option("--slot-save-path", s.slot_save_path,
+                 "directory for slot files (enables /slots/{id}?action=save|restore|erase)");
+  app.add_option("--kv-policy", s.kv_policy, "KV precision policy, e.g. f16,q8_0@0.75,q4_0@0.90");
+  app.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (not on /health)");
+  app.add_flag("--metrics", s.metrics, "enable GET /metrics (Prometheus text)");
+  app.add_option("--timeout", s.timeout_s,
+                 "seconds for socket reads/writes and for waiting for a free slot");
+  app.add_option("--threads-http", s.n_threads_http,
+                 "HTTP threads (0: max(16, 4 x slots)); a streaming response holds one");
+  app.add_option("--max-body", s.max_body_bytes, "largest request body in bytes");
+  app.add_option("--max-queue", s.max_queue, "most requests waiting for a slot");
+  return [f]() { return serve_main(*f); };
+}
+
+}  // namespace mnemo::tools
