@@ -8,15 +8,15 @@ void ModelFlags::add_to(CLI::App& app, bool with_parallel) {
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("-c,--ctx-size", ctx.n_ctx, "KV cache size in cells (all sequences together)");
   app.add_option("-b,--batch-size", ctx.n_batch, "most tokens per decode call");
-  app.add_option("-ub,--ubatch-size", ctx.n_ubatch, "most tokens per forward pass");
+  app.add_option("--ubatch-size", ctx.n_ubatch, "most tokens per forward pass");
   app.add_option("-t,--threads", ctx.n_threads, "threads (0: all hardware threads)");
-  app.add_option("-ctk,--cache-type-k", type_k,
+  app.add_option("--cache-type-k", type_k,
                  "K cache type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl");
-  app.add_option("-ctv,--cache-type-v", type_v, "V cache type (as -ctk)");
-  app.add_flag("-kvu,--kv-unified", ctx.kv_unified,
+  app.add_option("--cache-type-v", type_v, "V cache type (as -ctk)");
+  app.add_flag("--kv-unified", ctx.kv_unified,
                "one KV stream shared by all sequences (default: one stream per sequence)");
   app.add_flag("--swa-full", ctx.swa_full, "full-size cache for sliding-window layers");
-  if (with_parallel) app.add_option("-np,--parallel", ctx.n_seq_max, "parallel sequences (slots)");
+  if (with_parallel) app.add_option("--parallel", ctx.n_seq_max, "parallel sequences (slots)");
 }
 
 Status ModelFlags::resolve() {

@@ -3,8 +3,38 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tools/commands.h"
+
+namespace {
+
+// llama.cpp's tools accept multi-letter single-dash flags ("-ub", "-ctk"); CLI11 only allows one
+// letter after a single dash, so these aliases are rewritten to their long forms before parsing.
+// An "=value" suffix is kept ("-ctk=q8_0" -> "--cache-type-k=q8_0").
+constexpr std::pair<const char*, const char*> kLlamaAliases[] = {
+    {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
+    {"-kvu", "--kv-unified"}, {"-np", "--parallel"},      {"-fa", "--flash-attn"},
+    {"-ngl", "--n-gpu-layers"},
+};
+
+std::vector<std::string> rewrite_aliases(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    for (const auto& [alias, long_form] : kLlamaAliases) {
+      const std::string a(alias);
+      if (args[i] == a) {
+        args[i] = long_form;
+      } else if (args[i].rfind(a + "=", 0) == 0) {
+        args[i] = long_form + args[i].substr(a.size());
+      }
+    }
+  }
+  return args;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"mnemo: LLM inference engine and server built around its memory subsystem"};
@@ -23,8 +53,11 @@ int main(int argc, char** argv) {
       mnemo::tools::register_bench);
   add("serve", "HTTP server: OpenAI and llama.cpp APIs over slots", mnemo::tools::register_serve);
 
+  std::vector<std::string> args = rewrite_aliases(argc, argv);
+  std::vector<char*> argp;
+  for (auto& a : args) argp.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(argp.size()), argp.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
