@@ -11,7 +11,9 @@ Bounds, and why:
 - f32 weights (--f32): 1e-3 * (max |logit| + 1): only float32 rounding (and f16 K/V in the
   attention layer) remains; measured about 1e-6 (mamba2) and 3e-5 (granitehybrid). A wrong
   group mapping, conv tap order, decay sign or norm grouping moves logits by O(0.1) or more.
-Every ubatch size must give the same logits (the state carries across ubatches).
+Every ubatch size must give the same logits (the state carries across ubatches), up to the
+rounding of the kernels' size-dependent paths (one-row matmuls take a fused decode path):
+1e-2 * (max |logit| + 1) with quantized weights (measured 4e-3), 1e-4 * (...) with f32 weights.
 """
 import json
 import subprocess
@@ -73,7 +75,8 @@ def test_tiny_recurrent_model_matches_numpy(build_dir, models, name):
         if first is None:
             first = ours
         else:
-            assert np.abs(ours - first).max() <= 1e-4, f"{name}: -ub {ub} differs from -ub 512"
+            tol = (1e-4 if name.endswith("_f32") else 1e-2) * (np.abs(ref).max() + 1.0)
+            assert np.abs(ours - first).max() <= tol, f"{name}: -ub {ub} differs from -ub 512"
 
 
 def test_state_matters(models):
