@@ -71,6 +71,13 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 /// Exact: the same values as quant's dequantize_row (mnemo/quant.h).
 void get_rows(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float* out);
 
+/// Converts n_rows rows of n floats (src, row stride src_stride floats) to rows of `type` at dst
+/// (row stride dst_stride bytes): writing K/V cache rows. Byte-identical to quant's
+/// quantize_row (mnemo/quant.h), with SIMD for F16, BF16, Q8_0 and Q4_0 (the reference for the
+/// other types quant can quantize). NaN inputs may give other NaN bit patterns than quant's.
+void quantize_rows(GgmlType type, const float* src, int64_t src_stride, int64_t n_rows, int64_t n,
+                   void* dst, size_t dst_stride, ThreadPool* pool);
+
 // ---------------------------------------------------------------------------------------------
 // Normalization, softmax, activations, elementwise
 

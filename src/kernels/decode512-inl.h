@@ -140,9 +140,13 @@ struct DecIQ4_NL {
     static constexpr std::array<uint16_t, 32> kNib = TwoBlockNibbleIdx(1, 10);
     const uint8_t* p = row + 36 * g;
     const __m512i nib = Nibbles2(_mm512_maskz_loadu_epi8((1ull << 36) - 1, p), LoadIdx16(kNib));
-    alignas(16) int8_t table[16];
-    for (int i = 0; i < 16; ++i) table[i] = static_cast<int8_t>(kIq4nlValues[i] + (kVnni ? 128 : 0));
-    const __m512i tbl = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+    static constexpr std::array<int8_t, 16> kTable = [] {
+      std::array<int8_t, 16> t{};
+      for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(kIq4nlValues[i] + (kVnni ? 128 : 0));
+      return t;
+    }();
+    const __m512i tbl =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kTable.data())));
     w[0] = _mm512_shuffle_epi8(tbl, nib);
     dw[0] = ExpandPair(TwoHalves(p, p + 18));
   }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "hwy/contrib/math/math-inl.h"
@@ -19,6 +20,8 @@
 #include "kernels/simd-inl.h"
 #include "mnemo/check.h"
 #include "mnemo/kernels.h"
+#include "mnemo/quant.h"
+#include "quant/blocks.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace mnemo::kernels::HWY_NAMESPACE {
@@ -281,6 +284,153 @@ void RopeShift(const RopeParams& p, GgmlType type, void* rows, size_t row_stride
       for (int64_t h = 0; h < n_head_kv; ++h) RopeHead(p, table.data(), buf.data() + h * head_dim);
       st = quantize_row(type, buf.data(), row, n);
       CHECK(st.ok()) << "rope_shift: " << st.to_string();
+    }
+  });
+}
+
+// ---- float rows -> cache rows ------------------------------------------------------------------
+// Bit-exact twins of quant's reference quantize_row for the common cache types (the test
+// compares bytes); other types call the reference itself.
+
+#if HWY_TARGET != HWY_SCALAR
+using DF16 = hn::CappedTag<float, 16>;  // one block of 32 = 2, 4 or 8 vectors
+
+/// roundf(v) for |v| < 2^23 (ties away from zero), as quant's round_half_away.
+HWY_INLINE hn::Vec<DF16> RoundHalfAway(DF16 d, hn::Vec<DF16> v) {
+  const auto a = hn::Abs(v);
+  const auto t = hn::Trunc(a);
+  const auto r = hn::Add(t, hn::IfThenElseZero(hn::Ge(hn::Sub(a, t), hn::Set(d, 0.5f)),
+                                               hn::Set(d, 1.0f)));
+  return hn::CopySign(r, v);
+}
+
+HWY_INLINE void RowToQ8_0(const float* x, int64_t n, uint8_t* dst) {
+  const DF16 df;
+  const hn::Rebind<int32_t, DF16> di;
+  const hn::Rebind<int8_t, DF16> d8;
+  const size_t nf = hn::Lanes(df);
+  block_q8_0* b = reinterpret_cast<block_q8_0*>(dst);
+  for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+    auto vmax = hn::Zero(df);
+    for (size_t j = 0; j < 32; j += nf) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, x + j)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    const auto vid = hn::Set(df, id);
+    const auto lo = hn::Set(df, -127.0f), hi = hn::Set(df, 127.0f);
+    for (size_t j = 0; j < 32; j += nf) {
+      const auto v = hn::Min(hn::Max(hn::Mul(hn::LoadU(df, x + j), vid), lo), hi);
+      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, RoundHalfAway(df, v))), d8, b[i].qs + j);
+    }
+  }
+}
+
+HWY_INLINE void RowToQ4_0(const float* x, int64_t n, uint8_t* dst) {
+  const DF16 df;
+  const hn::Rebind<int32_t, DF16> di;
+  const hn::Rebind<uint8_t, DF16> d8;
+  const size_t nf = hn::Lanes(df);
+  block_q4_0* b = reinterpret_cast<block_q4_0*>(dst);
+  for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+    auto vmax = hn::Zero(df);
+    for (size_t j = 0; j < 32; j += nf) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, x + j)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    // The signed value of largest magnitude, first in element order (quant's signed_absmax).
+    float max = 0.0f;
+    if (amax > 0.0f) {
+      for (size_t j = 0; j < 32; j += nf) {
+        const intptr_t k = hn::FindFirstTrue(df, hn::Eq(hn::Abs(hn::LoadU(df, x + j)),
+                                                        hn::Set(df, amax)));
+        if (k >= 0) {
+          max = x[j + static_cast<size_t>(k)];
+          break;
+        }
+      }
+    }
+    const float d = max / -8;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    const auto vid = hn::Set(df, id);
+    const auto half = hn::Set(df, 8.5f), zero = hn::Zero(df), fifteen = hn::Set(df, 15.0f);
+    for (size_t j = 0; j < 16; j += nf) {
+      const auto q0 = hn::ConvertTo(
+          di, hn::Min(hn::Max(hn::MulAdd(hn::LoadU(df, x + j), vid, half), zero), fifteen));
+      const auto q1 = hn::ConvertTo(
+          di, hn::Min(hn::Max(hn::MulAdd(hn::LoadU(df, x + 16 + j), vid, half), zero), fifteen));
+      hn::StoreU(hn::DemoteTo(d8, hn::Or(q0, hn::ShiftLeft<4>(q1))), d8, b[i].qs + j);
+    }
+  }
+}
+
+HWY_INLINE void RowToF16(const float* x, int64_t n, uint8_t* dst) {
+  int64_t i = 0;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // F16C rounds to nearest even like quant's converter; Highway's emulation elsewhere does not.
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  hwy::float16_t* out = reinterpret_cast<hwy::float16_t*>(dst);
+  for (; i + nf <= n; i += nf) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, x + i)), dh, out + i);
+#endif
+  uint16_t* o16 = reinterpret_cast<uint16_t*>(dst);
+  for (; i < n; ++i) o16[i] = fp32_to_fp16(x[i]);
+}
+
+HWY_INLINE void RowToBF16(const float* x, int64_t n, uint8_t* dst) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + nf <= n; i += nf) {
+    const auto v = hn::LoadU(df, x + i);
+    const auto bits = hn::BitCast(du, v);
+    // Round to nearest even: add 0x7FFF plus the lowest kept bit, keep the top 16 bits.
+    const auto rounded = hn::ShiftRight<16>(
+        hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits),
+                                                             hn::Set(du, 1u)))));
+    const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
+    const auto r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet_nan, rounded);
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, out + i);
+  }
+  for (; i < n; ++i) out[i] = fp32_to_bf16(x[i]);
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+void ToCacheRows(GgmlType type, const float* src, int64_t src_stride, int64_t n_rows, int64_t n,
+                 uint8_t* dst, size_t dst_stride, ThreadPool* pool) {
+  constexpr int64_t kRowsPerTask = 8;
+  internal::parallel_for(pool, internal::ceil_div(n_rows, kRowsPerTask), [&](int64_t task, int) {
+    const int64_t r1 = std::min(n_rows, (task + 1) * kRowsPerTask);
+    for (int64_t r = task * kRowsPerTask; r < r1; ++r) {
+      const float* x = src + r * src_stride;
+      uint8_t* out = dst + r * dst_stride;
+      switch (type) {
+        case GgmlType::F32:
+          std::memcpy(out, x, n * sizeof(float));
+          continue;
+#if HWY_TARGET != HWY_SCALAR
+        case GgmlType::F16:
+          RowToF16(x, n, out);
+          continue;
+        case GgmlType::BF16:
+          RowToBF16(x, n, out);
+          continue;
+        case GgmlType::Q8_0:
+          RowToQ8_0(x, n, out);
+          continue;
+        case GgmlType::Q4_0:
+          RowToQ4_0(x, n, out);
+          continue;
+#endif
+        default: {
+          const Status st = quantize_row(type, x, out, n);
+          CHECK(st.ok()) << "quantize_rows: " << st.to_string();
+        }
+      }
     }
   });
 }

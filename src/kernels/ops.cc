@@ -29,6 +29,7 @@ HWY_EXPORT(ScaleOp);
 HWY_EXPORT(SoftcapOp);
 HWY_EXPORT(RopeApply);
 HWY_EXPORT(RopeShift);
+HWY_EXPORT(ToCacheRows);
 
 void rms_norm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n,
               float* y) {
@@ -123,6 +124,15 @@ void rope_shift(const RopeParams& p, GgmlType type, void* rows, size_t row_strid
   CHECK(row_stride >= row_size(type, n_head_kv * head_dim)) << "rope_shift: row_stride too small";
   HWY_DYNAMIC_DISPATCH(RopeShift)(p, type, rows, row_stride, n_rows, n_head_kv, head_dim, delta,
                                   pool);
+}
+
+void quantize_rows(GgmlType type, const float* src, int64_t src_stride, int64_t n_rows, int64_t n,
+                   void* dst, size_t dst_stride, ThreadPool* pool) {
+  CHECK(traits(type).can_quantize) << "quantize_rows: cannot quantize to " << type_name(type);
+  CHECK(n % block_size(type) == 0 && src_stride >= n && dst_stride >= row_size(type, n))
+      << "quantize_rows: bad shape n=" << n << " for " << type_name(type);
+  HWY_DYNAMIC_DISPATCH(ToCacheRows)(type, src, src_stride, n_rows, n, static_cast<uint8_t*>(dst),
+                                    dst_stride, pool);
 }
 
 }  // namespace mnemo::kernels

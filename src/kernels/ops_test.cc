@@ -281,3 +281,46 @@ TEST(RopeTest, ShiftQuantizedRows) {
 
 }  // namespace
 }  // namespace mnemo::kernels
+
+namespace mnemo::kernels {
+namespace {
+
+TEST(QuantizeRowsTest, ByteIdenticalToQuantReference) {
+  std::mt19937 rng(8);
+  const int64_t n_rows = 5;
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                        GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::IQ4_NL}) {
+    for (int64_t n : {32, 96, 576}) {
+      SCOPED_TRACE(std::string(type_name(type)) + " n=" + std::to_string(n));
+      const int64_t stride = n + 3;
+      std::vector<float> x = testing::random_floats(rng, n_rows * stride, 1.0f, 13);
+      // Edge cases in row 0: an all-zero block, a +a/-a tie for the signed maximum, and values
+      // that land exactly on .5 after scaling (amax 127 -> d = 1).
+      for (int i = 0; i < 32; ++i) x[i] = 0.0f;
+      if (n >= 96) {
+        for (int i = 32; i < 64; ++i) x[i] = (i % 7) * 0.25f;
+        x[40] = 3.0f;
+        x[41] = -3.0f;
+        for (int i = 64; i < 96; ++i) x[i] = (i - 80) + 0.5f;
+        x[95] = 127.0f;
+      }
+      const size_t rb = row_size(type, n);
+      const size_t dst_stride = rb + 6;  // rows stay 2-byte aligned (fp16 scales)
+      std::vector<uint8_t> want(n_rows * dst_stride, 0xAB);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        ASSERT_TRUE(quantize_row(type, x.data() + r * stride, want.data() + r * dst_stride, n).ok());
+      }
+      ThreadPool pool(2);
+      for_each_target([&] {
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::vector<uint8_t> got(n_rows * dst_stride, 0xAB);
+          quantize_rows(type, x.data(), stride, n_rows, n, got.data(), dst_stride, tp);
+          ASSERT_EQ(got, want);
+        }
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mnemo::kernels
