@@ -30,6 +30,7 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/internal.h"
+#include "kernels/decode512-inl.h"
 #include "kernels/matmul-inl.h"
 #include "kernels/quant_unpack-inl.h"
 #include "kernels/simd-inl.h"
@@ -95,6 +96,198 @@ class Carver {
 
 }  // namespace attn_detail
 
+#if MNEMO_HAVE_FAST512
+// ---- AVX-512 fast path for few query rows (decoding) -----------------------------------------
+// Scores: K rows go through the fused decoders of decode512-inl.h (quantized K) or are widened
+// on the fly (F16 / BF16 / F32 K), 4 cells x up to 4 query rows per register tile, no scratch.
+// V: each V row is widened once per 64 dimensions and multiply-added into the query rows'
+// accumulators, which stay in registers across the tile's cells.
+
+namespace fast_attn {
+
+/// Scores of n_cells (<= 4) cells for n_q (<= 4) query rows: y[r * y_stride + j].
+using ScoreFn = void (*)(const uint8_t* const* cells, int n_cells, int64_t hd,
+                         const int8_t* const* q8, const float* const* dx, const float* const* aux,
+                         const float* const* qf, int n_q, float* y, int64_t y_stride);
+
+template <class Dec>
+void DecoderScores(const uint8_t* const* cells, int n_cells, int64_t hd, const int8_t* const* q8,
+                   const float* const* dx, const float* const* aux, const float* const*,
+                   int n_q, float* y, int64_t y_stride) {
+  switch (n_q) {
+    case 1: return fast512::GemvTile<Dec, 4, 1>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
+    case 2: return fast512::GemvTile<Dec, 4, 2>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
+    case 3: return fast512::GemvTile<Dec, 4, 3>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
+    default: return fast512::GemvTile<Dec, 4, 4>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
+  }
+}
+
+/// 16 elements of a float-type row widened to f32.
+template <GgmlType kType>
+HWY_INLINE hn::Vec<DF32> Widen16(const uint8_t* row, int64_t i) {
+  const DF32 df;
+  if constexpr (kType == GgmlType::F32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (kType == GgmlType::F16) {
+    const hn::Rebind<hwy::float16_t, DF32> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, DF32> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + i));
+  }
+}
+
+template <GgmlType kType, int kQ>
+HWY_NOINLINE void FloatScoresT(const uint8_t* const* cells, int n_cells, int64_t hd,
+                               const float* const* qf, float* y, int64_t y_stride) {
+  const DF32 df;
+  hn::Vec<DF32> acc[kQ][4];
+  for (int r = 0; r < kQ; ++r) {
+    for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
+  }
+  for (int64_t i = 0; i < hd; i += 16) {
+    hn::Vec<DF32> k[4];
+    for (int j = 0; j < 4; ++j) k[j] = Widen16<kType>(cells[j], i);
+    for (int r = 0; r < kQ; ++r) {
+      const auto qv = hn::Load(df, qf[r] + i);
+      for (int j = 0; j < 4; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
+    }
+  }
+  for (int r = 0; r < kQ; ++r) {
+    if (n_cells == 4) {
+      Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * y_stride);
+    } else {
+      for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = ReduceSum(df, acc[r][j]);
+    }
+  }
+}
+
+template <GgmlType kType>
+void FloatScores(const uint8_t* const* cells, int n_cells, int64_t hd, const int8_t* const*,
+                 const float* const*, const float* const*, const float* const* qf, int n_q,
+                 float* y, int64_t y_stride) {
+  switch (n_q) {
+    case 1: return FloatScoresT<kType, 1>(cells, n_cells, hd, qf, y, y_stride);
+    case 2: return FloatScoresT<kType, 2>(cells, n_cells, hd, qf, y, y_stride);
+    case 3: return FloatScoresT<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
+    default: return FloatScoresT<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
+  }
+}
+
+/// acc[r][0, hd) += sum_k p[r * p_stride + k] * v_k for the n_cells V rows, r < n_q.
+using VAccFn = void (*)(const uint8_t* const* cells, int64_t n_cells, int64_t hd,
+                        const float* p, int64_t p_stride, int n_q, float* const* acc);
+
+template <GgmlType kType, int kQ>
+HWY_NOINLINE void VAccT(const uint8_t* const* cells, int64_t n_cells, int64_t hd,
+                        const float* p, int64_t p_stride, float* const* acc) {
+  const DF32 df;
+  for (int64_t d0 = 0; d0 < hd; d0 += 64) {  // 64 dimensions = 4 vectors per row in registers
+    hn::Vec<DF32> a[kQ][4];
+    for (int r = 0; r < kQ; ++r) {
+      for (int j = 0; j < 4; ++j) a[r][j] = hn::Load(df, acc[r] + d0 + 16 * j);
+    }
+    for (int64_t k = 0; k < n_cells; ++k) {
+      const uint8_t* row = cells[k];
+      if constexpr (kType == GgmlType::Q8_0) {
+        // Two blocks of 32: the block scale is folded into each row's weight.
+        const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + d0 / 32;
+        const hn::Rebind<int8_t, DF32> d8;
+        const hn::Rebind<int32_t, DF32> di;
+        hn::Vec<DF32> v[4];
+        for (int j = 0; j < 4; ++j) {
+          v[j] = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, b[j / 2].qs + 16 * (j % 2))));
+        }
+        const float s0 = F16ToF32(b[0].d), s1 = F16ToF32(b[1].d);
+        for (int r = 0; r < kQ; ++r) {
+          const float pk = p[r * p_stride + k];
+          const auto w0 = hn::Set(df, pk * s0), w1 = hn::Set(df, pk * s1);
+          a[r][0] = hn::MulAdd(w0, v[0], a[r][0]);
+          a[r][1] = hn::MulAdd(w0, v[1], a[r][1]);
+          a[r][2] = hn::MulAdd(w1, v[2], a[r][2]);
+          a[r][3] = hn::MulAdd(w1, v[3], a[r][3]);
+        }
+      } else {
+        hn::Vec<DF32> v[4];
+        for (int j = 0; j < 4; ++j) v[j] = Widen16<kType>(row, d0 + 16 * j);
+        for (int r = 0; r < kQ; ++r) {
+          const auto w = hn::Set(df, p[r * p_stride + k]);
+          for (int j = 0; j < 4; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
+        }
+      }
+    }
+    for (int r = 0; r < kQ; ++r) {
+      for (int j = 0; j < 4; ++j) hn::Store(a[r][j], df, acc[r] + d0 + 16 * j);
+    }
+  }
+}
+
+template <GgmlType kType>
+void VAcc(const uint8_t* const* cells, int64_t n_cells, int64_t hd, const float* p,
+          int64_t p_stride, int n_q, float* const* acc) {
+  switch (n_q) {
+    case 1: return VAccT<kType, 1>(cells, n_cells, hd, p, p_stride, acc);
+    case 2: return VAccT<kType, 2>(cells, n_cells, hd, p, p_stride, acc);
+    case 3: return VAccT<kType, 3>(cells, n_cells, hd, p, p_stride, acc);
+    default: return VAccT<kType, 4>(cells, n_cells, hd, p, p_stride, acc);
+  }
+}
+
+/// The fast path of a K/V type pair; null members where a stage has none.
+struct Plan {
+  ScoreFn score = nullptr;
+  bool quantize_q = false;  // score reads Q quantized (QuantizeRowsAux with aux_mode)
+  int aux_mode = 0;
+  VAccFn vacc = nullptr;
+};
+
+template <class Dec>
+constexpr int AuxMode() {
+  return Dec::kOffset == fast512::Offset::kInt     ? Dec::kIntOffset
+         : Dec::kOffset == fast512::Offset::kFloat ? -1
+                                                   : 0;
+}
+
+inline Plan MakePlan(GgmlType k_type, GgmlType v_type, int64_t hd) {
+  Plan pl;
+  if (hd % 64 != 0) return pl;
+  switch (k_type) {
+    case GgmlType::Q8_0:
+      pl = {&DecoderScores<fast512::DecQ8_0>, true, AuxMode<fast512::DecQ8_0>()};
+      break;
+    case GgmlType::Q4_0:
+      pl = {&DecoderScores<fast512::DecQ4_0>, true, AuxMode<fast512::DecQ4_0>()};
+      break;
+    case GgmlType::Q4_1:
+      pl = {&DecoderScores<fast512::DecQ4_1>, true, AuxMode<fast512::DecQ4_1>()};
+      break;
+    case GgmlType::Q5_0:
+      pl = {&DecoderScores<fast512::DecQ5_0>, true, AuxMode<fast512::DecQ5_0>()};
+      break;
+    case GgmlType::Q5_1:
+      pl = {&DecoderScores<fast512::DecQ5_1>, true, AuxMode<fast512::DecQ5_1>()};
+      break;
+    case GgmlType::IQ4_NL:
+      pl = {&DecoderScores<fast512::DecIQ4_NL>, true, AuxMode<fast512::DecIQ4_NL>()};
+      break;
+    case GgmlType::F16: pl.score = &FloatScores<GgmlType::F16>; break;
+    case GgmlType::BF16: pl.score = &FloatScores<GgmlType::BF16>; break;
+    case GgmlType::F32: pl.score = &FloatScores<GgmlType::F32>; break;
+    default: break;
+  }
+  switch (v_type) {
+    case GgmlType::Q8_0: pl.vacc = &VAcc<GgmlType::Q8_0>; break;
+    case GgmlType::F16: pl.vacc = &VAcc<GgmlType::F16>; break;
+    case GgmlType::BF16: pl.vacc = &VAcc<GgmlType::BF16>; break;
+    case GgmlType::F32: pl.vacc = &VAcc<GgmlType::F32>; break;
+    default: break;
+  }
+  return pl;
+}
+
+}  // namespace fast_attn
+#endif  // MNEMO_HAVE_FAST512
+
 /// Dequantizes one head segment of a V row to float: n elements -> out[n_pad] (zero tail).
 /// tmp8 / tmpf: scratch for the unpacked form (n_pad bytes, n_pad / 4 + n_pad floats).
 HWY_INLINE void DequantSegment(const attn_detail::RowCodec& codec, const uint8_t* seg, int64_t n,
@@ -132,12 +325,19 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
 
   const RowCodec kc = MakeCodec(kv.k_type, /*allow_int=*/true);
   const RowCodec vc = MakeCodec(kv.v_type, /*allow_int=*/false);
-  const size_t k_seg_bytes = row_size(kv.k_type, hd);
-  const size_t v_seg_bytes = row_size(kv.v_type, hd);
+
+  // Decoding (few query rows per K/V head) on AVX-512 takes the fused fast path.
+#if MNEMO_HAVE_FAST512
+  const fast_attn::Plan fp = fast_attn::MakePlan(kv.k_type, kv.v_type, hd);
+  const bool fast = fp.score != nullptr && gqa <= 4 && p.n_tokens * gqa <= 4;
+#else
+  const bool fast = false;
+#endif
 
   // ---- plan: tasks = K/V heads x token chunks x cell ranges ----
   const int n_threads = internal::n_threads_of(pool);
-  const int64_t tokens_per_task = std::max<int64_t>(1, kRowsPerTask / gqa);
+  const int64_t tokens_per_task =
+      fast ? std::max<int64_t>(1, 4 / gqa) : std::max<int64_t>(1, kRowsPerTask / gqa);
   const int64_t n_token_chunks = ceil_div(p.n_tokens, tokens_per_task);
   const int64_t base_tasks = p.n_head_kv * n_token_chunks;
   int64_t n_split = 1;
@@ -149,7 +349,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
   n_split = std::max<int64_t>(1, ceil_div(kv.n_kv, cells_per_split));
 
   // ---- per call: Q in the form the score kernel reads; partial results when split ----
-  int group = 0;
+  [[maybe_unused]] int group = 0;
   int64_t n_off = 0;
 #if MNEMO_INT_DOT
   if (kc.use_int) {
@@ -159,14 +359,25 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
 #endif
   const int64_t part_stride = hd_pad + 2;  // acc[hd_pad], m, l
   const int64_t call_bytes =
-      n_rows_all * (hd_pad * 4 + hd_pad + hd_pad + n_off * 4) +
+      n_rows_all * (hd_pad * 4 + hd_pad + hd_pad + n_off * 4 + 2 * hd_pad + hd_pad) +
       (n_split > 1 ? n_split * n_rows_all * part_stride * 4 : 0) + 8 * 64;
   Carver call(static_cast<uint8_t*>(
       internal::thread_scratch(internal::kSlotCall).get(static_cast<size_t>(call_bytes))));
   float* qf = nullptr;
+  int8_t* fq8 = nullptr;  // fast path: Q quantized for the decoders, with lane sums
+  [[maybe_unused]] float* fdx = nullptr;
+  [[maybe_unused]] float* faux = nullptr;
+#if MNEMO_HAVE_FAST512
+  if (fast && fp.quantize_q) {
+    fq8 = call.take<int8_t>(n_rows_all * hd_pad);
+    fdx = call.take<float>(n_rows_all * hd_pad / 4);
+    faux = call.take<float>(n_rows_all * hd_pad / 4);
+    QuantizeRowsAux(q, hd, n_rows_all, hd, hd_pad, fp.aux_mode, fq8, fdx, faux);
+  }
+#endif
 #if MNEMO_INT_DOT
   QuantRows qr;
-  if (kc.use_int) {
+  if (kc.use_int && !fast) {
     qr.q = call.take<int8_t>(n_rows_all * hd_pad);
     qr.dx = call.take<float>(n_rows_all * hd_pad / 4);
     qr.sx = call.take<float>(std::max<int64_t>(1, n_rows_all * n_off));
@@ -176,7 +387,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     QuantizeRows(q, hd, n_rows_all, hd, qr);
   }
 #endif
-  if (!kc.use_int) {
+  if (!kc.use_int || (fast && !fq8)) {
     qf = call.take<float>(n_rows_all * hd_pad);
     for (int64_t r = 0; r < n_rows_all; ++r) {
       std::memcpy(qf + r * hd_pad, q + r * hd, hd * sizeof(float));
@@ -214,9 +425,9 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     bool* row_live = ts.take<bool>(n_rows);
     float* vbuf = ts.take<float>(kCellTile * hd_pad);
     float* kf = nullptr;
-    uint8_t* k8 = nullptr;
-    float* kdw = nullptr;
-    float* kcw = nullptr;
+    [[maybe_unused]] uint8_t* k8 = nullptr;
+    [[maybe_unused]] float* kdw = nullptr;
+    [[maybe_unused]] float* kcw = nullptr;
     if (kc.use_int) {
       k8 = ts.take<uint8_t>(kCellTile * hd_pad);
       kdw = ts.take<float>(kCellTile * hd_pad / 4);
@@ -244,7 +455,31 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       if (n_act == 0) continue;
 
       // 2. Scores s[i][k] = q_i . k_{act[k]} for every row i.
-      if (kc.use_int) {
+      if (fast) {
+#if MNEMO_HAVE_FAST512
+        const int8_t* q8p[4];
+        const float* dxp[4];
+        const float* auxp[4];
+        const float* qfp[4];
+        for (int64_t i = 0; i < 4; ++i) {
+          const int64_t ij = std::min<int64_t>(i, n_rows - 1);
+          const int64_t qrow = (t0 + ij / gqa) * p.n_head + g * gqa + ij % gqa;
+          q8p[i] = fq8 ? fq8 + qrow * hd_pad : nullptr;
+          dxp[i] = fdx ? fdx + qrow * (hd_pad / 4) : nullptr;
+          auxp[i] = faux ? faux + qrow * (hd_pad / 4) : nullptr;
+          qfp[i] = qf ? qf + qrow * hd_pad : nullptr;
+        }
+        for (int64_t k = 0; k < n_act; k += 4) {
+          const uint8_t* cells[4];
+          const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
+          for (int j = 0; j < 4; ++j) {
+            cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * kv.k_stride;
+          }
+          fp.score(cells, n_cells, hd, q8p, dxp, auxp, qfp, static_cast<int>(n_rows), s + k,
+                   s_stride);
+        }
+#endif
+      } else if (kc.use_int) {
 #if MNEMO_INT_DOT
         for (int64_t k = 0; k < n_act; ++k) {
           kc.ik.unpack(kbase + act[k] * kv.k_stride, hd, hd_pad, n_off, k8 + k * hd_pad,
@@ -324,7 +559,10 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
         for (int64_t k = 0; k < n_act_v; k += nf) vmax = hn::Max(vmax, hn::Load(df, si + k));
         const float tile_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
         row_live[i] = tile_max != neg_inf;
-        if (!row_live[i]) continue;
+        if (!row_live[i]) {
+          std::fill(si, si + n_act, 0.0f);  // weights 0 for the fused V accumulation
+          continue;
+        }
         const float m_new = std::max(m[i], tile_max);
         const float alpha = std::exp(m[i] - m_new);  // 0 while m[i] is -inf (acc is 0 then)
         const auto vm = hn::Set(df, m_new);
@@ -346,6 +584,16 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       }
 
       // 4. acc_i += sum_k p[i][k] * v_{act[k]}.
+#if MNEMO_HAVE_FAST512
+      if (fast && fp.vacc != nullptr) {
+        const uint8_t* vcells[kCellTile];
+        for (int64_t k = 0; k < n_act; ++k) vcells[k] = vbase + act[k] * kv.v_stride;
+        float* accp[4];
+        for (int64_t i = 0; i < n_rows; ++i) accp[i] = acc + i * hd_pad;
+        fp.vacc(vcells, n_act, hd, s, s_stride, static_cast<int>(n_rows), accp);
+        continue;
+      }
+#endif
       for (int64_t k = 0; k < n_act; ++k) {
         DequantSegment(vc, vbase + act[k] * kv.v_stride, hd, hd_pad, vbuf + k * hd_pad, tmp8,
                        tmpf);
