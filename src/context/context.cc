@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "mnemo/kv_cache.h"
+#include "mnemo/kv_rotation.h"
 #include "mnemo/kv_storage.h"
 #include "context/recurrent_memory.h"  // issue 7
 #include "mnemo/swa_kv_cache.h"
@@ -61,6 +62,9 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
   ctx->pool_ = std::make_unique<ThreadPool>(n_threads);
 
   ctx->n_ctx_seq_ = params.kv_unified ? params.n_ctx : params.n_ctx / params.n_seq_max;
+  // KV rotation (issue 5): per head, when the head size is a power of two.
+  const uint32_t rotation_dim =
+      params.kv_rotation && is_valid_kv_rotation(hp.head_dim_k) ? hp.head_dim_k : 0;
   std::vector<uint32_t> n_embd_k(hp.n_layer, hp.n_embd_k_gqa());
   std::vector<uint32_t> n_embd_v(hp.n_layer, hp.n_embd_v_gqa());
   if (hp.has_recurrent_layers()) {  // mamba2 / granitehybrid (issue 7)
@@ -81,6 +85,7 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
     c.n_swa = hp.n_swa;
     c.n_ubatch = params.n_ubatch;
     c.swa_full = params.swa_full;
+    c.rotation_dim = rotation_dim;
     auto mem = SwaKvCache::create(std::move(c));
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();
@@ -93,6 +98,7 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
     c.v_type = params.type_v;
     c.n_embd_k_gqa = n_embd_k;
     c.n_embd_v_gqa = n_embd_v;
+    c.rotation_dim = rotation_dim;
     auto mem = KvCache::create(std::move(c));
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();

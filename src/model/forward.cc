@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "mnemo/kv_cache.h"
+#include "mnemo/kv_rotation.h"
 #include "mnemo/quant.h"
 
 namespace mnemo {
@@ -14,8 +15,42 @@ namespace {
 // Output rows are projected in chunks so the temporary logits stay small even for a 262k vocab.
 constexpr int64_t kOutputChunk = 16;
 
-// Writes one row of n floats into a cache row of `type` (f32: a copy; others: quantize_row).
-void write_cache_row(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
+// --- KV rotation (issue 5; include/mnemo/kv_rotation.h) -------------------------------------
+// Streams whose rows are stored Hadamard-rotated (KvStorage::rotation(stream) = head size d):
+// K and V rows are rotated per head before they are written, Q rows per head before attention,
+// and the attention output is rotated back (H_d is its own inverse); scores are unchanged.
+
+// Rotated copy of n floats (scratch reused across calls; one Forward per thread).
+const float* rotated(const float* src, int64_t n, uint32_t rot) {
+  thread_local std::vector<float> tmp;
+  tmp.assign(src, src + n);
+  hadamard_rotate(tmp.data(), n, rot);
+  return tmp.data();
+}
+
+// K re-rotation after a position shift for a rotated stream: un-rotate, RoPE by delta, rotate.
+void rope_shift_rotated(const kernels::RopeParams& p, const KvView& kview, uint32_t rot,
+                        const std::vector<uint32_t>& cells, const std::vector<int32_t>& deltas,
+                        int64_t n_head_kv, int64_t head_dim) {
+  std::vector<float> row(kview.n_embd);
+  for (size_t j = 0; j < cells.size(); ++j) {
+    uint8_t* dst = kview.row(cells[j]);
+    Status st = dequantize_row(kview.type, dst, row.data(), kview.n_embd);
+    CHECK(st.ok()) << st.to_string();
+    hadamard_rotate(row.data(), kview.n_embd, rot);
+    kernels::rope_shift(p, GgmlType::F32, row.data(), kview.n_embd * sizeof(float), 1, n_head_kv,
+                        head_dim, &deltas[j], nullptr);
+    hadamard_rotate(row.data(), kview.n_embd, rot);
+    st = quantize_row(kview.type, row.data(), dst, kview.n_embd);
+    CHECK(st.ok()) << st.to_string();
+  }
+}
+// --- end KV rotation -------------------------------------------------------------------------
+
+// Writes one row of n floats into a cache row of `type` (f32: a copy; others: quantize_row),
+// rotated per head of `rot` elements first when rot != 0.
+void write_cache_row(GgmlType type, const float* src, uint8_t* dst, int64_t n, uint32_t rot) {
+  if (rot != 0) src = rotated(src, n, rot);
   if (type == GgmlType::F32) {
     std::memcpy(dst, src, size_t(n) * sizeof(float));
     return;
@@ -95,10 +130,11 @@ void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
   for (const StreamSlots& ss : placement) {
     const KvView kview = kv.k_view(il, ss.stream);
     const KvView vview = kv.v_view(il, ss.stream);
+    const uint32_t rot = kv.cache().storage().rotation(ss.stream);  // KV rotation
     for (size_t j = 0; j < ss.rows.size(); ++j) {
       const uint32_t r = ss.rows[j];
-      write_cache_row(kview.type, k + r * n_embd_k, kview.row(ss.cells[j]), n_embd_k);
-      write_cache_row(vview.type, v + r * n_embd_v, vview.row(ss.cells[j]), n_embd_v);
+      write_cache_row(kview.type, k + r * n_embd_k, kview.row(ss.cells[j]), n_embd_k, rot);
+      write_cache_row(vview.type, v + r * n_embd_v, vview.row(ss.cells[j]), n_embd_v, rot);
     }
   }
 
@@ -111,7 +147,8 @@ void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
     const KvView kview = kv.k_view(il, ss.stream);
     const KvView vview = kv.v_view(il, ss.stream);
 
-    const bool contiguous = rows_contiguous(ss.rows);
+    const uint32_t rot = kv.cache().storage().rotation(ss.stream);  // KV rotation: Q, out
+    const bool contiguous = rows_contiguous(ss.rows) && rot == 0;
     const float* qp = q + int64_t(ss.rows[0]) * q_width;
     float* op = out + int64_t(ss.rows[0]) * o_width;
     if (!contiguous) {
@@ -120,6 +157,7 @@ void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
       for (int64_t j = 0; j < n; ++j) {
         std::memcpy(&qg_[j * q_width], q + int64_t(ss.rows[j]) * q_width, q_width * sizeof(float));
       }
+      if (rot != 0) hadamard_rotate(qg_.data(), n * q_width, rot);
       qp = qg_.data();
       op = og_.data();
     }
@@ -139,6 +177,7 @@ void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
     p.scale = hp_.attn_scale;
     kernels::attention(p, qp, kvv, mask.data(), n_kv, op, pool_);
     if (!contiguous) {
+      if (rot != 0) hadamard_rotate(og_.data(), n * o_width, rot);
       for (int64_t j = 0; j < n; ++j) {
         std::memcpy(out + int64_t(ss.rows[j]) * o_width, &og_[j * o_width], o_width * sizeof(float));
       }
@@ -233,6 +272,10 @@ void Forward::apply_shifts(const MemoryContext& update) {
     const kernels::RopeParams p = rope_params(il);
     for (const auto& ss : kv->shifts()) {
       const KvView kview = kv->k_view(il, ss.stream);
+      if (const uint32_t rot = kv->cache().storage().rotation(ss.stream); rot != 0) {
+        rope_shift_rotated(p, kview, rot, ss.cells, ss.deltas, hp_.n_head_kv, hp_.head_dim_k);
+        continue;
+      }
       // Runs of consecutive cells are rotated with one call.
       size_t j = 0;
       while (j < ss.cells.size()) {
