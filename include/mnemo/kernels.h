@@ -86,8 +86,7 @@ void quantize_rows(GgmlType type, const float* src, int64_t src_stride, int64_t 
 ///   x, y: [n_rows x n]; y may alias x. weight: [n] or null.
 /// Gemma's RMSNorm computes (1 + w) in its reference code; GGUF converters store 1 + w, so the
 /// same function serves Gemma (final/pre/post norms and per-head QK-norm with n = head_dim).
-void rms_norm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n,
-              float* y);
+void rms_norm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n, float* y);
 
 /// Softmax over each row, in place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max).
 ///   x: [n_rows x n]. Entries equal to -inf get 0; a row of all -inf becomes all 0.
@@ -159,9 +158,8 @@ void rope(const RopeParams& p, const int32_t* pos, int64_t n_tokens, int64_t n_h
 /// elements of `type` (any type quant can both dequantize and quantize: f32, f16, bf16, q4_0,
 /// q4_1, q5_0, q5_1, q8_0, iq4_nl); row r is at rows + r * row_stride bytes and is
 /// dequantized, rotated and quantized back (quantized types pick up one more rounding).
-void rope_shift(const RopeParams& p, GgmlType type, void* rows, size_t row_stride,
-                int64_t n_rows, int64_t n_head_kv, int64_t head_dim, const int32_t* delta,
-                ThreadPool* pool);
+void rope_shift(const RopeParams& p, GgmlType type, void* rows, size_t row_stride, int64_t n_rows,
+                int64_t n_head_kv, int64_t head_dim, const int32_t* delta, ThreadPool* pool);
 
 // ---------------------------------------------------------------------------------------------
 // Attention over KV-cache rows

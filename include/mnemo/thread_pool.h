@@ -79,7 +79,7 @@ class ThreadPool {
   std::atomic<int> n_sleeping_{0};                   // workers blocked on wake_
   std::mutex wake_mu_;                               // guards the sleep / wake handshake
   std::condition_variable wake_;
-  std::atomic<bool> in_call_{false};                 // guards against nested / concurrent use
+  std::atomic<bool> in_call_{false};  // guards against nested / concurrent use
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> spin_us_{1000};
 };

@@ -29,8 +29,8 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "kernels/internal.h"
 #include "kernels/decode512-inl.h"
+#include "kernels/internal.h"
 #include "kernels/matmul-inl.h"
 #include "kernels/quant_unpack-inl.h"
 #include "kernels/simd-inl.h"
@@ -112,13 +112,17 @@ using ScoreFn = void (*)(const uint8_t* const* cells, int n_cells, int64_t hd,
 
 template <class Dec>
 void DecoderScores(const uint8_t* const* cells, int n_cells, int64_t hd, const int8_t* const* q8,
-                   const float* const* dx, const float* const* aux, const float* const*,
-                   int n_q, float* y, int64_t y_stride) {
+                   const float* const* dx, const float* const* aux, const float* const*, int n_q,
+                   float* y, int64_t y_stride) {
   switch (n_q) {
-    case 1: return fast512::GemvTile<Dec, 4, 1>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
-    case 2: return fast512::GemvTile<Dec, 4, 2>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
-    case 3: return fast512::GemvTile<Dec, 4, 3>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
-    default: return fast512::GemvTile<Dec, 4, 4>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
+    case 1:
+      return fast512::GemvTile<Dec, 4, 1>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
+    case 2:
+      return fast512::GemvTile<Dec, 4, 2>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
+    case 3:
+      return fast512::GemvTile<Dec, 4, 3>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
+    default:
+      return fast512::GemvTile<Dec, 4, 4>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
   }
 }
 
@@ -167,20 +171,24 @@ void FloatScores(const uint8_t* const* cells, int n_cells, int64_t hd, const int
                  const float* const*, const float* const*, const float* const* qf, int n_q,
                  float* y, int64_t y_stride) {
   switch (n_q) {
-    case 1: return FloatScoresT<kType, 1>(cells, n_cells, hd, qf, y, y_stride);
-    case 2: return FloatScoresT<kType, 2>(cells, n_cells, hd, qf, y, y_stride);
-    case 3: return FloatScoresT<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
-    default: return FloatScoresT<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
+    case 1:
+      return FloatScoresT<kType, 1>(cells, n_cells, hd, qf, y, y_stride);
+    case 2:
+      return FloatScoresT<kType, 2>(cells, n_cells, hd, qf, y, y_stride);
+    case 3:
+      return FloatScoresT<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
+    default:
+      return FloatScoresT<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
   }
 }
 
 /// acc[r][0, hd) += sum_k p[r * p_stride + k] * v_k for the n_cells V rows, r < n_q.
-using VAccFn = void (*)(const uint8_t* const* cells, int64_t n_cells, int64_t hd,
-                        const float* p, int64_t p_stride, int n_q, float* const* acc);
+using VAccFn = void (*)(const uint8_t* const* cells, int64_t n_cells, int64_t hd, const float* p,
+                        int64_t p_stride, int n_q, float* const* acc);
 
 template <GgmlType kType, int kQ>
-HWY_NOINLINE void VAccT(const uint8_t* const* cells, int64_t n_cells, int64_t hd,
-                        const float* p, int64_t p_stride, float* const* acc) {
+HWY_NOINLINE void VAccT(const uint8_t* const* cells, int64_t n_cells, int64_t hd, const float* p,
+                        int64_t p_stride, float* const* acc) {
   const DF32 df;
   for (int64_t d0 = 0; d0 < hd; d0 += 64) {  // 64 dimensions = 4 vectors per row in registers
     hn::Vec<DF32> a[kQ][4];
@@ -226,10 +234,14 @@ template <GgmlType kType>
 void VAcc(const uint8_t* const* cells, int64_t n_cells, int64_t hd, const float* p,
           int64_t p_stride, int n_q, float* const* acc) {
   switch (n_q) {
-    case 1: return VAccT<kType, 1>(cells, n_cells, hd, p, p_stride, acc);
-    case 2: return VAccT<kType, 2>(cells, n_cells, hd, p, p_stride, acc);
-    case 3: return VAccT<kType, 3>(cells, n_cells, hd, p, p_stride, acc);
-    default: return VAccT<kType, 4>(cells, n_cells, hd, p, p_stride, acc);
+    case 1:
+      return VAccT<kType, 1>(cells, n_cells, hd, p, p_stride, acc);
+    case 2:
+      return VAccT<kType, 2>(cells, n_cells, hd, p, p_stride, acc);
+    case 3:
+      return VAccT<kType, 3>(cells, n_cells, hd, p, p_stride, acc);
+    default:
+      return VAccT<kType, 4>(cells, n_cells, hd, p, p_stride, acc);
   }
 }
 
@@ -270,17 +282,33 @@ inline Plan MakePlan(GgmlType k_type, GgmlType v_type, int64_t hd) {
     case GgmlType::IQ4_NL:
       pl = {&DecoderScores<fast512::DecIQ4_NL>, true, AuxMode<fast512::DecIQ4_NL>()};
       break;
-    case GgmlType::F16: pl.score = &FloatScores<GgmlType::F16>; break;
-    case GgmlType::BF16: pl.score = &FloatScores<GgmlType::BF16>; break;
-    case GgmlType::F32: pl.score = &FloatScores<GgmlType::F32>; break;
-    default: break;
+    case GgmlType::F16:
+      pl.score = &FloatScores<GgmlType::F16>;
+      break;
+    case GgmlType::BF16:
+      pl.score = &FloatScores<GgmlType::BF16>;
+      break;
+    case GgmlType::F32:
+      pl.score = &FloatScores<GgmlType::F32>;
+      break;
+    default:
+      break;
   }
   switch (v_type) {
-    case GgmlType::Q8_0: pl.vacc = &VAcc<GgmlType::Q8_0>; break;
-    case GgmlType::F16: pl.vacc = &VAcc<GgmlType::F16>; break;
-    case GgmlType::BF16: pl.vacc = &VAcc<GgmlType::BF16>; break;
-    case GgmlType::F32: pl.vacc = &VAcc<GgmlType::F32>; break;
-    default: break;
+    case GgmlType::Q8_0:
+      pl.vacc = &VAcc<GgmlType::Q8_0>;
+      break;
+    case GgmlType::F16:
+      pl.vacc = &VAcc<GgmlType::F16>;
+      break;
+    case GgmlType::BF16:
+      pl.vacc = &VAcc<GgmlType::BF16>;
+      break;
+    case GgmlType::F32:
+      pl.vacc = &VAcc<GgmlType::F32>;
+      break;
+    default:
+      break;
   }
   return pl;
 }
@@ -410,10 +438,10 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     const int64_t s_stride = round_up(kCellTile, nf);
 
     // Task scratch: row state, scores, unpacked K, dequantized V.
-    const int64_t k_bytes = kc.use_int ? kCellTile * (2 * hd_pad + 4 * n_off) + 64
-                                       : 4 * kCellTile * hd_pad;
-    const int64_t task_bytes = 4 * n_rows * (hd_pad + 2 + s_stride) + n_rows +
-                               8 * kCellTile + 4 * kCellTile * hd_pad + k_bytes + 9 * hd_pad +
+    const int64_t k_bytes =
+        kc.use_int ? kCellTile * (2 * hd_pad + 4 * n_off) + 64 : 4 * kCellTile * hd_pad;
+    const int64_t task_bytes = 4 * n_rows * (hd_pad + 2 + s_stride) + n_rows + 8 * kCellTile +
+                               4 * kCellTile * hd_pad + k_bytes + 9 * hd_pad +
                                16 * 64;  // + alignment slack of every take below
     Carver ts(static_cast<uint8_t*>(
         internal::thread_scratch(internal::kSlotTask).get(static_cast<size_t>(task_bytes))));
@@ -449,7 +477,8 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       int64_t n_act = 0;
       for (int64_t c = cb; c < ce; ++c) {
         bool visible = mask == nullptr;
-        for (int64_t t = t0; t < t1 && !visible; ++t) visible = mask[t * mask_stride + c] != neg_inf;
+        for (int64_t t = t0; t < t1 && !visible; ++t)
+          visible = mask[t * mask_stride + c] != neg_inf;
         if (visible) act[n_act++] = c;
       }
       if (n_act == 0) continue;
@@ -595,8 +624,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       }
 #endif
       for (int64_t k = 0; k < n_act; ++k) {
-        DequantSegment(vc, vbase + act[k] * kv.v_stride, hd, hd_pad, vbuf + k * hd_pad, tmp8,
-                       tmpf);
+        DequantSegment(vc, vbase + act[k] * kv.v_stride, hd, hd_pad, vbuf + k * hd_pad, tmp8, tmpf);
       }
       for (int64_t i = 0; i < n_rows; ++i) {
         if (!row_live[i]) continue;

@@ -66,9 +66,14 @@ void check_case(const Case& cs, std::mt19937& rng) {
   const std::vector<uint8_t> k = make_rows(cs.k_type, cs.n_kv, n_kv_elems, rng, kd);
   const std::vector<uint8_t> v = make_rows(cs.v_type, cs.n_kv, n_kv_elems, rng, vd);
   const KvView kv{cs.k_type, k.data(), row_size(cs.k_type, n_kv_elems),
-                  cs.v_type, v.data(), row_size(cs.v_type, n_kv_elems), cs.n_kv};
-  const AttentionParams p{cs.n_tokens,  cs.n_head, cs.n_head_kv, cs.head_dim,
-                          1.0f / std::sqrt(static_cast<float>(cs.head_dim)), cs.softcap};
+                  cs.v_type, v.data(), row_size(cs.v_type, n_kv_elems),
+                  cs.n_kv};
+  const AttentionParams p{cs.n_tokens,
+                          cs.n_head,
+                          cs.n_head_kv,
+                          cs.head_dim,
+                          1.0f / std::sqrt(static_cast<float>(cs.head_dim)),
+                          cs.softcap};
   const std::vector<float> q = random_floats(rng, cs.n_tokens * cs.n_head * cs.head_dim, 1.0f, 17);
 
   // Mask: causal over the last n_tokens cells, a few random holes, the last token sees nothing.
@@ -176,8 +181,13 @@ TEST(AttentionTest, NoMaskAndEmptyCache) {
   std::vector<float> kd, vd;
   const std::vector<uint8_t> k = make_rows(GgmlType::Q8_0, n_kv, hd, rng, kd);
   const std::vector<uint8_t> v = make_rows(GgmlType::Q8_0, n_kv, hd, rng, vd);
-  const KvView kv{GgmlType::Q8_0, k.data(), row_size(GgmlType::Q8_0, hd),
-                  GgmlType::Q8_0, v.data(), row_size(GgmlType::Q8_0, hd), n_kv};
+  const KvView kv{GgmlType::Q8_0,
+                  k.data(),
+                  row_size(GgmlType::Q8_0, hd),
+                  GgmlType::Q8_0,
+                  v.data(),
+                  row_size(GgmlType::Q8_0, hd),
+                  n_kv};
   const AttentionParams p{2, 2, 1, hd, 0.125f, 0.0f};
   const std::vector<float> q = random_floats(rng, 2 * 2 * hd);
   std::vector<float> out(2 * 2 * hd), want(2 * 2 * hd);

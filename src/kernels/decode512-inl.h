@@ -162,8 +162,8 @@ struct DecQ4_1 {
     const uint8_t* p = row + 40 * g;
     const __m512i raw = _mm512_maskz_loadu_epi8((1ull << 40) - 1, p);
     w[0] = Nibbles2(raw, LoadIdx16(kNib));
-    const __m128 dm = _mm_cvtph_ps(
-        _mm512_castsi512_si128(_mm512_permutexvar_epi16(LoadIdx16(kDm), raw)));
+    const __m128 dm =
+        _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(LoadIdx16(kDm), raw)));
     dw[0] = ExpandPair(dm);
     cw[0] = ExpandPair<true>(dm);
   }
@@ -201,8 +201,8 @@ struct DecQ5_1 {
     const uint8_t* p = row + 48 * g;
     const __m512i raw = _mm512_maskz_loadu_epi8((1ull << 48) - 1, p);
     w[0] = AddHighBits(Nibbles2(raw, LoadIdx16(kNib)), raw, LoadIdx16(kQh));
-    const __m128 dm = _mm_cvtph_ps(
-        _mm512_castsi512_si128(_mm512_permutexvar_epi16(LoadIdx16(kDm), raw)));
+    const __m128 dm =
+        _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(LoadIdx16(kDm), raw)));
     dw[0] = ExpandPair(dm);
     cw[0] = ExpandPair<true>(dm);
   }
@@ -240,17 +240,16 @@ HWY_INLINE __m512 ScalesMinsK4(const uint8_t* blk) {
   uint16_t dh[2];
   std::memcpy(dh, blk, 4);
   const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dh[0] | (dh[1] << 16))));
-  const __m512 mult = _mm512_mask_blend_ps(
-      0xFF00, _mm512_set1_ps(_mm_cvtss_f32(dd)),
-      _mm512_set1_ps(-_mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 1))));
+  const __m512 mult =
+      _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_mm_cvtss_f32(dd)),
+                           _mm512_set1_ps(-_mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 1))));
   return _mm512_mul_ps(v, mult);
 }
 
 HWY_INLINE void ExpandK4(__m512 sm, __m512* dw, __m512* cw) {
-  static constexpr std::array<int32_t, 16> kIdx[8] = {Expand8(0, 1),  Expand8(2, 3),
-                                                      Expand8(4, 5),  Expand8(6, 7),
-                                                      Expand8(8, 9),  Expand8(10, 11),
-                                                      Expand8(12, 13), Expand8(14, 15)};
+  static constexpr std::array<int32_t, 16> kIdx[8] = {
+      Expand8(0, 1), Expand8(2, 3),   Expand8(4, 5),   Expand8(6, 7),
+      Expand8(8, 9), Expand8(10, 11), Expand8(12, 13), Expand8(14, 15)};
   for (int c = 0; c < 4; ++c) {
     dw[c] = _mm512_permutexvar_ps(LoadIdx32(kIdx[c]), sm);
     cw[c] = _mm512_permutexvar_ps(LoadIdx32(kIdx[4 + c]), sm);
@@ -285,10 +284,12 @@ struct DecQ5_K {
     for (int c = 0; c < 4; ++c) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 48 + 32 * c));
       const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
-      const __mmask32 lo = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c))));
+      const __mmask32 lo =
+          _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c))));
       const __mmask32 hi =
           _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))));
-      const __mmask64 bits = _mm512_kunpackd(static_cast<__mmask64>(hi), static_cast<__mmask64>(lo));
+      const __mmask64 bits =
+          _mm512_kunpackd(static_cast<__mmask64>(hi), static_cast<__mmask64>(lo));
       w[c] = _mm512_mask_add_epi8(_mm512_and_si512(v, m4), bits, _mm512_and_si512(v, m4), v10);
     }
     ExpandK4(ScalesMinsK4(p), dw, cw);
@@ -304,8 +305,10 @@ struct DecQ6_K {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m30 = _mm512_set1_epi8(0x30);
     // 16-bit shift counts: lower 256 bits / upper 256 bits.
-    const __m512i shl_42 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
-    const __m512i shr_02 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    const __m512i shl_42 =
+        _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    const __m512i shr_02 =
+        _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(p + 64 * h);
       const __m512i qh = _mm512_broadcast_i64x4(
@@ -317,9 +320,9 @@ struct DecQ6_K {
     }
     uint16_t dh;
     std::memcpy(&dh, p + 208, 2);
-    const __m512 sc = _mm512_mul_ps(
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)))),
-        _mm512_set1_ps(_cvtsh_ss(dh)));
+    const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                        reinterpret_cast<const __m128i*>(p + 192)))),
+                                    _mm512_set1_ps(_cvtsh_ss(dh)));
     static constexpr std::array<int32_t, 16> kIdx[4] = {Expand4(0), Expand4(4), Expand4(8),
                                                         Expand4(12)};
     for (int k = 0; k < 4; ++k) dw[k] = _mm512_permutexvar_ps(LoadIdx32(kIdx[k]), sc);
@@ -331,8 +334,8 @@ struct DecQ6_K {
 /// kR rows x kC tokens: y[c * y_stride + r] for r < n_rows. Rows past n_rows repeat the last.
 template <class Dec, int kR, int kC>
 MNEMO_VNNI_ATTR HWY_NOINLINE void GemvTile(const uint8_t* const* rows, int n_rows, int64_t n_in,
-                                          const int8_t* const* q, const float* const* dx,
-                                          const float* const* aux, float* y, int64_t y_stride) {
+                                           const int8_t* const* q, const float* const* dx,
+                                           const float* const* aux, float* y, int64_t y_stride) {
   const Dec dec;
   __m512 acc[kR][kC];
   for (int r = 0; r < kR; ++r) {
@@ -381,8 +384,8 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void GemvTile(const uint8_t* const* rows, int n_row
   for (int c = 0; c < kC; ++c) {
     if constexpr (kR == 4) {
       if (n_rows == 4) {
-        Reduce4(df, hn::Vec<DF32>{acc[0][c]}, hn::Vec<DF32>{acc[1][c]},
-                hn::Vec<DF32>{acc[2][c]}, hn::Vec<DF32>{acc[3][c]}, y + c * y_stride);
+        Reduce4(df, hn::Vec<DF32>{acc[0][c]}, hn::Vec<DF32>{acc[1][c]}, hn::Vec<DF32>{acc[2][c]},
+                hn::Vec<DF32>{acc[3][c]}, y + c * y_stride);
         continue;
       }
     }
@@ -404,14 +407,14 @@ void MatmulFused(const internal::MatmulArgs& a) {
   constexpr int kR = Dec::kVecs == 1 ? 4 : 2;
   const int64_t n_pad = round_up(a.n_in, internal::kPadElems);
   const int64_t n_tokens = a.n_tokens;
-  uint8_t* call = static_cast<uint8_t*>(internal::thread_scratch(internal::kSlotCall)
-                                            .get(n_tokens * (n_pad + 2 * n_pad) + 3 * 64));
+  uint8_t* call = static_cast<uint8_t*>(
+      internal::thread_scratch(internal::kSlotCall).get(n_tokens * (n_pad + 2 * n_pad) + 3 * 64));
   int8_t* q = reinterpret_cast<int8_t*>(call);
   float* dx = reinterpret_cast<float*>(call + round_up(n_tokens * n_pad, 64));
   float* aux = dx + n_tokens * n_pad / 4;
-  const int aux_mode = Dec::kOffset == Offset::kInt ? Dec::kIntOffset
+  const int aux_mode = Dec::kOffset == Offset::kInt     ? Dec::kIntOffset
                        : Dec::kOffset == Offset::kFloat ? -1
-                                                         : 0;
+                                                        : 0;
   QuantizeRowsAux(a.x, a.x_stride, n_tokens, a.n_in, n_pad, aux_mode, q, dx, aux);
 
   const int n_threads = internal::n_threads_of(a.pool);

@@ -54,9 +54,9 @@ class Scratch {
 /// Per-thread scratch buffers. Each slot is used at one level only, so a task (which may run on
 /// the calling thread) never clobbers the buffers its caller set up.
 enum ScratchSlot : int {
-  kSlotCall = 0,   // per call, owned by the calling thread (quantized activations, partials)
-  kSlotRows = 1,   // per task: unpacked weight rows / K rows
-  kSlotTask = 2,   // per task: scores, dequantized V rows
+  kSlotCall = 0,  // per call, owned by the calling thread (quantized activations, partials)
+  kSlotRows = 1,  // per task: unpacked weight rows / K rows
+  kSlotTask = 2,  // per task: scores, dequantized V rows
   kNumSlots = 3,
 };
 Scratch& thread_scratch(ScratchSlot slot);

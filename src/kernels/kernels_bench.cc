@@ -82,9 +82,9 @@ void BM_Matmul(benchmark::State& state) {
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
-  const GgmlType legacy[] = {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
-                             GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::F16, GgmlType::BF16,
-                             GgmlType::F32};
+  const GgmlType legacy[] = {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0,
+                             GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,
+                             GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
   const GgmlType kquants[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   for (int64_t tokens : {1, 512}) {
     for (int threads : {1, 2}) {
@@ -115,8 +115,7 @@ void BM_AttentionDecode(benchmark::State& state) {
   const int64_t n = n_head_kv * hd;
   const std::vector<uint8_t> k = make_rows(type, depth, n), v = make_rows(type, depth, n);
   const KvView kv{type, k.data(), row_size(type, n), type, v.data(), row_size(type, n), depth};
-  const AttentionParams p{1, n_head, n_head_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
-                          0.0f};
+  const AttentionParams p{1, n_head, n_head_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f};
   const std::vector<float> q = normal(n_head * hd, 1.0f, 4);
   std::vector<float> mask(depth, 0.0f), out(n_head * hd);
   for (auto _ : state) {
@@ -124,8 +123,8 @@ void BM_AttentionDecode(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   // Bytes of K and V read per step, as a rate.
-  state.counters["KV_GB/s"] = benchmark::Counter(
-      1e-9 * depth * 2.0 * row_size(type, n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["KV_GB/s"] = benchmark::Counter(1e-9 * depth * 2.0 * row_size(type, n),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(type_name(type)) + " " + simd_target());
 }
 BENCHMARK(BM_AttentionDecode)

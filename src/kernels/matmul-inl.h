@@ -85,8 +85,8 @@ void QuantizeRows(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in
 /// QuantizeRows for the fused decode path (decode512-inl.h): q[n_pad] and dx[n_pad / 4] per row
 /// as above, plus aux[n_pad / 4] per row from the lane sums ls (sum of the 4 q of each lane):
 /// aux_mode k > 0: int32 -k * ls (stored in the float array's bits); -1: float dx * ls; 0: none.
-void QuantizeRowsAux(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in,
-                     int64_t n_pad, int aux_mode, int8_t* q, float* dx, float* aux);
+void QuantizeRowsAux(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in, int64_t n_pad,
+                     int aux_mode, int8_t* q, float* dx, float* aux);
 
 /// Register tile of integer dot products, for the unpacked rows w (weights) and quantized
 /// rows a (tokens):
@@ -122,8 +122,8 @@ void UnpackRowQ5_1(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_of
                    float* dw, float* cw);
 void UnpackRowQ8_0(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_off, uint8_t* w8,
                    float* dw, float* cw);
-void UnpackRowIQ4_NL(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_off,
-                     uint8_t* w8, float* dw, float* cw);
+void UnpackRowIQ4_NL(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_off, uint8_t* w8,
+                     float* dw, float* cw);
 void UnpackRowQ4_K(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_off, uint8_t* w8,
                    float* dw, float* cw);
 void UnpackRowQ5_K(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_off, uint8_t* w8,

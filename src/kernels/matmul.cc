@@ -16,8 +16,8 @@ void Scratch::Free::operator()(void* p) const { std::free(p); }
 void* Scratch::get(size_t bytes) {
   if (bytes > capacity_) {
     // Grow geometrically so a slowly growing demand does not reallocate every call.
-    const size_t cap = static_cast<size_t>(round_up(
-        static_cast<int64_t>(std::max(bytes, capacity_ + capacity_ / 2)), 64));
+    const size_t cap = static_cast<size_t>(
+        round_up(static_cast<int64_t>(std::max(bytes, capacity_ + capacity_ / 2)), 64));
     void* p = std::aligned_alloc(64, cap);
     CHECK(p != nullptr) << "out of memory allocating " << cap << " bytes of kernel scratch";
     data_.reset(p);
@@ -75,19 +75,32 @@ void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_t
   a.y_stride = y_stride;
   a.pool = pool;
   switch (w.type) {
-    case GgmlType::F32: return internal::matmul_f32(a);
-    case GgmlType::F16: return internal::matmul_f16(a);
-    case GgmlType::BF16: return internal::matmul_bf16(a);
-    case GgmlType::Q4_0: return internal::matmul_q4_0(a);
-    case GgmlType::Q4_1: return internal::matmul_q4_1(a);
-    case GgmlType::Q5_0: return internal::matmul_q5_0(a);
-    case GgmlType::Q5_1: return internal::matmul_q5_1(a);
-    case GgmlType::Q8_0: return internal::matmul_q8_0(a);
-    case GgmlType::IQ4_NL: return internal::matmul_iq4_nl(a);
-    case GgmlType::Q4_K: return internal::matmul_q4_K(a);
-    case GgmlType::Q5_K: return internal::matmul_q5_K(a);
-    case GgmlType::Q6_K: return internal::matmul_q6_K(a);
-    default: CHECK(false) << "unreachable";
+    case GgmlType::F32:
+      return internal::matmul_f32(a);
+    case GgmlType::F16:
+      return internal::matmul_f16(a);
+    case GgmlType::BF16:
+      return internal::matmul_bf16(a);
+    case GgmlType::Q4_0:
+      return internal::matmul_q4_0(a);
+    case GgmlType::Q4_1:
+      return internal::matmul_q4_1(a);
+    case GgmlType::Q5_0:
+      return internal::matmul_q5_0(a);
+    case GgmlType::Q5_1:
+      return internal::matmul_q5_1(a);
+    case GgmlType::Q8_0:
+      return internal::matmul_q8_0(a);
+    case GgmlType::IQ4_NL:
+      return internal::matmul_iq4_nl(a);
+    case GgmlType::Q4_K:
+      return internal::matmul_q4_K(a);
+    case GgmlType::Q5_K:
+      return internal::matmul_q5_K(a);
+    case GgmlType::Q6_K:
+      return internal::matmul_q6_K(a);
+    default:
+      CHECK(false) << "unreachable";
   }
 }
 

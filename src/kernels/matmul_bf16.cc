@@ -10,8 +10,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace mnemo::kernels::HWY_NAMESPACE {
 
-void UnpackRowBF16(GgmlType /*type*/, const uint8_t* row, int64_t n_in, int64_t n_pad,
-                    float* out) {
+void UnpackRowBF16(GgmlType /*type*/, const uint8_t* row, int64_t n_in, int64_t n_pad, float* out) {
   UnpackBF16(row, n_in, n_pad, out);
 }
 

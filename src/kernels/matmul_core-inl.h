@@ -140,13 +140,18 @@ HWY_NOINLINE void FloatTileT(const FloatTileArgs& t) {
 void FloatTile(const FloatTileArgs& t) {
   static_assert(kTileCols == 2 || kTileCols == 4, "tile widths 2 and 4 are instantiated");
   switch (t.n_cols) {
-    case 1: return FloatTileT<1>(t);
-    case 2: return FloatTileT<2>(t);
+    case 1:
+      return FloatTileT<1>(t);
+    case 2:
+      return FloatTileT<2>(t);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    case 3: return FloatTileT<3>(t);
-    case 4: return FloatTileT<4>(t);
+    case 3:
+      return FloatTileT<3>(t);
+    case 4:
+      return FloatTileT<4>(t);
 #endif
-    default: CHECK(false) << "bad tile width " << t.n_cols;
+    default:
+      CHECK(false) << "bad tile width " << t.n_cols;
   }
 }
 
@@ -158,10 +163,14 @@ void UnpackRowRef(GgmlType type, const uint8_t* row, int64_t n_in, int64_t n_pad
 
 FloatUnpackFn GetFloatUnpack(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: return &UnpackRowF32;
-    case GgmlType::F16: return &UnpackRowF16;
-    case GgmlType::BF16: return &UnpackRowBF16;
-    default: return &UnpackRowRef;
+    case GgmlType::F32:
+      return &UnpackRowF32;
+    case GgmlType::F16:
+      return &UnpackRowF16;
+    case GgmlType::BF16:
+      return &UnpackRowBF16;
+    default:
+      return &UnpackRowRef;
   }
 }
 
@@ -170,8 +179,8 @@ void MatmulFloat(const internal::MatmulArgs& a, FloatUnpackFn unpack) {
   const int64_t n_pad = round_up(a.n_in, kPadElems);
   const int64_t n_tokens = a.n_tokens;
   // x, padded with zeros to n_pad: [n_tokens x n_pad].
-  Carver call(static_cast<uint8_t*>(internal::thread_scratch(internal::kSlotCall)
-                                        .get(n_tokens * n_pad * sizeof(float) + 64)));
+  Carver call(static_cast<uint8_t*>(
+      internal::thread_scratch(internal::kSlotCall).get(n_tokens * n_pad * sizeof(float) + 64)));
   float* xp = call.take<float>(n_tokens * n_pad);
   for (int64_t t = 0; t < n_tokens; ++t) {
     std::memcpy(xp + t * n_pad, a.x + t * a.x_stride, a.n_in * sizeof(float));
@@ -283,8 +292,8 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void LaneSums(int64_t n_rows, int64_t n_pad, int au
   }
 }
 
-void QuantizeRowsAux(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in,
-                     int64_t n_pad, int aux_mode, int8_t* q, float* dx, float* aux) {
+void QuantizeRowsAux(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in, int64_t n_pad,
+                     int aux_mode, int8_t* q, float* dx, float* aux) {
   QuantRows qr;
   qr.q = q;
   qr.dx = dx;
@@ -338,13 +347,18 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void IntTileT(const IntTileArgs& t) {
 template <bool kSigned>
 void IntTileCols(const IntTileArgs& t) {
   switch (t.n_cols) {
-    case 1: return IntTileT<1, kSigned>(t);
-    case 2: return IntTileT<2, kSigned>(t);
+    case 1:
+      return IntTileT<1, kSigned>(t);
+    case 2:
+      return IntTileT<2, kSigned>(t);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    case 3: return IntTileT<3, kSigned>(t);
-    case 4: return IntTileT<4, kSigned>(t);
+    case 3:
+      return IntTileT<3, kSigned>(t);
+    case 4:
+      return IntTileT<4, kSigned>(t);
 #endif
-    default: CHECK(false) << "bad tile width " << t.n_cols;
+    default:
+      CHECK(false) << "bad tile width " << t.n_cols;
   }
 }
 
@@ -447,16 +461,35 @@ void MatmulInt(const internal::MatmulArgs& a, const IntKernel& k) {
 
 bool GetIntKernel(GgmlType type, IntKernel* k) {
   switch (type) {
-    case GgmlType::Q4_0: *k = {&UnpackRowQ4_0, {32, false}}; return true;
-    case GgmlType::Q4_1: *k = {&UnpackRowQ4_1, {32, false}}; return true;
-    case GgmlType::Q5_0: *k = {&UnpackRowQ5_0, {32, false}}; return true;
-    case GgmlType::Q5_1: *k = {&UnpackRowQ5_1, {32, false}}; return true;
-    case GgmlType::Q8_0: *k = {&UnpackRowQ8_0, kSignedFormat}; return true;
-    case GgmlType::IQ4_NL: *k = {&UnpackRowIQ4_NL, kSignedFormat}; return true;
-    case GgmlType::Q4_K: *k = {&UnpackRowQ4_K, {32, false}}; return true;
-    case GgmlType::Q5_K: *k = {&UnpackRowQ5_K, {32, false}}; return true;
-    case GgmlType::Q6_K: *k = {&UnpackRowQ6_K, {16, false}}; return true;
-    default: return false;
+    case GgmlType::Q4_0:
+      *k = {&UnpackRowQ4_0, {32, false}};
+      return true;
+    case GgmlType::Q4_1:
+      *k = {&UnpackRowQ4_1, {32, false}};
+      return true;
+    case GgmlType::Q5_0:
+      *k = {&UnpackRowQ5_0, {32, false}};
+      return true;
+    case GgmlType::Q5_1:
+      *k = {&UnpackRowQ5_1, {32, false}};
+      return true;
+    case GgmlType::Q8_0:
+      *k = {&UnpackRowQ8_0, kSignedFormat};
+      return true;
+    case GgmlType::IQ4_NL:
+      *k = {&UnpackRowIQ4_NL, kSignedFormat};
+      return true;
+    case GgmlType::Q4_K:
+      *k = {&UnpackRowQ4_K, {32, false}};
+      return true;
+    case GgmlType::Q5_K:
+      *k = {&UnpackRowQ5_K, {32, false}};
+      return true;
+    case GgmlType::Q6_K:
+      *k = {&UnpackRowQ6_K, {16, false}};
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -10,8 +10,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace mnemo::kernels::HWY_NAMESPACE {
 
-void UnpackRowF32(GgmlType /*type*/, const uint8_t* row, int64_t n_in, int64_t n_pad,
-                   float* out) {
+void UnpackRowF32(GgmlType /*type*/, const uint8_t* row, int64_t n_in, int64_t n_pad, float* out) {
   UnpackF32(row, n_in, n_pad, out);
 }
 

@@ -35,10 +35,9 @@ namespace {
 using testing::for_each_target;
 using testing::random_floats;
 
-constexpr GgmlType kAllTypes[] = {
-    GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,   GgmlType::Q4_1,
-    GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::Q4_K,
-    GgmlType::Q5_K, GgmlType::Q6_K};
+constexpr GgmlType kAllTypes[] = {GgmlType::F32,    GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
+                                  GgmlType::Q4_1,   GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                                  GgmlType::IQ4_NL, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 bool is_float_type(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
@@ -46,8 +45,7 @@ bool is_float_type(GgmlType t) {
 
 /// Random rows of `type`: quantized from N(0, 0.05) floats where quant can quantize, random
 /// blocks with sane scales otherwise (K-quants).
-std::vector<uint8_t> random_weights(GgmlType type, int64_t n_out, int64_t n_in,
-                                    std::mt19937& rng) {
+std::vector<uint8_t> random_weights(GgmlType type, int64_t n_out, int64_t n_in, std::mt19937& rng) {
   const size_t rb = row_size(type, n_in);
   std::vector<uint8_t> data(rb * n_out);
   if (traits(type).can_quantize) {
@@ -146,8 +144,8 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
           m += (wmax + (wmaxv - wmin)) * xsum;
         }
         rounding_bound[o] = 2e-5 * m + 1e-6;
-        ASSERT_NEAR(y[o], y_q[o], rounding_bound[o]) << "vs quantized-x reference, t=" << t
-                                                    << " r=" << r;
+        ASSERT_NEAR(y[o], y_q[o], rounding_bound[o])
+            << "vs quantized-x reference, t=" << t << " r=" << r;
         ASSERT_NEAR(y[o], y_exact[o], q_bound * 1.001 + 2e-5 * m + 1e-6)
             << "vs exact reference, t=" << t << " r=" << r;
       }
@@ -167,8 +165,7 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
       matmul(w, x.data() + t * s.n_in, 1, y1.data(), &pool2);
       for (int64_t r = 0; r < s.n_out; ++r) {
         const size_t o = t * s.n_out + r;
-        ASSERT_NEAR(y1[r], y[o], 2 * rounding_bound[o])
-            << "token " << t << " alone, r=" << r;
+        ASSERT_NEAR(y1[r], y[o], 2 * rounding_bound[o]) << "token " << t << " alone, r=" << r;
       }
     }
   });

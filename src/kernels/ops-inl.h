@@ -59,8 +59,7 @@ HWY_INLINE VF Gelu(DF d, VF g) {
   return hn::Mul(g, Sigmoid(d, z2));
 }
 
-void RmsNorm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n,
-             float* y) {
+void RmsNorm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n, float* y) {
   const DF d;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t r = 0; r < n_rows; ++r) {
@@ -193,9 +192,8 @@ void SoftcapOp(float* x, int64_t n, float cap) {
   const float inv = 1.0f / cap;
   Unary(
       x, n, x,
-      [cap, inv](DF d, VF v) HWY_ATTR {
-        return hn::Mul(hn::Set(d, cap), hn::Tanh(d, hn::Mul(v, hn::Set(d, inv))));
-      },
+      [cap, inv](DF d, VF v)
+          HWY_ATTR { return hn::Mul(hn::Set(d, cap), hn::Tanh(d, hn::Mul(v, hn::Set(d, inv)))); },
       [cap, inv](float v) { return cap * std::tanh(v * inv); });
 }
 
@@ -220,8 +218,8 @@ HWY_INLINE void RopeHead(const RopeParams& p, const float* HWY_RESTRICT table,
   if (p.mode == RopeMode::kNormal) {
     for (; i + nf <= n; i += nf) {
       const VF x = hn::LoadU(d, v + i);
-      const VF out = hn::MulAdd(hn::Reverse2(d, x), hn::LoadU(d, s + i),
-                                hn::Mul(x, hn::LoadU(d, c + i)));
+      const VF out =
+          hn::MulAdd(hn::Reverse2(d, x), hn::LoadU(d, s + i), hn::Mul(x, hn::LoadU(d, c + i)));
       hn::StoreU(out, d, v + i);
     }
   } else {
@@ -230,8 +228,8 @@ HWY_INLINE void RopeHead(const RopeParams& p, const float* HWY_RESTRICT table,
       const VF lo = hn::LoadU(d, v + i);
       const VF hi = hn::LoadU(d, v + h + i);
       hn::StoreU(hn::MulAdd(hi, hn::LoadU(d, s + i), hn::Mul(lo, hn::LoadU(d, c + i))), d, v + i);
-      hn::StoreU(hn::MulAdd(lo, hn::LoadU(d, s + h + i), hn::Mul(hi, hn::LoadU(d, c + h + i))),
-                 d, v + h + i);
+      hn::StoreU(hn::MulAdd(lo, hn::LoadU(d, s + h + i), hn::Mul(hi, hn::LoadU(d, c + h + i))), d,
+                 v + h + i);
     }
     if (i < h) {  // scalar tail of both halves
       for (; i < h; ++i) {
@@ -263,7 +261,8 @@ void RopeApply(const RopeParams& p, const float* table, int64_t n_tokens, int64_
                int64_t head_dim, float* x, int64_t x_stride) {
   const int64_t tf = rope_table_floats(p);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t h = 0; h < n_head; ++h) RopeHead(p, table + t * tf, x + t * x_stride + h * head_dim);
+    for (int64_t h = 0; h < n_head; ++h)
+      RopeHead(p, table + t * tf, x + t * x_stride + h * head_dim);
   }
 }
 
@@ -299,8 +298,8 @@ using DF16 = hn::CappedTag<float, 16>;  // one block of 32 = 2, 4 or 8 vectors
 HWY_INLINE hn::Vec<DF16> RoundHalfAway(DF16 d, hn::Vec<DF16> v) {
   const auto a = hn::Abs(v);
   const auto t = hn::Trunc(a);
-  const auto r = hn::Add(t, hn::IfThenElseZero(hn::Ge(hn::Sub(a, t), hn::Set(d, 0.5f)),
-                                               hn::Set(d, 1.0f)));
+  const auto r =
+      hn::Add(t, hn::IfThenElseZero(hn::Ge(hn::Sub(a, t), hn::Set(d, 0.5f)), hn::Set(d, 1.0f)));
   return hn::CopySign(r, v);
 }
 
@@ -340,8 +339,8 @@ HWY_INLINE void RowToQ4_0(const float* x, int64_t n, uint8_t* dst) {
     float max = 0.0f;
     if (amax > 0.0f) {
       for (size_t j = 0; j < 32; j += nf) {
-        const intptr_t k = hn::FindFirstTrue(df, hn::Eq(hn::Abs(hn::LoadU(df, x + j)),
-                                                        hn::Set(df, amax)));
+        const intptr_t k =
+            hn::FindFirstTrue(df, hn::Eq(hn::Abs(hn::LoadU(df, x + j)), hn::Set(df, amax)));
         if (k >= 0) {
           max = x[j + static_cast<size_t>(k)];
           break;
@@ -389,9 +388,8 @@ HWY_INLINE void RowToBF16(const float* x, int64_t n, uint8_t* dst) {
     const auto v = hn::LoadU(df, x + i);
     const auto bits = hn::BitCast(du, v);
     // Round to nearest even: add 0x7FFF plus the lowest kept bit, keep the top 16 bits.
-    const auto rounded = hn::ShiftRight<16>(
-        hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits),
-                                                             hn::Set(du, 1u)))));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(
+        bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)))));
     const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
     const auto r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet_nan, rounded);
     hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, out + i);

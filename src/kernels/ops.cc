@@ -31,8 +31,7 @@ HWY_EXPORT(RopeApply);
 HWY_EXPORT(RopeShift);
 HWY_EXPORT(ToCacheRows);
 
-void rms_norm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n,
-              float* y) {
+void rms_norm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n, float* y) {
   CHECK(n > 0 && n_rows >= 0) << "rms_norm: bad shape " << n_rows << " x " << n;
   HWY_DYNAMIC_DISPATCH(RmsNorm)(x, weight, eps, n_rows, n, y);
 }
@@ -76,9 +75,9 @@ void rope_table_row(const RopeParams& p, double pos, float* row) {
   float* s = row + p.n_dims;
   const double log_base = std::log(static_cast<double>(p.freq_base));
   for (int64_t i = 0; i < h; ++i) {
-    const double theta = pos * static_cast<double>(p.freq_scale) *
-                         std::exp(-2.0 * static_cast<double>(i) / static_cast<double>(p.n_dims) *
-                                  log_base);
+    const double theta =
+        pos * static_cast<double>(p.freq_scale) *
+        std::exp(-2.0 * static_cast<double>(i) / static_cast<double>(p.n_dims) * log_base);
     const float ci = static_cast<float>(std::cos(theta));
     const float si = static_cast<float>(std::sin(theta));
     if (p.mode == RopeMode::kNormal) {
@@ -115,15 +114,14 @@ void rope(const RopeParams& p, const int32_t* pos, int64_t n_tokens, int64_t n_h
   rope_apply(p, table.data(), n_tokens, n_head, head_dim, x, n_head * head_dim);
 }
 
-void rope_shift(const RopeParams& p, GgmlType type, void* rows, size_t row_stride,
-                int64_t n_rows, int64_t n_head_kv, int64_t head_dim, const int32_t* delta,
-                ThreadPool* pool) {
+void rope_shift(const RopeParams& p, GgmlType type, void* rows, size_t row_stride, int64_t n_rows,
+                int64_t n_head_kv, int64_t head_dim, const int32_t* delta, ThreadPool* pool) {
   check_rope(p, head_dim);
   CHECK(traits(type).can_dequantize && traits(type).can_quantize)
       << "rope_shift: cache type " << type_name(type) << " cannot be re-rotated";
   CHECK(row_stride >= row_size(type, n_head_kv * head_dim)) << "rope_shift: row_stride too small";
-  HWY_DYNAMIC_DISPATCH(RopeShift)(p, type, rows, row_stride, n_rows, n_head_kv, head_dim, delta,
-                                  pool);
+  HWY_DYNAMIC_DISPATCH(RopeShift)
+  (p, type, rows, row_stride, n_rows, n_head_kv, head_dim, delta, pool);
 }
 
 void quantize_rows(GgmlType type, const float* src, int64_t src_stride, int64_t n_rows, int64_t n,
@@ -131,8 +129,8 @@ void quantize_rows(GgmlType type, const float* src, int64_t src_stride, int64_t 
   CHECK(traits(type).can_quantize) << "quantize_rows: cannot quantize to " << type_name(type);
   CHECK(n % block_size(type) == 0 && src_stride >= n && dst_stride >= row_size(type, n))
       << "quantize_rows: bad shape n=" << n << " for " << type_name(type);
-  HWY_DYNAMIC_DISPATCH(ToCacheRows)(type, src, src_stride, n_rows, n, static_cast<uint8_t*>(dst),
-                                    dst_stride, pool);
+  HWY_DYNAMIC_DISPATCH(ToCacheRows)
+  (type, src, src_stride, n_rows, n, static_cast<uint8_t*>(dst), dst_stride, pool);
 }
 
 }  // namespace mnemo::kernels

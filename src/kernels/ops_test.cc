@@ -62,9 +62,9 @@ TEST(OpsTest, Softmax) {
   for (int64_t n : kSizes) {
     const int64_t rows = 4;
     std::vector<float> x = random_floats(rng, rows * n, 5.0f);
-    for (int64_t i = 0; i < n; i += 3) x[i] = -INFINITY;                 // row 0: some masked
-    for (int64_t i = 0; i < n; ++i) x[n + i] = -INFINITY;                // row 1: all masked
-    x[2 * n] = 80.0f;                                                    // row 2: large value
+    for (int64_t i = 0; i < n; i += 3) x[i] = -INFINITY;   // row 0: some masked
+    for (int64_t i = 0; i < n; ++i) x[n + i] = -INFINITY;  // row 1: all masked
+    x[2 * n] = 80.0f;                                      // row 2: large value
     std::vector<float> want = x;
     ref::softmax(want.data(), rows, n);
     for_each_target([&] {
@@ -148,8 +148,9 @@ void expect_rope_near(const std::vector<float>& got, const std::vector<float>& w
     const int64_t j = static_cast<int64_t>(i % head_dim);
     int64_t partner = j;
     if (j < p.n_dims) {
-      partner = p.mode == RopeMode::kNormal ? (j ^ 1) : (j < p.n_dims / 2 ? j + p.n_dims / 2
-                                                                           : j - p.n_dims / 2);
+      partner = p.mode == RopeMode::kNormal
+                    ? (j ^ 1)
+                    : (j < p.n_dims / 2 ? j + p.n_dims / 2 : j - p.n_dims / 2);
     }
     const double mag = std::fabs(in[i]) + std::fabs(in[i - j + partner]);
     ASSERT_NEAR(got[i], want[i], 2e-6 * mag + 1e-7) << "element " << i;
@@ -188,7 +189,8 @@ TEST(RopeTest, MatchesReference) {
             for (int64_t i = 0; i < n_head * head_dim; ++i) {
               ASSERT_EQ(xs[t * stride + i], y[t * n_head * head_dim + i]);
             }
-            for (int64_t i = n_head * head_dim; i < stride; ++i) ASSERT_EQ(xs[t * stride + i], 42.0f);
+            for (int64_t i = n_head * head_dim; i < stride; ++i)
+              ASSERT_EQ(xs[t * stride + i], 42.0f);
           }
         });
       }
@@ -258,15 +260,15 @@ TEST(RopeTest, ShiftQuantizedRows) {
     }
     for_each_target([&] {
       std::vector<uint8_t> got_rows = rows;
-      rope_shift(p, type, got_rows.data(), rb, n_rows, n_head_kv, head_dim, delta.data(),
-                 nullptr);
+      rope_shift(p, type, got_rows.data(), rb, n_rows, n_head_kv, head_dim, delta.data(), nullptr);
       std::vector<float> got(n);
       for (int64_t r = 0; r < n_rows; ++r) {
         ASSERT_TRUE(dequantize_row(type, got_rows.data() + r * rb, got.data(), n).ok());
         for (int64_t b = 0; b < n; b += 32) {
-          float amax = 0.0f;  // the quantization step: amax / 127 (q8_0), / 8 (q4_0), / 5.3 (iq4_nl widest gap)
+          float amax = 0.0f;  // the quantization step: amax / 127 (q8_0), / 8 (q4_0), / 5.3 (iq4_nl
+                              // widest gap)
           for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(want[r * n + b + i]));
-          const float step = (type == GgmlType::Q8_0) ? amax / 127.0f
+          const float step = (type == GgmlType::Q8_0)  ? amax / 127.0f
                              : (type == GgmlType::F16) ? amax / 1024.0f
                                                        : amax / 5.0f;
           for (int i = 0; i < 32; ++i) {
@@ -308,7 +310,8 @@ TEST(QuantizeRowsTest, ByteIdenticalToQuantReference) {
       const size_t dst_stride = rb + 6;  // rows stay 2-byte aligned (fp16 scales)
       std::vector<uint8_t> want(n_rows * dst_stride, 0xAB);
       for (int64_t r = 0; r < n_rows; ++r) {
-        ASSERT_TRUE(quantize_row(type, x.data() + r * stride, want.data() + r * dst_stride, n).ok());
+        ASSERT_TRUE(
+            quantize_row(type, x.data() + r * stride, want.data() + r * dst_stride, n).ok());
       }
       ThreadPool pool(2);
       for_each_target([&] {

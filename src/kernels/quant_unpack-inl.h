@@ -75,9 +75,8 @@ HWY_INLINE void UnpackBF16(const uint8_t* row, int64_t n_in, int64_t n_pad, floa
   const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   for (; i + nf <= n_in; i += nf) {
-    hn::StoreU(
-        hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(src + i))), df,
-        out + i);
+    hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(src + i))),
+               df, out + i);
   }
 #endif
   for (; i < n_in; ++i) out[i] = mnemo::bf16_to_fp32(src[i]);
@@ -382,7 +381,7 @@ HWY_INLINE void UnpackQ6_K(const uint8_t* row, int64_t n_in, int64_t n_pad, int6
   for (int64_t b = 0; b < n_in / kQK_K; ++b) {
     const block_q6_K& blk = blocks[b];
     uint8_t* out = w8 + kQK_K * b;
-    for (int h = 0; h < 2; ++h) {     // 128 elements each
+    for (int h = 0; h < 2; ++h) {  // 128 elements each
       for (int l = 0; l < 32; l += 16) {
         const auto a = hn::LoadU(d, blk.ql + 64 * h + l);
         const auto c = hn::LoadU(d, blk.ql + 64 * h + 32 + l);

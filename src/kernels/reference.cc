@@ -63,8 +63,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, b
   }
 }
 
-void rms_norm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n,
-              float* y) {
+void rms_norm(const float* x, const float* weight, float eps, int64_t n_rows, int64_t n, float* y) {
   for (int64_t r = 0; r < n_rows; ++r) {
     double ss = 0.0;
     for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[r * n + i]) * x[r * n + i];
@@ -122,9 +121,9 @@ void rope(const RopeParams& p, const int32_t* pos, int64_t n_tokens, int64_t n_h
     for (int64_t h = 0; h < n_head; ++h) {
       float* v = x + (t * n_head + h) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
-        const double theta = static_cast<double>(pos[t]) * p.freq_scale *
-                             std::pow(static_cast<double>(p.freq_base),
-                                      -2.0 * static_cast<double>(i) / p.n_dims);
+        const double theta =
+            static_cast<double>(pos[t]) * p.freq_scale *
+            std::pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / p.n_dims);
         const double c = std::cos(theta), s = std::sin(theta);
         const int64_t i0 = p.mode == RopeMode::kNormal ? 2 * i : i;
         const int64_t i1 = p.mode == RopeMode::kNormal ? 2 * i + 1 : i + half;

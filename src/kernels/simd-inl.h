@@ -23,8 +23,9 @@
 // MNEMO_INT_DOT: this target has the 8-bit integer dot (x86 SSSE3 and up). Elsewhere the
 // quantized kernels dequantize to float and use the float path.
 #undef MNEMO_INT_DOT
-#if HWY_ARCH_X86 && (HWY_TARGET == HWY_SSSE3 || HWY_TARGET == HWY_SSE4 || \
-                     HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
+#if HWY_ARCH_X86 &&                                                                 \
+    (HWY_TARGET == HWY_SSSE3 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_AVX2 || \
+     HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
 #define MNEMO_INT_DOT 1
 #else
 #define MNEMO_INT_DOT 0
@@ -97,8 +98,7 @@ MNEMO_VNNI_ATTR HWY_INLINE hn::Vec<DI32> DotQuads(hn::Vec<DU8> w, hn::Vec<DI8> a
     ar = _mm512_mask_sub_epi8(ar, neg, _mm512_setzero_si512(), ar);
     wr = _mm512_abs_epi8(wr);
   }
-  return hn::Vec<DI32>{
-      _mm512_madd_epi16(_mm512_maddubs_epi16(wr, ar), _mm512_set1_epi16(1))};
+  return hn::Vec<DI32>{_mm512_madd_epi16(_mm512_maddubs_epi16(wr, ar), _mm512_set1_epi16(1))};
 #elif HWY_TARGET == HWY_AVX2
   __m256i wr = w.raw;
   __m256i ar = a.raw;
@@ -106,8 +106,7 @@ MNEMO_VNNI_ATTR HWY_INLINE hn::Vec<DI32> DotQuads(hn::Vec<DU8> w, hn::Vec<DI8> a
     ar = _mm256_sign_epi8(ar, wr);
     wr = _mm256_sign_epi8(wr, wr);
   }
-  return hn::Vec<DI32>{
-      _mm256_madd_epi16(_mm256_maddubs_epi16(wr, ar), _mm256_set1_epi16(1))};
+  return hn::Vec<DI32>{_mm256_madd_epi16(_mm256_maddubs_epi16(wr, ar), _mm256_set1_epi16(1))};
 #else  // SSSE3 / SSE4
   __m128i wr = w.raw;
   __m128i ar = a.raw;
