@@ -93,6 +93,18 @@ class HybridMemory final : public Memory {
   MemoryBreakdown breakdown() const override;
   uint32_t n_seq_max() const override { return rs_->n_seq_max(); }
 
+  // State save / restore (recurrent_state_io.cc): the KV child's part (KVPT role kv ...) then the
+  // recurrent child's (RSPT ...); both are validated before either is applied, and a failed
+  // apply empties the destination in both. requantize / requantize_seq convert the attention
+  // layers' K/V (the recurrent states stay f32).
+  state_format::MemoryKindId state_kind() const override {
+    return state_format::MemoryKindId::kHybrid;
+  }
+  Status state_write(StateWriter& w, const StateWriteSpec& spec) const override;
+  Status state_read(StateReader& r, const StateReadSpec& spec) override;
+  Status requantize(GgmlType k_type, GgmlType v_type) override;
+  Status requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) override;
+
   const KvCache& kv() const { return *kv_; }
   const RecurrentState& rs() const { return *rs_; }
   KvCache& kv() { return *kv_; }

@@ -63,6 +63,7 @@
 #include "mnemo/batch.h"
 #include "mnemo/buffer.h"
 #include "mnemo/memory.h"
+#include "mnemo/state_format.h"
 #include "mnemo/ubatch.h"
 
 namespace mnemo {
@@ -157,6 +158,17 @@ class RecurrentState final : public Memory {
   /// part; used = sequences (or checkpoints) holding data.
   MemoryBreakdown breakdown() const override;
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
+
+  // State save / restore (recurrent_state_io.cc; protocol in memory.h, bytes in
+  // docs/formats/state_recurrent.md): one RSPT part, then per non-empty sequence its RSSQ record
+  // and RSDT data, checkpoints included, so a restored sequence can still be cut back. Restore
+  // requires the same recurrent layers and state sizes; it keeps the newest min(saved, own
+  // n_checkpoints) checkpoints. requantize*: kNotSupported (no K/V; Memory's defaults).
+  state_format::MemoryKindId state_kind() const override {
+    return state_format::MemoryKindId::kRecurrent;
+  }
+  Status state_write(StateWriter& w, const StateWriteSpec& spec) const override;
+  Status state_read(StateReader& r, const StateReadSpec& spec) override;
 
   /// Building blocks for HybridMemory, which validates and splits once and plans every child
   /// before committing any: the limits batches are validated with (one sequence per row) ...

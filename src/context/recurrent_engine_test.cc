@@ -21,6 +21,7 @@
 #include "mnemo/hybrid_memory.h"
 #include "mnemo/model.h"
 #include "mnemo/recurrent_state.h"
+#include "mnemo/state.h"
 #include "tests/tools/tiny_ssm_model.h"
 
 namespace mnemo {
@@ -237,6 +238,59 @@ TEST_P(RollbackTest, AbortedDecodeLeavesMemoryUnchanged) {
   const auto want = run_alone(m, a, 3, 10, 2);
   EXPECT_LE(max_diff(want[10], ctx->logits(0)), 1e-4f);
   EXPECT_LE(max_diff(want[11], ctx->logits(1)), 1e-4f);
+}
+
+// A sequence's state (recurrent states, checkpoints and, for the hybrid, its K/V cells) saved
+// from one context and restored into another seq_id of another context: the next token's logits
+// are those of the original, and the restored sequence can be cut back like the original.
+TEST_P(RollbackTest, SaveRestoreReproducesNextTokenLogits) {
+  const Model& m = tiny(GetParam());
+  const HParams& hp = m.hparams();
+  ModelFingerprint fp;  // by hand: what state files compare (include/mnemo/state.h)
+  fp.arch = arch_name(hp.arch);
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    fp.n_embd_k_gqa.push_back(hp.is_recurrent_layer(il) ? 0 : hp.n_embd_k_gqa());
+    fp.n_embd_v_gqa.push_back(hp.is_recurrent_layer(il) ? 0 : hp.n_embd_v_gqa());
+  }
+  std::mt19937 rng(9);
+  const std::vector<int32_t> a = random_tokens(rng, 19), junk = random_tokens(rng, 7);
+  auto src = make_ctx(m, 2, 4);
+  Batch b;
+  for (int i = 0; i < 18; ++i) b.add(a[i], i, {0}, false);
+  for (int i = 0; i < 5; ++i) b.add(junk[i], i, {1}, false);
+  ASSERT_TRUE(src->decode(b).ok());
+  Result<size_t> n = state_seq_get_size(src->memory(), fp, 0);
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  std::vector<uint8_t> state(*n);
+  ASSERT_TRUE(state_seq_get_data(src->memory(), fp, 0, state).ok());
+
+  auto dst = make_ctx(m, 3, 4);
+  Batch bj;
+  for (int i = 0; i < 7; ++i) bj.add(junk[i], i, {2}, false);
+  ASSERT_TRUE(dst->decode(bj).ok());
+  ASSERT_TRUE(state_seq_set_data(dst->memory(), fp, state, 2).ok());
+  EXPECT_EQ(dst->memory().seq_pos_max(2), 17);
+
+  Batch next_src, next_dst;
+  next_src.add(a[18], 18, {0}, true);
+  next_dst.add(a[18], 18, {2}, true);
+  ASSERT_TRUE(src->decode(next_src).ok());
+  ASSERT_TRUE(dst->decode(next_dst).ok());
+  EXPECT_LE(max_diff({src->logits(0).begin(), src->logits(0).end()}, dst->logits(0)), 1e-5f);
+  const auto want = run_alone(m, a, 4, 18, 1);
+  EXPECT_LE(max_diff(want[18], dst->logits(0)), 1e-5f);
+
+  auto plan_src = src->memory().plan_truncate(0, 14);
+  auto plan_dst = dst->memory().plan_truncate(2, 14);
+  ASSERT_TRUE(plan_src.ok() && plan_dst.ok());
+  EXPECT_EQ(plan_dst->keep, plan_src->keep);
+  EXPECT_GT(plan_dst->keep, 0);
+  // A state of another model is refused and changes nothing.
+  ModelFingerprint other = fp;
+  other.arch = "llama";
+  EXPECT_EQ(state_seq_set_data(dst->memory(), other, state, 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(dst->memory().seq_pos_max(1), -1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Recurrent, RollbackTest, ::testing::Values("mamba2", "granitehybrid"));
