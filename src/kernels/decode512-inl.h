@@ -393,10 +393,15 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void GemvTile(const uint8_t* const* rows, int n_row
   }
 }
 
-/// Whether the fused path takes this call: 1 or 2 tokens and whole groups.
+/// Most tokens per fused call: the accumulators and unpacked weights of kR rows x kC tokens
+/// must fit the 32 vector registers (K-quant groups are 4 vectors per row).
+template <class Dec>
+inline constexpr int kFusedMaxTokens = Dec::kVecs == 1 ? 4 : 2;
+
+/// Whether the fused path takes this call: few tokens and whole groups.
 template <class Dec>
 HWY_INLINE bool FusedApplies(const internal::MatmulArgs& a) {
-  return a.n_tokens <= 2 && a.n_in % Dec::kElems == 0;
+  return a.n_tokens <= kFusedMaxTokens<Dec> && a.n_in % Dec::kElems == 0;
 }
 
 /// The fused matmul: quantize x (with the per-lane auxiliary sums), then rows in tasks.
@@ -423,18 +428,35 @@ void MatmulFused(const internal::MatmulArgs& a) {
   internal::parallel_for(a.pool, ceil_div(a.n_out, rows_per_task), [&](int64_t task, int) {
     const int64_t r0 = task * rows_per_task;
     const int64_t r1 = std::min(a.n_out, r0 + rows_per_task);
-    const int8_t* qp[2] = {q, q + (n_tokens - 1) * n_pad};
-    const float* dxp[2] = {dx, dx + (n_tokens - 1) * n_pad / 4};
-    const float* auxp[2] = {aux, aux + (n_tokens - 1) * n_pad / 4};
+    const int8_t* qp[4];
+    const float* dxp[4];
+    const float* auxp[4];
+    for (int64_t t = 0; t < 4; ++t) {
+      const int64_t tt = std::min(t, n_tokens - 1);
+      qp[t] = q + tt * n_pad;
+      dxp[t] = dx + tt * n_pad / 4;
+      auxp[t] = aux + tt * n_pad / 4;
+    }
     for (int64_t r = r0; r < r1; r += kR) {
       const int n = static_cast<int>(std::min<int64_t>(kR, r1 - r));
       const uint8_t* rows[kR];
       for (int i = 0; i < kR; ++i) rows[i] = a.w + std::min<int64_t>(r + i, r1 - 1) * a.w_row_bytes;
       float* y = a.y + r;
-      if (n_tokens == 1) {
-        GemvTile<Dec, kR, 1>(rows, n, a.n_in, qp, dxp, auxp, y, a.y_stride);
-      } else {
-        GemvTile<Dec, kR, 2>(rows, n, a.n_in, qp, dxp, auxp, y, a.y_stride);
+      switch (n_tokens) {
+        case 1:
+          GemvTile<Dec, kR, 1>(rows, n, a.n_in, qp, dxp, auxp, y, a.y_stride);
+          break;
+        case 2:
+          GemvTile<Dec, kR, 2>(rows, n, a.n_in, qp, dxp, auxp, y, a.y_stride);
+          break;
+        default:
+          if constexpr (kFusedMaxTokens<Dec> >= 4) {
+            if (n_tokens == 3) {
+              GemvTile<Dec, kR, 3>(rows, n, a.n_in, qp, dxp, auxp, y, a.y_stride);
+            } else {
+              GemvTile<Dec, kR, 4>(rows, n, a.n_in, qp, dxp, auxp, y, a.y_stride);
+            }
+          }
       }
     }
   });

@@ -84,7 +84,8 @@ struct Shape {
 // block (64) and not a multiple of the tile width.
 std::vector<Shape> shapes_for(GgmlType type) {
   if (block_size(type) == 256) return {{13, 256, 1}, {6, 512, 2}, {37, 512, 3}, {70, 768, 70}};
-  return {{13, 64, 1}, {21, 128, 2}, {5, 96, 1}, {37, 96, 3}, {70, 576, 70}, {9, 32, 5}};
+  return {{13, 64, 1}, {21, 128, 2}, {11, 192, 3},  {6, 64, 4},
+          {5, 96, 1},  {37, 96, 3},  {70, 576, 70}, {9, 32, 5}};
 }
 
 void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
