@@ -8,6 +8,10 @@
 // short while (spin_us, default 1000 us) because in inference the next call comes within
 // microseconds; after that they sleep on a condition variable until the next call.
 //
+// A call returns as soon as every task has finished: it waits only for the threads that took a
+// task, never for an idle worker that has not woken up yet (on an oversubscribed machine a
+// preempted worker would otherwise stall every call by a scheduler time slice).
+//
 // Thread-safety: one call at a time. parallel_for must not be called concurrently from two
 // threads nor from inside a task (CHECKed). The destructor joins the workers.
 #pragma once
@@ -57,7 +61,7 @@ class ThreadPool {
         const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
-  /// The untyped form of parallel_for.
+  /// The untyped form of parallel_for. n_tasks < 2^20.
   void run(int64_t n_tasks, TaskFn fn, void* ctx);
 
  private:
@@ -67,15 +71,18 @@ class ThreadPool {
   const int n_threads_;
   std::vector<std::thread> workers_;
 
-  // The current job, written by run() before generation_ is bumped (release) and read by the
-  // workers after they see the new generation (acquire).
+  // The current job. fn_ / ctx_ are written by run() before work_ is published (release); a
+  // thread reads them only after claiming a task from work_ (acquire), and the job cannot
+  // finish (so they cannot change) before that task is done.
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
-  int64_t n_tasks_ = 0;
 
-  alignas(64) std::atomic<uint32_t> generation_{0};  // bumped once per job
-  alignas(64) std::atomic<int64_t> next_task_{0};    // next task index to hand out
-  alignas(64) std::atomic<int> n_busy_{0};           // workers not yet done with this job
+  // [job serial: 24 bits][n_tasks: 20 bits][next task: 20 bits]. Tasks are claimed with a CAS
+  // that bumps `next task`; the serial makes a stale CAS from a previous job fail.
+  alignas(64) std::atomic<uint64_t> work_{0};
+  alignas(64) std::atomic<int64_t> n_done_{0};       // tasks of the current job finished
+  alignas(64) std::atomic<uint32_t> generation_{0};  // bumped once per job: wakes workers
+  uint64_t serial_ = 0;                              // caller-owned job counter
   std::atomic<int> n_sleeping_{0};                   // workers blocked on wake_
   std::mutex wake_mu_;                               // guards the sleep / wake handshake
   std::condition_variable wake_;

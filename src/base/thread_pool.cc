@@ -38,24 +38,39 @@ ThreadPool::~ThreadPool() {
   for (std::thread& w : workers_) w.join();
 }
 
+namespace {
+constexpr uint64_t kFieldBits = 20;
+constexpr uint64_t kFieldMask = (uint64_t{1} << kFieldBits) - 1;
+}  // namespace
+
 void ThreadPool::run_tasks(int thread) {
-  const int64_t n = n_tasks_;
   for (;;) {
-    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n) break;
-    fn_(ctx_, task, thread);
+    uint64_t v = work_.load(std::memory_order_acquire);
+    uint64_t task;
+    for (;;) {
+      task = v & kFieldMask;
+      if (task >= ((v >> kFieldBits) & kFieldMask)) return;  // all tasks claimed
+      if (work_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        break;
+      }
+    }
+    fn_(ctx_, static_cast<int64_t>(task), thread);
+    n_done_.fetch_add(1, std::memory_order_release);
   }
 }
 
 void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
   if (n_tasks <= 0) return;
+  CHECK(n_tasks <= static_cast<int64_t>(kFieldMask)) << "ThreadPool::run: too many tasks";
   CHECK(!in_call_.exchange(true, std::memory_order_acquire))
       << "ThreadPool::run called concurrently or from inside a task";
   fn_ = fn;
   ctx_ = ctx;
-  n_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  n_busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  n_done_.store(0, std::memory_order_relaxed);
+  serial_ = (serial_ + 1) & ((uint64_t{1} << 24) - 1);
+  work_.store((serial_ << (2 * kFieldBits)) | (static_cast<uint64_t>(n_tasks) << kFieldBits),
+              std::memory_order_release);
   // seq_cst pairs with the workers' seq_cst n_sleeping_ increment: either we see the sleeper
   // and notify (under the mutex, so it is already waiting or has not checked the generation
   // yet), or the sleeper's check, which comes after its increment, sees the new generation.
@@ -66,9 +81,9 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
   }
 
   run_tasks(0);
-  // The workers finish within microseconds unless one was preempted (an oversubscribed
-  // machine); then yielding lets it have this core.
-  for (uint32_t i = 1; n_busy_.load(std::memory_order_acquire) != 0; ++i) {
+  // Only tasks still running on other threads remain; they finish within microseconds unless
+  // their thread was preempted, and then yielding lets it have this core.
+  for (uint32_t i = 1; n_done_.load(std::memory_order_acquire) != n_tasks; ++i) {
     if ((i & 1023) == 0) {
       std::this_thread::yield();
     } else {
@@ -104,7 +119,6 @@ void ThreadPool::worker_main(int thread) {
     seen = g;
     if (stop_.load(std::memory_order_relaxed)) return;
     run_tasks(thread);
-    n_busy_.fetch_sub(1, std::memory_order_release);
   }
 }
 
