@@ -440,7 +440,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     // Task scratch: row state, scores, unpacked K, dequantized V.
     const int64_t k_bytes =
         kc.use_int ? kCellTile * (2 * hd_pad + 4 * n_off) + 64 : 4 * kCellTile * hd_pad;
-    const int64_t task_bytes = 4 * n_rows * (hd_pad + 2 + s_stride) + n_rows + 8 * kCellTile +
+    const int64_t task_bytes = 4 * n_rows * (hd_pad + 2 + s_stride) + 9 * n_rows + 8 * kCellTile +
                                4 * kCellTile * hd_pad + k_bytes + 9 * hd_pad +
                                16 * 64;  // + alignment slack of every take below
     Carver ts(static_cast<uint8_t*>(
@@ -465,6 +465,10 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     }
     uint8_t* tmp8 = ts.take<uint8_t>(hd_pad);
     float* tmpf = ts.take<float>(2 * hd_pad);
+    int64_t* qrows = ts.take<int64_t>(n_rows);  // row i -> index of its (token, head) in q
+    for (int64_t i = 0; i < n_rows; ++i) {
+      qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
+    }
     std::fill(acc, acc + n_rows * hd_pad, 0.0f);
     std::fill(m, m + n_rows, neg_inf);
     std::fill(l, l + n_rows, 0.0f);
@@ -492,7 +496,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
         const float* qfp[4];
         for (int64_t i = 0; i < 4; ++i) {
           const int64_t ij = std::min<int64_t>(i, n_rows - 1);
-          const int64_t qrow = (t0 + ij / gqa) * p.n_head + g * gqa + ij % gqa;
+          const int64_t qrow = qrows[ij];
           q8p[i] = fq8 ? fq8 + qrow * hd_pad : nullptr;
           dxp[i] = fdx ? fdx + qrow * (hd_pad / 4) : nullptr;
           auxp[i] = faux ? faux + qrow * (hd_pad / 4) : nullptr;
@@ -530,7 +534,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
             ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
             for (int j = 0; j < kTileCols; ++j) {
               const int64_t ij = std::min<int64_t>(i + j, n_rows - 1);
-              const int64_t qrow = (t0 + ij / gqa) * p.n_head + g * gqa + ij % gqa;
+              const int64_t qrow = qrows[ij];
               ta.a[j] = qr.q + qrow * hd_pad;
               ta.dx[j] = qr.dx + qrow * (hd_pad / 4);
               ta.sx[j] = qr.sx + qrow * n_off;
@@ -556,7 +560,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
             ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
             for (int j = 0; j < kTileCols; ++j) {
               const int64_t ij = std::min<int64_t>(i + j, n_rows - 1);
-              const int64_t qrow = (t0 + ij / gqa) * p.n_head + g * gqa + ij % gqa;
+              const int64_t qrow = qrows[ij];
               ta.x[j] = qf + qrow * hd_pad;
             }
             ta.y = s + i * s_stride + k;
