@@ -54,13 +54,18 @@ bool matmul_supports(GgmlType type);
 ///   x: [n_tokens x w.n_in] float, row stride x_stride (>= n_in) elements.
 ///   y: [n_tokens x w.n_out] float, row stride y_stride (>= n_out) elements; must not overlap x.
 /// Quantized weights: each call quantizes x once to 8-bit integers with one float scale per 32
-/// elements (as ggml's Q8_0, with the per-block sums kept for the offset of Q4_1 / Q5_1 / K-quant
-/// minimums) and multiplies in integers (AVX-512 VNNI dpbusd, or AVX2/SSE maddubs+madd), one
-/// float multiply-add per 32-element block. This is the approach of ggml's vec_dot_q*_q8_*; the
-/// relative error it adds is about 1/254 per block of x (half a quantization step of x).
-/// F32 / F16 / BF16 weights multiply in float (FMA). Threads split the rows (and, for few rows,
-/// the tokens); for many tokens the loops are tiled so a block of weight rows, unpacked once,
-/// stays in cache while every token passes over it.
+/// elements (as ggml's Q8_0, also for K-quants, where ggml uses one scale per 256: finer, so
+/// more accurate; the per-block sums are kept for the offsets of Q4_1 / Q5_1 / K-quant minimums)
+/// and multiplies in integers (AVX-512 VNNI dpbusd, or maddubs + madd on AVX-512 / AVX2 /
+/// SSE4), one float multiply-add per 32 elements. This is the approach of ggml's
+/// vec_dot_q*_q8_*; the relative error it adds is about 1/254 per block of x (half a
+/// quantization step of x). F32 / F16 / BF16 weights multiply in float (FMA).
+/// Up to 4 tokens (decoding) on AVX-512: each weight block is unpacked straight into registers
+/// and used at once. More tokens (prompts): rows are unpacked once per task into a dot-friendly
+/// form kept in L2 and register tiles of 4 rows x 4 tokens stream over it, 64 tokens at a time.
+/// Threads split the rows (and, for narrow outputs, the tokens). Results do not depend on the
+/// number of threads (bit for bit); a token computed alone and in a batch agree to float
+/// rounding.
 void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, ThreadPool* pool);
 /// The same with contiguous x ([n_tokens x n_in]) and y ([n_tokens x n_out]).

@@ -6,14 +6,20 @@
 //           270M: 4 / 1 x 256) with f16 and q8_0 K/V, 1 and 2 threads.
 //   ThreadPool: the cost of one empty parallel_for.
 // Run: build-kern/src/kernels/kernels_bench [--benchmark_filter=...]
+//      (MNEMO_BENCH_TARGET=AVX2 to measure another compiled target)
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "hwy/targets.h"
 
 #include "mnemo/kernels.h"
 #include "mnemo/quant.h"
@@ -182,4 +188,23 @@ BENCHMARK(BM_ThreadPoolEmptyCall)->Arg(2)->UseRealTime();
 }  // namespace
 }  // namespace mnemo::kernels
 
-BENCHMARK_MAIN();
+// MNEMO_BENCH_TARGET=AVX2 (or SSE4, AVX3, ...) forces dispatch to that Highway target.
+int main(int argc, char** argv) {
+  if (const char* want = std::getenv("MNEMO_BENCH_TARGET")) {
+    bool found = false;
+    for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+      if (std::string(hwy::TargetName(t)) == want) {
+        hwy::SetSupportedTargetsForTest(t);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "target %s is not compiled in or not supported here\n", want);
+      return 1;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
