@@ -502,6 +502,61 @@ TEST(StateTest, FixturesOfEveryVersionRestore) {
   }
 }
 
+// --- the fuzz target's seed corpus ------------------------------------------------------------
+
+// Seeds for tests/fuzz/fuzz_state.cc: valid states of every shape its memories accept. Written
+// with MNEMO_WRITE_FUZZ_CORPUS=1; always checked to restore into the fuzz target's memories.
+std::vector<std::pair<std::string, std::vector<uint8_t>>> fuzz_seeds() {
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> seeds;
+  auto add = [&](const std::string& name, const Memory& m, state_format::Scope scope, SeqId seq,
+                 std::vector<int32_t> tokens) {
+    std::vector<uint8_t> out;
+    VectorSink sink(&out);
+    CHECK(state_write(m, test_fingerprint(), &sink, StateWriteSpec{scope, seq}, tokens).ok());
+    seeds.emplace_back(name, std::move(out));
+  };
+  using sf = state_format::Scope;
+  testing::FuzzMemories fm = testing::make_fuzz_memories();
+  add("kv_seq", *fm.kv, sf::kSequence, 0, {});
+  add("kv_seq_tokens", *fm.kv, sf::kSequence, 1, {1, 2, 3});
+  add("kv_whole", *fm.kv, sf::kWhole, -1, {9});
+  add("swa_seq", *fm.swa, sf::kSequence, 0, {});
+  add("swa_whole", *fm.swa, sf::kWhole, -1, {});
+  auto empty = make_cache(state_config(16, 2, false));
+  add("kv_seq_empty", *empty, sf::kSequence, 1, {});
+  auto q4 = make_cache(state_config(8, 1, true, GgmlType::Q4_0, GgmlType::IQ4_NL, 32));
+  fill(*q4, 0, 4, 7, false);
+  CHECK(q4->seq_add(0, 2, -1, 3).ok());
+  add("kv_seq_q4_rotated_shifted", *q4, sf::kSequence, 0, {5, 6});
+  auto shared = make_cache(state_config(16, 2, true));
+  fill(*shared, 0, 4, 8, false);
+  CHECK(shared->seq_cp(0, 1, 0, 2).ok());
+  add("kv_whole_unified_shared", *shared, sf::kWhole, -1, {});
+  return seeds;
+}
+
+TEST(StateTest, FuzzCorpusIsValid) {
+  const std::string dir = std::string(std::getenv("MNEMO_SOURCE_DIR") ? std::getenv("MNEMO_SOURCE_DIR") : ".") +
+                          "/tests/fuzz/corpus/state/";
+  for (const auto& [name, bytes] : fuzz_seeds()) {
+    if (std::getenv("MNEMO_WRITE_FUZZ_CORPUS") != nullptr) {
+      std::ofstream(dir + name + ".mnst", std::ios::binary)
+          .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    }
+    std::ifstream in(dir + name + ".mnst", std::ios::binary);
+    ASSERT_TRUE(in.good()) << "missing seed " << name;
+    const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)),
+                                    std::istreambuf_iterator<char>());
+    testing::FuzzMemories fm = testing::make_fuzz_memories();
+    const bool ok = state_seq_set_data(*fm.kv, test_fingerprint(), file, 1).ok() ||
+                    state_set_data(*fm.kv, test_fingerprint(), file).ok() ||
+                    state_seq_set_data(*fm.swa, test_fingerprint(), file, 1).ok() ||
+                    state_set_data(*fm.swa, test_fingerprint(), file).ok();
+    EXPECT_TRUE(ok) << name << " restores into none of the fuzz target's memories";
+    EXPECT_LE(file.size(), 65536u) << name << " exceeds scripts/fuzz's -max_len";
+  }
+}
+
 // --- a source that changes between the passes --------------------------------------------------
 
 // Serves `bytes` on the first pass and a damaged copy once the reader seeks back (as a file

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -212,6 +213,74 @@ inline std::string full_snapshot(const KvCache& c) {
 }
 inline std::string full_snapshot(const SwaKvCache& c) {
   return full_snapshot(c.base()) + "|" + full_snapshot(c.swa());
+}
+
+/// Checks what KvCells keeps derived (used, used_max, per-sequence min / max) against the cells
+/// themselves; "" or what differs. After a successful restore the cache must be consistent.
+inline std::string check_consistent(const KvCache& c) {
+  for (uint32_t st = 0; st < c.n_stream(); ++st) {
+    const KvCells& cells = c.cells(st);
+    uint32_t used = 0, used_max = 0;
+    std::map<SeqId, std::pair<Pos, Pos>> range;
+    for (uint32_t i = 0; i < cells.size(); ++i) {
+      if (cells.is_empty(i)) continue;
+      ++used;
+      used_max = i + 1;
+      cells.seqs(i).for_each([&](SeqId q) {
+        auto it = range.find(q);
+        if (it == range.end()) {
+          range[q] = {cells.pos(i), cells.pos(i)};
+        } else {
+          it->second.first = std::min(it->second.first, cells.pos(i));
+          it->second.second = std::max(it->second.second, cells.pos(i));
+        }
+      });
+    }
+    if (used != cells.used() || used_max != cells.used_max()) return "stream counters";
+    for (SeqId q = 0; q < SeqId(c.n_seq_max()); ++q) {
+      auto it = range.find(q);
+      const Pos lo = it == range.end() ? -1 : it->second.first;
+      const Pos hi = it == range.end() ? -1 : it->second.second;
+      if (cells.seq_pos_min(q) != lo || cells.seq_pos_max(q) != hi) return "seq range";
+    }
+  }
+  return "";
+}
+
+/// The memories the fuzz target restores into (tests/fuzz/fuzz_state.cc), filled the same way
+/// every time: a split KvCache (2 sequences x 16 cells, K q8_0 / V f16, rotation 32) and a
+/// unified sliding-window cache (window 8 on layer 0, 2 sequences, 32 cells). Its seed corpus
+/// (tests/fuzz/corpus/state/) is written by StateTest.FuzzCorpusIsValid.
+struct FuzzMemories {
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<SwaKvCache> swa;
+};
+
+inline SwaKvCacheConfig fuzz_swa_config() {
+  SwaKvCacheConfig c;
+  c.n_ctx = 32;
+  c.n_seq_max = 2;
+  c.unified = true;
+  c.n_embd_k_gqa = {64, 128};
+  c.n_embd_v_gqa = {64, 64};
+  c.is_swa_layer = [](uint32_t il) { return il == 0; };
+  c.n_swa = 8;
+  c.n_ubatch = 16;
+  c.n_pad = 8;
+  return c;
+}
+
+inline FuzzMemories make_fuzz_memories() {
+  FuzzMemories m;
+  m.kv = make_cache(state_config(16, 2, false, GgmlType::Q8_0, GgmlType::F16, kHead));
+  fill(*m.kv, 0, 5, 1, false);
+  fill(*m.kv, 1, 3, 2, false);
+  auto swa = SwaKvCache::create(fuzz_swa_config());
+  CHECK(swa.ok()) << swa.status().to_string();
+  m.swa = std::move(swa).value();
+  fill(*m.swa, 0, 10, 3, false);
+  fill(*m.swa, 1, 4, 4, false);
+  return m;
 }
 
 }  // namespace mnemo::testing

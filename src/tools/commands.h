@@ -21,6 +21,10 @@ RunFn register_run(CLI::App& app);
 /// `mnemo bench -m FILE ...`: pp/tg throughput in llama-bench's table and JSON shape.
 RunFn register_bench(CLI::App& app);
 
+/// `mnemo perplexity -m FILE -f TEXT [-c N] [-ctk T] [--requantize-at N TYPE]`: perplexity as
+/// llama-perplexity computes it; top-1 agreement with a reference run (src/tools/perplexity.cc).
+RunFn register_perplexity(CLI::App& app);
+
 /// `mnemo serve -m FILE ...`: the HTTP server (llama-server's flags; include/mnemo/server.h).
 RunFn register_serve(CLI::App& app);
 

@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
   add("run", "Generate text from a prompt", mnemo::tools::register_run);
   add("bench", "Prompt-processing and generation throughput (llama-bench's format)",
       mnemo::tools::register_bench);
+  add("perplexity", "Perplexity over a text file; K/V requantization experiments",
+      mnemo::tools::register_perplexity);
   add("serve", "HTTP server: OpenAI and llama.cpp APIs over slots", mnemo::tools::register_serve);
 
   std::vector<std::string> args = rewrite_aliases(argc, argv);
