@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
     else if (arg("-ctv")) cp.type_v = *mnemo::type_from_name(argv[++i]);
     else if (std::strcmp(argv[i], "--full") == 0) full = true;
     else if (std::strcmp(argv[i], "--kvu") == 0) cp.kv_unified = true;
+    else if (std::strcmp(argv[i], "--swa-full") == 0) cp.swa_full = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;

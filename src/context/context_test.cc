@@ -1,0 +1,331 @@
+// Context::decode end to end: logits do not depend on the memory mode or the ubatch size
+// (DESIGN.md §3 invariant 4), a failed or aborted decode leaves the memory as it was, and bad
+// batches get clear errors.
+//
+// Models: tiny synthetic llama and gemma3 (sliding window 8, so windows really slide) written by
+// our GGUF writer, and the real SmolLM2 when scripts/fetch-model has fetched it.
+#include "mnemo/context.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "mnemo/kv_cache.h"
+#include "tiny_model.h"
+
+namespace mnemo {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Logits keyed by (sequence, position).
+using LogitsBySeqPos = std::map<std::pair<int, int>, std::vector<float>>;
+
+// all_f32: weights in f32, so matmuls run in float without quantizing activations (see
+// kStrictTolerance).
+std::string tiny_model_path(const std::string& arch, bool all_f32) {
+  const fs::path p = fs::temp_directory_path() /
+                     ("mnemo_context_test_" + arch + (all_f32 ? "_f32" : "") + ".gguf");
+  Status st = testing::write_tiny_model(arch, p.string(), 11, all_f32);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return p.string();
+}
+
+std::string real_model_path() {
+  const char* src = std::getenv("MNEMO_SOURCE_DIR");
+  fs::path p = fs::path(src ? src : ".") / "models" / "SmolLM2-135M-Instruct-Q4_1.gguf";
+  return fs::exists(p) ? p.string() : "";
+}
+
+std::vector<std::vector<int32_t>> make_prompts(uint32_t n_vocab, std::vector<int> lengths) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> tok(3, int32_t(n_vocab) - 1);
+  std::vector<std::vector<int32_t>> out;
+  for (int len : lengths) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < len; ++i) p.push_back(tok(rng));
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::unique_ptr<Context> make_context(const Model& m, uint32_t n_seq, bool unified,
+                                      uint32_t n_ubatch) {
+  ContextParams cp;
+  cp.n_ctx = 256 * n_seq;
+  cp.n_seq_max = n_seq;
+  cp.kv_unified = unified;
+  cp.n_batch = 512;
+  cp.n_ubatch = n_ubatch;
+  cp.n_threads = 2;
+  auto ctx = Context::create(m, cp);
+  EXPECT_TRUE(ctx.ok()) << ctx.status().to_string();
+  return std::move(ctx).value();
+}
+
+// Every sequence alone in its own context, every row output.
+LogitsBySeqPos run_separately(const Model& m, const std::vector<std::vector<int32_t>>& prompts) {
+  LogitsBySeqPos out;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    auto ctx = make_context(m, 1, false, 512);
+    Batch b;
+    for (size_t i = 0; i < prompts[s].size(); ++i) b.add(prompts[s][i], Pos(i), {0}, true);
+    Status st = ctx->decode(b);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    for (uint32_t i = 0; i < ctx->n_outputs(); ++i) {
+      auto l = ctx->logits(i);
+      out[{int(s), int(i)}] = std::vector<float>(l.begin(), l.end());
+    }
+  }
+  return out;
+}
+
+// All sequences interleaved row by row in batches of up to `batch_rows` rows.
+LogitsBySeqPos run_interleaved(const Model& m, const std::vector<std::vector<int32_t>>& prompts,
+                               bool unified, uint32_t n_ubatch, size_t batch_rows) {
+  auto ctx = make_context(m, uint32_t(prompts.size()), unified, n_ubatch);
+  std::vector<std::pair<int, int>> order;  // (seq, pos) in the order rows are added
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  for (size_t i = 0; i < longest; ++i) {
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      if (i < prompts[s].size()) order.push_back({int(s), int(i)});
+    }
+  }
+  LogitsBySeqPos out;
+  for (size_t b0 = 0; b0 < order.size(); b0 += batch_rows) {
+    Batch b;
+    const size_t end = std::min(order.size(), b0 + batch_rows);
+    for (size_t k = b0; k < end; ++k) {
+      auto [s, i] = order[k];
+      b.add(prompts[s][i], Pos(i), {SeqId(s)}, true);
+    }
+    Status st = ctx->decode(b);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    if (!st.ok()) return out;
+    for (size_t k = b0; k < end; ++k) {
+      auto l = ctx->logits(uint32_t(k - b0));
+      out[order[k]] = std::vector<float>(l.begin(), l.end());
+    }
+  }
+  return out;
+}
+
+// Max |a - b| over all logits, relative to the largest logit magnitude.
+double max_rel_diff(const LogitsBySeqPos& a, const LogitsBySeqPos& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 1e-6;
+  for (const auto& [key, la] : a) {
+    auto it = b.find(key);
+    if (it == b.end()) {
+      ADD_FAILURE() << "missing seq " << key.first << " pos " << key.second;
+      return INFINITY;
+    }
+    for (size_t v = 0; v < la.size(); ++v) {
+      diff = std::max(diff, double(std::fabs(la[v] - it->second[v])));
+      scale = std::max(scale, double(std::fabs(la[v])));
+    }
+  }
+  return diff / scale;
+}
+
+// Two tolerances, because quantized weights make logits discontinuous in their inputs.
+//
+// f32 weights (tiny models): matmuls run in float, so the modes differ only by float summation
+// order in attention (cells split across threads and tiles) and matmul tiling: ~1e-6 relative.
+// 1e-4 of the largest logit is far below any real bug (a wrong mask, position or stream changes
+// logits by tens of percent).
+constexpr double kStrictTolerance = 1e-4;
+//
+// Quantized weights (the real model): activations are rounded to 8 bits per 32 values before
+// every matmul (as llama.cpp does), so a 1e-7 difference upstream can flip one rounding and move
+// an element by 1/254 of its block's maximum; SmolLM2's massive activations (|x| ~ 900 in a few
+// dimensions after block 0) amplify that to ~0.5 logits. Measured here: llama.cpp's own repacked
+// path differs from its plain path by up to 0.77 nats the same way. The real-model check is
+// therefore on log-probabilities: the top-1 token agrees wherever the reference's margin is at
+// least kNearTie, and the log-prob of the reference's top-1 token moves by at most kMaxLogprob
+// nats (mean at most kMeanLogprob). The bounds are those llama.cpp meets against itself on the
+// same file (tests/fixtures/logits_*.json "variants": mean 0.06-0.10, max 0.25-0.77 nats, top-1
+// flips at near-ties); measured here on random-token prompts: mean 0.065-0.076, near-ties up to
+// 0.21 nats.
+constexpr double kNearTie = 0.3;
+constexpr double kMaxLogprob = 0.6;
+constexpr double kMeanLogprob = 0.1;
+
+std::vector<double> log_softmax(const std::vector<float>& l) {
+  double mx = -INFINITY;
+  for (float v : l) mx = std::max<double>(mx, v);
+  double sum = 0;
+  for (float v : l) sum += std::exp(double(v) - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(l.size());
+  for (size_t i = 0; i < l.size(); ++i) out[i] = double(l[i]) - lse;
+  return out;
+}
+
+void expect_close_logprobs(const LogitsBySeqPos& ref, const LogitsBySeqPos& got) {
+  ASSERT_EQ(ref.size(), got.size());
+  double max_d = 0, sum_d = 0;
+  for (const auto& [key, lr] : ref) {
+    const auto pr = log_softmax(lr);
+    const auto pg = log_softmax(got.at(key));
+    const size_t best = size_t(std::max_element(pr.begin(), pr.end()) - pr.begin());
+    const size_t best_got = size_t(std::max_element(pg.begin(), pg.end()) - pg.begin());
+    if (best != best_got) {
+      std::vector<double> sorted = pr;
+      std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<>());
+      EXPECT_LT(sorted[0] - sorted[1], kNearTie)
+          << "top-1 differs at seq " << key.first << " pos " << key.second;
+    }
+    const double d = std::fabs(pr[best] - pg[best]);
+    max_d = std::max(max_d, d);
+    sum_d += d;
+  }
+  EXPECT_LE(max_d, kMaxLogprob);
+  EXPECT_LE(sum_d / double(ref.size()), kMeanLogprob);
+}
+
+void check_modes(const std::string& path, std::vector<int> lengths, bool strict) {
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto prompts = make_prompts((*model)->hparams().n_vocab, lengths);
+  const LogitsBySeqPos ref = run_separately(**model, prompts);
+  for (bool unified : {false, true}) {
+    for (uint32_t ub : {1u, 7u, 512u}) {
+      // One batch with everything, and small batches of 5 rows (prompt chunks + continuation).
+      for (size_t rows : {size_t(512), size_t(5)}) {
+        SCOPED_TRACE(::testing::Message() << (unified ? "unified" : "split") << " -ub " << ub
+                                          << " batch rows " << rows);
+        LogitsBySeqPos got = run_interleaved(**model, prompts, unified, ub, rows);
+        if (strict) {
+          EXPECT_LE(max_rel_diff(ref, got), kStrictTolerance);
+        } else {
+          expect_close_logprobs(ref, got);
+        }
+      }
+    }
+  }
+}
+
+TEST(ContextTest, ModesAndUbatchSizesAgreeTinyLlama) {
+  check_modes(tiny_model_path("llama", true), {12, 20, 7, 16}, true);
+}
+
+TEST(ContextTest, ModesAndUbatchSizesAgreeTinyQwen3) {
+  check_modes(tiny_model_path("qwen3", true), {9, 15, 4, 11}, true);
+}
+
+TEST(ContextTest, ModesAndUbatchSizesAgreeTinyGemma3SlidingWindow) {
+  // Sequences longer than the window (8) so local layers evict and mask by window.
+  check_modes(tiny_model_path("gemma3", true), {30, 19, 41, 25}, true);
+}
+
+TEST(ContextTest, ModesAndUbatchSizesAgreeRealSmolLM2) {
+  const std::string path = real_model_path();
+  if (path.empty()) GTEST_SKIP() << "models/SmolLM2-135M-Instruct-Q4_1.gguf not fetched";
+  check_modes(path, {10, 14, 6, 9}, false);
+}
+
+// Snapshot of every stream's cell metadata, for byte-equality checks.
+std::vector<std::tuple<uint32_t, uint32_t, Pos>> cell_snapshot(const Memory& mem) {
+  std::vector<std::tuple<uint32_t, uint32_t, Pos>> out;
+  const auto* kv = dynamic_cast<const KvCache*>(&mem);
+  if (kv == nullptr) return out;
+  for (uint32_t s = 0; s < kv->n_stream(); ++s) {
+    const KvCells& cells = kv->cells(s);
+    for (uint32_t c = 0; c < kv->n_ctx(); ++c) {
+      out.push_back({s, c, cells.is_empty(c) ? Pos(-1) : cells.pos(c)});
+    }
+  }
+  return out;
+}
+
+TEST(ContextTest, AbortRollsBackAndLaterDecodesAgree) {
+  auto model = Model::load(tiny_model_path("llama", true));
+  ASSERT_TRUE(model.ok());
+  auto prompts = make_prompts((*model)->hparams().n_vocab, {20});
+  const LogitsBySeqPos ref = run_separately(**model, prompts);
+
+  auto ctx = make_context(**model, 1, false, 4);
+  Batch first;
+  for (int i = 0; i < 10; ++i) first.add(prompts[0][i], i, {0}, false);
+  ASSERT_TRUE(ctx->decode(first).ok());
+  const auto before = cell_snapshot(ctx->memory());
+
+  Batch second;
+  for (int i = 10; i < 20; ++i) second.add(prompts[0][i], i, {0}, true);
+  int calls = 0;
+  ctx->set_abort_callback([&] { return ++calls > 5; });  // fires inside the second ubatch
+  Status st = ctx->decode(second);
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_EQ(cell_snapshot(ctx->memory()), before);
+  EXPECT_EQ(ctx->memory().seq_pos_max(0), 9);
+
+  ctx->set_abort_callback(nullptr);
+  ASSERT_TRUE(ctx->decode(second).ok());
+  for (int i = 10; i < 20; ++i) {
+    auto l = ctx->logits(uint32_t(i - 10));
+    const auto& r = ref.at({0, i});
+    double diff = 0, scale = 1e-6;
+    for (size_t v = 0; v < r.size(); ++v) {
+      diff = std::max(diff, double(std::fabs(l[v] - r[v])));
+      scale = std::max(scale, double(std::fabs(r[v])));
+    }
+    EXPECT_LE(diff / scale, kStrictTolerance) << "pos " << i;
+  }
+}
+
+TEST(ContextTest, BadBatchesAreClearErrorsAndChangeNothing) {
+  auto model = Model::load(tiny_model_path("llama", false));
+  ASSERT_TRUE(model.ok());
+  auto ctx = make_context(**model, 2, false, 8);
+  Batch ok;
+  ok.add(5, 0, {0}, true);
+  ASSERT_TRUE(ctx->decode(ok).ok());
+  const auto before = cell_snapshot(ctx->memory());
+
+  Batch gap;  // position 5 does not continue sequence 0 (next is 1)
+  gap.add(7, 5, {0}, true);
+  Status st = ctx->decode(gap);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+
+  Batch bad_token;
+  bad_token.add(1 << 20, 1, {0}, true);
+  EXPECT_EQ(ctx->decode(bad_token).code(), StatusCode::kInvalidArgument);
+
+  Batch bad_seq;
+  bad_seq.add(5, 0, {7}, true);
+  EXPECT_EQ(ctx->decode(bad_seq).code(), StatusCode::kInvalidArgument);
+
+  Batch empty;
+  EXPECT_EQ(ctx->decode(empty).code(), StatusCode::kInvalidArgument);
+
+  Batch too_long;  // 256 cells per stream in this context
+  for (int i = 1; i <= 300; ++i) too_long.add(5, i, {0}, false);
+  Status full = ctx->decode(too_long);
+  EXPECT_EQ(full.code(), StatusCode::kNoSpace) << full.to_string();
+  EXPECT_EQ(cell_snapshot(ctx->memory()), before);
+  EXPECT_EQ(ctx->memory().seq_pos_max(0), 0);
+}
+
+TEST(ContextTest, CreateRejectsBadParams) {
+  auto model = Model::load(tiny_model_path("llama", false));
+  ASSERT_TRUE(model.ok());
+  ContextParams cp;
+  cp.n_ubatch = 1024;
+  cp.n_batch = 512;
+  EXPECT_EQ(Context::create(**model, cp).status().code(), StatusCode::kInvalidArgument);
+  cp = ContextParams();
+  cp.type_k = GgmlType::Q4_K;
+  EXPECT_EQ(Context::create(**model, cp).status().code(), StatusCode::kInvalidArgument);
+  cp = ContextParams();
+  cp.n_seq_max = 0;
+  EXPECT_EQ(Context::create(**model, cp).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mnemo
