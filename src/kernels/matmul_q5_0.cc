@@ -5,6 +5,7 @@
 #define HWY_TARGET_INCLUDE "kernels/matmul_q5_0.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/decode256-inl.h"
 #include "kernels/decode512-inl.h"
 #include "kernels/matmul-inl.h"
 
@@ -22,6 +23,11 @@ void MatmulQ5_0(const internal::MatmulArgs& args) {
 #if MNEMO_HAVE_FAST512
   if (fast512::FusedApplies<fast512::DecQ5_0>(args)) {
     return fast512::MatmulFused<fast512::DecQ5_0>(args);
+  }
+#endif
+#if MNEMO_HAVE_FAST256
+  if (fast256::FusedApplies<fast256::DecQ5_0>(args)) {
+    return fast256::MatmulFused<fast256::DecQ5_0>(args);
   }
 #endif
 #if MNEMO_INT_DOT
