@@ -15,6 +15,10 @@
 //   4. V rows dequantized to float, one at a time per cell, and accumulated with the weights.
 // When there are too few (head, token-chunk) tasks for the threads (decoding), the cells are
 // split into ranges too; each range leaves (m, l, acc) and a merge pass combines them.
+// Decoding on AVX-512 (at most 4 query rows per K/V head, head_dim % 64 == 0) replaces steps 2
+// and 4 with fused kernels (namespace fast_attn below): K blocks go through the matmul decoders
+// straight into registers, and each V row is widened once per 64 dimensions into accumulators
+// that stay in registers; nothing passes through scratch.
 
 #if defined(MNEMO_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef MNEMO_KERNELS_ATTENTION_INL_H_
