@@ -49,10 +49,10 @@ class KvPolicy {
  public:
   /// One requantization the policy made.
   struct Move {
-    SeqId seq = -1;             // -1: the whole memory (unified cache)
+    SeqId seq = -1;  // -1: the whole memory (unified cache)
     uint32_t from_rung = 0;
     uint32_t to_rung = 0;
-    uint64_t last_active = 0;   // the caller's step number for seq
+    uint64_t last_active = 0;  // the caller's step number for seq
     double occupancy_before = 0;
     double occupancy_after = 0;
   };

@@ -114,8 +114,8 @@ Result<size_t> state_seq_get_data(const Memory& mem, const ModelFingerprint& fp,
 Status state_seq_set_data(Memory& mem, const ModelFingerprint& fp, std::span<const uint8_t> src,
                           SeqId dst_seq);
 /// state_seq_get_data plus the caller's token list of that sequence, into a file (atomic).
-Status state_seq_save_file(const Memory& mem, const ModelFingerprint& fp,
-                           const std::string& path, SeqId seq, std::span<const int32_t> tokens);
+Status state_seq_save_file(const Memory& mem, const ModelFingerprint& fp, const std::string& path,
+                           SeqId seq, std::span<const int32_t> tokens);
 /// state_seq_set_data from a file into dst_seq; returns the saved token list.
 Result<std::vector<int32_t>> state_seq_load_file(Memory& mem, const ModelFingerprint& fp,
                                                  const std::string& path, SeqId dst_seq);

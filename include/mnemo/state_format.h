@@ -81,10 +81,13 @@ enum class PartRole : uint32_t {
   kKvSwa = 2,   // SwaKvCache's sliding-window child
 };
 
-// Fixed-size payload pieces (the variable parts are counted in the doc).
-inline constexpr size_t kKvPartBytes = 7 * 4;      // role unified n_stream n_ctx swa_type n_swa n_blocks
-inline constexpr size_t kKvLayerInfoBytes = 5 * 4 + 2 * 8;  // il k_type v_type n_embd_k n_embd_v k_row v_row
-inline constexpr size_t kKvCellFixedBytes = 3 * 4;  // pos shift n_seq (then n_seq x i32 seq_id)
+// Fixed-size payload pieces (the variable parts are counted in the doc):
+//   KVPT: role, unified, n_stream, n_ctx, swa_type, n_swa, n_blocks (7 x u32)
+//   KVCL layer record: il, k_type, v_type, n_embd_k, n_embd_v (5 x u32), k_row, v_row (2 x u64)
+//   KVCL cell record: pos, shift, n_seq (3 x u32), then n_seq x i32 seq_id
+inline constexpr size_t kKvPartBytes = 7 * 4;
+inline constexpr size_t kKvLayerInfoBytes = 5 * 4 + 2 * 8;
+inline constexpr size_t kKvCellFixedBytes = 3 * 4;
 
 /// Limits a reader enforces before allocating anything a file asks for.
 inline constexpr uint32_t kMaxArchNameBytes = 256;

@@ -107,8 +107,12 @@ void BM_RequantizeSeq(benchmark::State& st) {
   st.SetLabel("f16 -> " + std::string(type_name(t)) + ", " + std::to_string(s.prompt.size()) +
               " tokens, " + std::to_string(std::thread::hardware_concurrency()) + " threads");
 }
-BENCHMARK(BM_RequantizeSeq)->Arg(0)->Arg(1)->UseManualTime()->Iterations(3)->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_RequantizeSeq)
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace mnemo

@@ -43,8 +43,8 @@ const Model* tiny(const std::string& arch) {
   static std::map<std::string, std::unique_ptr<Model>> cache;
   auto it = cache.find(arch);
   if (it != cache.end()) return it->second.get();
-  const std::string path =
-      ::testing::TempDir() + "/mnemo_state_tiny_" + arch + "_" + std::to_string(::getpid()) + ".gguf";
+  const std::string path = ::testing::TempDir() + "/mnemo_state_tiny_" + arch + "_" +
+                           std::to_string(::getpid()) + ".gguf";
   const std::string cmd = std::string(MNEMO_MAKE_TINY_MODEL) + " " + arch + " " + path;
   CHECK(std::system(cmd.c_str()) == 0) << cmd;
   auto r = Model::load(path);
@@ -53,13 +53,14 @@ const Model* tiny(const std::string& arch) {
   return (cache[arch] = std::move(r).value()).get();
 }
 
-#define REQUIRE_SMOLLM2()                                             \
-  const Model* model = smollm2();                                     \
+#define REQUIRE_SMOLLM2()         \
+  const Model* model = smollm2(); \
   if (model == nullptr) GTEST_SKIP() << "models/ not fetched (scripts/fetch-model)"
 
 std::vector<int32_t> prompt_tokens(const Model& m, int n, int salt = 0) {
   std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = int32_t((i * 7919 + salt * 131 + 17) % (m.hparams().n_vocab - 20) + 10);
+  for (int i = 0; i < n; ++i)
+    t[i] = int32_t((i * 7919 + salt * 131 + 17) % (m.hparams().n_vocab - 20) + 10);
   return t;
 }
 
@@ -157,7 +158,7 @@ double conversion_tolerance(GgmlType t) {
 }
 double type_tolerance(GgmlType t) {
   switch (t) {
-    case GgmlType::F32:   // measured 0.014
+    case GgmlType::F32:  // measured 0.014
     case GgmlType::F16:
     case GgmlType::BF16:  // 0.017
     case GgmlType::Q8_0:  // 0.016 - 0.019 (requantized in place: 0.021)
@@ -203,9 +204,9 @@ TEST_P(SmolExact, RestoredNextTokenLogitsAreBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(
     State, SmolExact,
     ::testing::Values(ExactCase{GgmlType::F16, false, false, 0},
-                      ExactCase{GgmlType::F16, false, false, 1},  // another seq_id
-                      ExactCase{GgmlType::F16, false, true, 1},   // split -> unified
-                      ExactCase{GgmlType::F16, true, false, 1},   // unified -> split
+                      ExactCase{GgmlType::F16, false, false, 1},   // another seq_id
+                      ExactCase{GgmlType::F16, false, true, 1},    // split -> unified
+                      ExactCase{GgmlType::F16, true, false, 1},    // unified -> split
                       ExactCase{GgmlType::Q8_0, false, false, 1},  // rotated rows
                       ExactCase{GgmlType::Q4_0, true, false, 0}));
 
@@ -265,8 +266,8 @@ TEST(SmolConvertTest, RequantizeMatchesRestoreIntoTheNewType) {
     ASSERT_TRUE(b->memory().requantize_seq(1, t, t).ok());  // an empty stream of type t
     ASSERT_TRUE(state_seq_set_data(*b, state, 1).ok());
     const std::vector<float> restored = next_logits(*b, 1, next, 40);
-    EXPECT_EQ(std::memcmp(requantized.data(), restored.data(), restored.size() * sizeof(float)),
-              0) << type_name(t);
+    EXPECT_EQ(std::memcmp(requantized.data(), restored.data(), restored.size() * sizeof(float)), 0)
+        << type_name(t);
     EXPECT_LE(diff(requantized, want).rel_l2, type_tolerance(t)) << type_name(t);
   }
 }
@@ -279,7 +280,8 @@ TEST(SmolConvertTest, StreamsOfDifferentTypesInOneUbatch) {
     auto ctx = make_ctx(*model, params(GgmlType::F16));
     decode(*ctx, 0, prompt_tokens(*model, 20, 1), 0);
     decode(*ctx, 1, prompt_tokens(*model, 30, 2), 0);
-    if (requantize_other) CHECK(ctx->memory().requantize_seq(1, GgmlType::Q4_0, GgmlType::Q4_0).ok());
+    if (requantize_other)
+      CHECK(ctx->memory().requantize_seq(1, GgmlType::Q4_0, GgmlType::Q4_0).ok());
     Batch b;
     b.add(55, 20, {0}, true);
     b.add(66, 30, {1}, true);

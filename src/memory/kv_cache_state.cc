@@ -261,8 +261,8 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
     MNEMO_RETURN_IF_ERROR(fail(r.get_u32(&rotation)));
     MNEMO_RETURN_IF_ERROR(fail(r.get_u32(&n_layer_saved)));
     if (src_stream >= f[2]) {
-      return fail(r.corrupt("source stream " + std::to_string(src_stream) + " of " +
-                            std::to_string(f[2])));
+      return fail(
+          r.corrupt("source stream " + std::to_string(src_stream) + " of " + std::to_string(f[2])));
     }
     if (!is_valid_kv_rotation(rotation)) {
       return fail(r.corrupt("rotation " + std::to_string(rotation) + " is not 0 or a power of 2"));
@@ -323,12 +323,12 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
       MNEMO_RETURN_IF_ERROR(fail(r.get_i32(&ci.shift)));
       MNEMO_RETURN_IF_ERROR(fail(r.get_u32(&n_seq)));
       if (ci.pos < 0 || ci.pos > kPosMax) {
-        return fail(r.corrupt("cell " + std::to_string(i) + " has position " +
-                              std::to_string(ci.pos)));
+        return fail(
+            r.corrupt("cell " + std::to_string(i) + " has position " + std::to_string(ci.pos)));
       }
       if (n_seq == 0 || n_seq > kMaxSeq) {
-        return fail(r.corrupt("cell " + std::to_string(i) + " belongs to " +
-                              std::to_string(n_seq) + " sequences"));
+        return fail(r.corrupt("cell " + std::to_string(i) + " belongs to " + std::to_string(n_seq) +
+                              " sequences"));
       }
       for (uint32_t k = 0; k < n_seq; ++k) {
         SeqId q = 0;
@@ -349,8 +349,7 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
         ci.seqs.for_each([&](SeqId q) { top = q; });
         if (uint32_t(top) >= config_.n_seq_max) {
           return fail(mismatch("the state holds seq_id " + std::to_string(top) +
-                               ", this memory has n_seq_max " +
-                               std::to_string(config_.n_seq_max)));
+                               ", this memory has n_seq_max " + std::to_string(config_.n_seq_max)));
         }
       }
     }
@@ -364,14 +363,14 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
     for (uint32_t i = 0; i < n_cells; ++i) {
       if (seq_scope) {
         if (i >= seq_slots.size()) {
-          return fail(r.error(
-              StatusCode::kNoSpace,
-              "restoring " + std::to_string(n_cells) + " cells into seq_id " +
-                  std::to_string(spec.dst_seq) + " needs as many free cells in stream " +
-                  std::to_string(dst_stream) + " of " + part + "; it has " +
-                  std::to_string(n_empty_slots) + " empty and " +
-                  std::to_string(seq_slots.size() - n_empty_slots) + " held by seq_id " +
-                  std::to_string(spec.dst_seq) + " alone"));
+          return fail(r.error(StatusCode::kNoSpace,
+                              "restoring " + std::to_string(n_cells) + " cells into seq_id " +
+                                  std::to_string(spec.dst_seq) +
+                                  " needs as many free cells in stream " +
+                                  std::to_string(dst_stream) + " of " + part + "; it has " +
+                                  std::to_string(n_empty_slots) + " empty and " +
+                                  std::to_string(seq_slots.size() - n_empty_slots) +
+                                  " held by seq_id " + std::to_string(spec.dst_seq) + " alone"));
         }
         targets.push_back({dst_stream, seq_slots[i]});
       } else {
@@ -387,9 +386,9 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
           cells[i].seqs.for_each([&](SeqId q) { ok = ok && place(uint32_t(q)); });
         }
         if (!ok) {
-          return fail(r.error(StatusCode::kNoSpace,
-                              "the state's cells do not fit: a stream of " + part + " has " +
-                                  std::to_string(config_.n_ctx) + " cells"));
+          return fail(r.error(StatusCode::kNoSpace, "the state's cells do not fit: a stream of " +
+                                                        part + " has " +
+                                                        std::to_string(config_.n_ctx) + " cells"));
         }
       }
       tbegin.push_back(uint32_t(targets.size()));
@@ -466,7 +465,8 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
     for (uint32_t i = 0; i < targets.size(); ++i) {
       c.set(targets[i].cell, cells[i].pos, SeqSet::of(spec.dst_seq), cells[i].shift);
     }
-    if (!targets.empty()) c.set_head(targets.back().cell + 1 == c.size() ? 0 : targets.back().cell + 1);
+    if (!targets.empty())
+      c.set_head(targets.back().cell + 1 == c.size() ? 0 : targets.back().cell + 1);
   } else {
     for (uint32_t s = 0; s < n_stream(); ++s) {
       cells_[s].set_head(cursor[s] >= config_.n_ctx ? 0 : cursor[s]);

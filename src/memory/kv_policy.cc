@@ -60,7 +60,8 @@ Result<KvPolicy> KvPolicy::parse(std::string_view spec) {
       if (th.empty() || e != th.c_str() + th.size() || !std::isfinite(r.threshold)) {
         return bad("threshold '" + th + "' is not a number");
       }
-      if (index == 0) return bad("the first rung is the starting precision; it takes no @threshold");
+      if (index == 0)
+        return bad("the first rung is the starting precision; it takes no @threshold");
       if (r.threshold <= 0.0 || r.threshold > 1.0) return bad("threshold must be in (0, 1]");
       if (r.threshold <= p.rungs_.back().threshold) {
         return bad("thresholds must increase from rung to rung");
@@ -194,8 +195,8 @@ Result<std::vector<KvPolicy::Move>> KvPolicy::step(Memory& mem,
     if (!st.ok()) return st.with_context("kv-policy");
     mv.occupancy_after = occupancy(mem.breakdown());
     const KvRung& from = rungs_[mv.from_rung];
-    MNEMO_LOG(kInfo) << "kv-policy: occupancy " << fmt_occ(mv.occupancy_before) << " >= "
-                     << rungs_[level].threshold << ": "
+    MNEMO_LOG(kInfo) << "kv-policy: occupancy " << fmt_occ(mv.occupancy_before)
+                     << " >= " << rungs_[level].threshold << ": "
                      << (mv.seq < 0 ? std::string("all sequences (unified cache)")
                                     : "seq " + std::to_string(mv.seq) + " (last active step " +
                                           std::to_string(mv.last_active) + ")")

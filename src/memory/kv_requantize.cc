@@ -18,11 +18,11 @@
 
 namespace mnemo {
 
-Status KvStorage::convert_stream(uint32_t s, StreamTypes types, const std::vector<uint32_t>& cells) {
+Status KvStorage::convert_stream(uint32_t s, StreamTypes types,
+                                 const std::vector<uint32_t>& cells) {
   CHECK_LT(s, streams_.size());
   const StreamTypes old = streams_[s].types;
-  if (old.k_type == types.k_type && old.v_type == types.v_type &&
-      old.rotation == types.rotation) {
+  if (old.k_type == types.k_type && old.v_type == types.v_type && old.rotation == types.rotation) {
     return Status();
   }
   MNEMO_RETURN_IF_ERROR(check_types(layers_, s, types));
@@ -44,16 +44,17 @@ Status KvStorage::convert_stream(uint32_t s, StreamTypes types, const std::vecto
     scratch->resize(n);
     for (uint32_t cell : cells) {
       // Types were checked above and at creation: the conversion exists.
-      const Status st = kv_row_convert(src_t, old.rotation, src + size_t(cell) * src_row, dst_t,
-                                       types.rotation, dst + size_t(cell) * dst_row, n,
-                                       scratch->data());
+      const Status st =
+          kv_row_convert(src_t, old.rotation, src + size_t(cell) * src_row, dst_t, types.rotation,
+                         dst + size_t(cell) * dst_row, n, scratch->data());
       CHECK(st.ok()) << st.to_string();
     }
   };
   const size_t work = cells.size() * n_tasks;
   const uint32_t n_threads =
-      work < (size_t{1} << 14) ? 1
-                               : std::min(n_tasks, std::max(1u, std::thread::hardware_concurrency()));
+      work < (size_t{1} << 14)
+          ? 1
+          : std::min(n_tasks, std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<uint32_t> next{0};
   auto worker = [&] {
     std::vector<float> scratch;
@@ -79,11 +80,10 @@ Status KvCache::check_requantize(GgmlType k_type, GgmlType v_type) const {
     for (uint32_t l = 0; l < storage_.n_layer(); ++l) {
       const uint32_t n = what[0] == 'K' ? storage_.layer(l).n_embd_k : storage_.layer(l).n_embd_v;
       if (n % bs != 0) {
-        return Status::invalid_argument(std::string("requantize: ") + what + " type " +
-                                        std::string(type_name(t)) + " needs widths that are " +
-                                        "multiples of " + std::to_string(bs) + "; layer " +
-                                        std::to_string(storage_.layer(l).il) + " has " +
-                                        std::to_string(n));
+        return Status::invalid_argument(
+            std::string("requantize: ") + what + " type " + std::string(type_name(t)) +
+            " needs widths that are " + "multiples of " + std::to_string(bs) + "; layer " +
+            std::to_string(storage_.layer(l).il) + " has " + std::to_string(n));
       }
     }
   }

@@ -24,7 +24,9 @@ void expect_values(const KvCache& c, SeqId s, uint64_t gen, int n, double tol) {
   const auto vals = testing::seq_values(c, s);
   ASSERT_EQ(vals.size(), size_t(n));
   for (int i = 0; i < n; ++i) {
-    EXPECT_LE(testing::rel_rms(vals[i], testing::ref_cell_values(testing::make_tag(gen, uint32_t(i)))), tol)
+    EXPECT_LE(
+        testing::rel_rms(vals[i], testing::ref_cell_values(testing::make_tag(gen, uint32_t(i)))),
+        tol)
         << "seq " << s << " cell " << i;
   }
 }

@@ -9,7 +9,9 @@
 
 namespace mnemo {
 
-bool is_valid_kv_rotation(uint32_t d) { return d == 0 || (d >= 2 && d <= 4096 && std::has_single_bit(d)); }
+bool is_valid_kv_rotation(uint32_t d) {
+  return d == 0 || (d >= 2 && d <= 4096 && std::has_single_bit(d));
+}
 
 bool is_quantized_kv_type(GgmlType t) {
   switch (t) {

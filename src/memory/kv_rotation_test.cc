@@ -56,16 +56,20 @@ TEST(KvRotationTest, RotationReducesFourBitError) {
   std::vector<uint8_t> q(row_size(GgmlType::Q4_0, n));
   std::vector<float> scratch(n), back(n);
   // Plain.
-  ASSERT_TRUE(kv_row_convert(GgmlType::F32, 0, x.data(), GgmlType::Q4_0, 0, q.data(), n,
-                             scratch.data()).ok());
-  ASSERT_TRUE(kv_row_convert(GgmlType::Q4_0, 0, q.data(), GgmlType::F32, 0, back.data(), n,
-                             scratch.data()).ok());
+  ASSERT_TRUE(
+      kv_row_convert(GgmlType::F32, 0, x.data(), GgmlType::Q4_0, 0, q.data(), n, scratch.data())
+          .ok());
+  ASSERT_TRUE(
+      kv_row_convert(GgmlType::Q4_0, 0, q.data(), GgmlType::F32, 0, back.data(), n, scratch.data())
+          .ok());
   const double plain = testing::rel_rms(back, x);
   // Rotated on the way in, un-rotated on the way out.
-  ASSERT_TRUE(kv_row_convert(GgmlType::F32, 0, x.data(), GgmlType::Q4_0, 64, q.data(), n,
-                             scratch.data()).ok());
-  ASSERT_TRUE(kv_row_convert(GgmlType::Q4_0, 64, q.data(), GgmlType::F32, 0, back.data(), n,
-                             scratch.data()).ok());
+  ASSERT_TRUE(
+      kv_row_convert(GgmlType::F32, 0, x.data(), GgmlType::Q4_0, 64, q.data(), n, scratch.data())
+          .ok());
+  ASSERT_TRUE(
+      kv_row_convert(GgmlType::Q4_0, 64, q.data(), GgmlType::F32, 0, back.data(), n, scratch.data())
+          .ok());
   const double rotated = testing::rel_rms(back, x);
   EXPECT_LT(rotated, 0.75 * plain) << "plain " << plain << " rotated " << rotated;
 }
@@ -76,9 +80,11 @@ TEST(KvRotationTest, ConvertHandlesMisalignedRows) {
   std::vector<uint8_t> q(row_size(GgmlType::Q8_0, n) + 1);
   std::vector<float> scratch(n), back(n);
   ASSERT_TRUE(kv_row_convert(GgmlType::F32, 0, x.data(), GgmlType::Q8_0, 32, q.data() + 1, n,
-                             scratch.data()).ok());
+                             scratch.data())
+                  .ok());
   ASSERT_TRUE(kv_row_convert(GgmlType::Q8_0, 32, q.data() + 1, GgmlType::F32, 0, back.data(), n,
-                             scratch.data()).ok());
+                             scratch.data())
+                  .ok());
   EXPECT_LT(testing::rel_rms(back, x), 0.01);
 }
 

@@ -110,16 +110,16 @@ Status compare_models(const ModelFingerprint& saved, const ModelFingerprint& min
     return differ("architecture '" + saved.arch + "' (this model: '" + mine.arch + "')");
   }
   if (saved.n_layer() != mine.n_layer()) {
-    return differ(std::to_string(saved.n_layer()) + " layers (this model: " +
-                  std::to_string(mine.n_layer()) + ")");
+    return differ(std::to_string(saved.n_layer()) +
+                  " layers (this model: " + std::to_string(mine.n_layer()) + ")");
   }
   for (uint32_t il = 0; il < saved.n_layer(); ++il) {
     if (saved.n_embd_k_gqa[il] != mine.n_embd_k_gqa[il] ||
         saved.n_embd_v_gqa[il] != mine.n_embd_v_gqa[il]) {
       return differ("layer " + std::to_string(il) + " K/V widths " +
                     std::to_string(saved.n_embd_k_gqa[il]) + "/" +
-                    std::to_string(saved.n_embd_v_gqa[il]) + " (this model: " +
-                    std::to_string(mine.n_embd_k_gqa[il]) + "/" +
+                    std::to_string(saved.n_embd_v_gqa[il]) +
+                    " (this model: " + std::to_string(mine.n_embd_k_gqa[il]) + "/" +
                     std::to_string(mine.n_embd_v_gqa[il]) + ")");
     }
   }
@@ -156,9 +156,9 @@ Status state_write(const Memory& mem, const ModelFingerprint& fp, StateSink* sin
   }
   if (spec.scope == sf::Scope::kSequence &&
       (spec.seq < 0 || uint32_t(spec.seq) >= mem.n_seq_max())) {
-    return Status::invalid_argument("state: seq_id " + std::to_string(spec.seq) +
-                                    " is outside [0, n_seq_max = " +
-                                    std::to_string(mem.n_seq_max()) + ")");
+    return Status::invalid_argument(
+        "state: seq_id " + std::to_string(spec.seq) +
+        " is outside [0, n_seq_max = " + std::to_string(mem.n_seq_max()) + ")");
   }
   if (tokens.size() > sf::kMaxTokens) {
     return Status::invalid_argument("state: " + std::to_string(tokens.size()) +
@@ -192,9 +192,9 @@ Result<std::vector<int32_t>> state_read(Memory& mem, const ModelFingerprint& fp,
     return Status::not_supported("state: this memory cannot restore a state");
   }
   if (scope == sf::Scope::kSequence && (dst_seq < 0 || uint32_t(dst_seq) >= mem.n_seq_max())) {
-    return Status::invalid_argument("state: destination seq_id " + std::to_string(dst_seq) +
-                                    " is outside [0, n_seq_max = " +
-                                    std::to_string(mem.n_seq_max()) + ")");
+    return Status::invalid_argument(
+        "state: destination seq_id " + std::to_string(dst_seq) +
+        " is outside [0, n_seq_max = " + std::to_string(mem.n_seq_max()) + ")");
   }
   StateReader r(source);
   StateInfo info;
@@ -207,9 +207,8 @@ Result<std::vector<int32_t>> state_read(Memory& mem, const ModelFingerprint& fp,
                                          : "state_seq_set_data / state_seq_load_file"));
   }
   if (info.memory_kind != kind) {
-    return Status::not_supported(std::string("state: written by a ") +
-                                 kind_name(info.memory_kind) + " memory; this memory is " +
-                                 kind_name(kind));
+    return Status::not_supported(std::string("state: written by a ") + kind_name(info.memory_kind) +
+                                 " memory; this memory is " + kind_name(kind));
   }
   MNEMO_RETURN_IF_ERROR(compare_models(info.model, fp));
 
@@ -320,8 +319,8 @@ Status state_seq_set_data(Memory& mem, const ModelFingerprint& fp, std::span<con
   return state_read(mem, fp, &source, sf::Scope::kSequence, dst_seq).status();
 }
 
-Status state_seq_save_file(const Memory& mem, const ModelFingerprint& fp,
-                           const std::string& path, SeqId seq, std::span<const int32_t> tokens) {
+Status state_seq_save_file(const Memory& mem, const ModelFingerprint& fp, const std::string& path,
+                           SeqId seq, std::span<const int32_t> tokens) {
   return save_file(mem, fp, one(seq), path, tokens);
 }
 

@@ -142,8 +142,8 @@ std::vector<uint8_t> rewrite(const std::vector<uint8_t>& state, uint32_t insert_
 
 TEST(CorruptionTest, AncillarySectionsAreSkippedCriticalOnesRefused) {
   Fixture f = make_fixture(false);
-  const auto with_note = rewrite(f.state, sf::kTagTokens, sf::make_tag('n', 'o', 't', 'e'),
-                                 {'h', 'e', 'l', 'l', 'o'});
+  const auto with_note =
+      rewrite(f.state, sf::kTagTokens, sf::make_tag('n', 'o', 't', 'e'), {'h', 'e', 'l', 'l', 'o'});
   EXPECT_TRUE(restore(f, with_note, false).ok());
   f = make_fixture(false);
   const auto with_crit = rewrite(f.state, sf::kTagTokens, sf::make_tag('X', 'T', 'R', 'A'), {1});

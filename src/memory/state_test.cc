@@ -148,7 +148,8 @@ TEST(StateTest, SmallerAndLargerContexts) {
   const std::string before = full_snapshot(*small);
   Status st = state_seq_set_data(*small, test_fingerprint(), state, 0);
   EXPECT_EQ(st.code(), StatusCode::kNoSpace) << st.to_string();
-  EXPECT_NE(st.message().find("restoring 20 cells into seq_id 0"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("restoring 20 cells into seq_id 0"), std::string::npos)
+      << st.message();
   EXPECT_EQ(full_snapshot(*small), before);
 }
 
@@ -234,7 +235,8 @@ TEST(StateTest, TypeConversionAllPairs) {
         const auto vals = testing::seq_values(*dst, 1);
         ASSERT_EQ(vals.size(), 6u) << what;
         for (uint32_t i = 0; i < 6; ++i) {
-          const double err = testing::rel_rms(vals[i], testing::ref_cell_values(testing::make_tag(4, i)));
+          const double err =
+              testing::rel_rms(vals[i], testing::ref_cell_values(testing::make_tag(4, i)));
           EXPECT_LE(err, quant_tol(a, rot != 0) + quant_tol(b, rot != 0)) << what << " cell " << i;
         }
       }
@@ -493,8 +495,7 @@ TEST(StateTest, FixturesOfEveryVersionRestore) {
     ASSERT_TRUE(tokens.ok()) << fx.file << ": " << tokens.status().to_string();
     EXPECT_EQ(tokens->back(), 500 + which);
     if (which == 0) {
-      EXPECT_EQ(seq_bytes(static_cast<KvCache&>(*dst), 0),
-                seq_bytes(static_cast<KvCache&>(*m), 1));
+      EXPECT_EQ(seq_bytes(static_cast<KvCache&>(*dst), 0), seq_bytes(static_cast<KvCache&>(*m), 1));
     } else {
       EXPECT_EQ(full_snapshot(static_cast<SwaKvCache&>(*dst)),
                 full_snapshot(static_cast<SwaKvCache&>(*m)));
@@ -536,8 +537,9 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> fuzz_seeds() {
 }
 
 TEST(StateTest, FuzzCorpusIsValid) {
-  const std::string dir = std::string(std::getenv("MNEMO_SOURCE_DIR") ? std::getenv("MNEMO_SOURCE_DIR") : ".") +
-                          "/tests/fuzz/corpus/state/";
+  const std::string dir =
+      std::string(std::getenv("MNEMO_SOURCE_DIR") ? std::getenv("MNEMO_SOURCE_DIR") : ".") +
+      "/tests/fuzz/corpus/state/";
   for (const auto& [name, bytes] : fuzz_seeds()) {
     if (std::getenv("MNEMO_WRITE_FUZZ_CORPUS") != nullptr) {
       std::ofstream(dir + name + ".mnst", std::ios::binary)

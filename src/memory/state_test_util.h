@@ -6,11 +6,11 @@
 // restore may place cells anywhere.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>

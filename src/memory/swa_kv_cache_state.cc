@@ -29,7 +29,8 @@ Status SwaKvCache::state_read(StateReader& r, const StateReadSpec& spec) {
 
 Status SwaKvCache::requantize(GgmlType k_type, GgmlType v_type) {
   MNEMO_RETURN_IF_ERROR(base_->check_requantize(k_type, v_type));
-  MNEMO_RETURN_IF_ERROR(swa_->check_requantize(k_type, v_type).with_context("sliding-window layers"));
+  MNEMO_RETURN_IF_ERROR(
+      swa_->check_requantize(k_type, v_type).with_context("sliding-window layers"));
   MNEMO_RETURN_IF_ERROR(base_->requantize(k_type, v_type));
   MNEMO_RETURN_IF_ERROR(swa_->requantize(k_type, v_type));
   config_.k_type = k_type;

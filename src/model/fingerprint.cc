@@ -1,12 +1,12 @@
 // model_fingerprint(): the model identity recorded in state files (docs/formats/state.md).
-#include "mnemo/model_fingerprint.h"
-
 #include <xxhash.h>
 
 #include <bit>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "mnemo/model_fingerprint.h"
 
 namespace mnemo {
 namespace {

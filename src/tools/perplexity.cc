@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -33,12 +33,12 @@ namespace {
 struct PplFlags {
   ModelFlags model;
   std::string text_path;
-  int32_t n_chunks = -1;           // -1: every full chunk of the text
+  int32_t n_chunks = -1;                     // -1: every full chunk of the text
   std::vector<std::string> requantize_args;  // --requantize-at N TYPE
-  int32_t requantize_at = -1;      // N: tokens into each chunk; -1: never
-  std::string requantize_type;     // TYPE: "q8_0" or "q8_0/q4_0"
-  std::string top1_out;            // file: the argmax token of every scored position
-  std::string top1_ref;            // file written by --top1-out of a reference run
+  int32_t requantize_at = -1;                // N: tokens into each chunk; -1: never
+  std::string requantize_type;               // TYPE: "q8_0" or "q8_0/q4_0"
+  std::string top1_out;                      // file: the argmax token of every scored position
+  std::string top1_ref;                      // file written by --top1-out of a reference run
   bool no_kv_rotation = false;
 };
 
@@ -124,14 +124,12 @@ int ppl_main(PplFlags& f) {
     std::ifstream in(f.top1_ref);
     for (int32_t t; in >> t;) ref.push_back(t);
   }
-  fmt::print(stderr,
-             "mnemo perplexity: {} ({} tokens, {} chunks of {}), K/V {}/{}{}{}\n",
-             lm->model->describe(), tokens.size(), n_chunks, n_ctx, f.model.type_k,
-             f.model.type_v, f.no_kv_rotation ? ", rotation off" : "",
-             f.requantize_at >= 0
-                 ? fmt::format(", requantized to {} after {} tokens", f.requantize_type,
-                               f.requantize_at)
-                 : std::string());
+  fmt::print(stderr, "mnemo perplexity: {} ({} tokens, {} chunks of {}), K/V {}/{}{}{}\n",
+             lm->model->describe(), tokens.size(), n_chunks, n_ctx, f.model.type_k, f.model.type_v,
+             f.no_kv_rotation ? ", rotation off" : "",
+             f.requantize_at >= 0 ? fmt::format(", requantized to {} after {} tokens",
+                                                f.requantize_type, f.requantize_at)
+                                  : std::string());
 
   const uint32_t first = n_ctx / 2;
   double sum = 0, sum2 = 0;
@@ -157,7 +155,8 @@ int ppl_main(PplFlags& f) {
         end = std::min(end, uint32_t(f.requantize_at));
       }
       Batch b;
-      for (uint32_t j = pos; j < end; ++j) b.add(chunk[j], Pos(j), {0}, j >= first && j + 1 < n_ctx);
+      for (uint32_t j = pos; j < end; ++j)
+        b.add(chunk[j], Pos(j), {0}, j >= first && j + 1 < n_ctx);
       if (Status st = ctx.decode(b); !st.ok()) {
         fmt::print(stderr, "mnemo perplexity: decode failed: {}\n", st.to_string());
         return 1;

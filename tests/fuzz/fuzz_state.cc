@@ -36,8 +36,10 @@ void one(Mem& mem, std::span<const uint8_t> in, Restore restore, Save save) {
   std::vector<uint8_t> again = save(mem);
   testing::FuzzMemories fresh = testing::make_fuzz_memories();
   Mem& other = [&]() -> Mem& {
-    if constexpr (std::is_same_v<Mem, KvCache>) return *fresh.kv;
-    else return *fresh.swa;
+    if constexpr (std::is_same_v<Mem, KvCache>)
+      return *fresh.kv;
+    else
+      return *fresh.swa;
   }();
   require(restore(other, again).ok());
   require(save(other) == again);
