@@ -217,8 +217,9 @@ class RecurrentState final : public Memory {
     std::vector<Checkpoint> ckpts;  // ascending pos
   };
 
-  RecurrentState(RecurrentStateConfig config, std::vector<int64_t> off_r, std::vector<int64_t> off_s,
-                 size_t n_floats, AlignedBuffer slots, AlignedBuffer ckpt_pool);
+  RecurrentState(RecurrentStateConfig config, std::vector<int64_t> off_r,
+                 std::vector<int64_t> off_s, size_t n_floats, AlignedBuffer slots,
+                 AlignedBuffer ckpt_pool);
 
   Status check_seq(SeqId seq, const char* op, const char* what) const;
   float* slot_ptr(SeqId seq) const;

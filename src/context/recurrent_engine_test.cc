@@ -32,10 +32,9 @@ const Model& tiny(const std::string& arch) {
   static std::map<std::string, std::unique_ptr<Model>> models;
   auto it = models.find(arch);
   if (it != models.end()) return *it->second;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("mnemo_rec_" + std::to_string(getpid()) + "_" +
-                                                 arch + ".gguf"))
-          .string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("mnemo_rec_" + std::to_string(getpid()) + "_" + arch + ".gguf"))
+                               .string();
   std::vector<std::string> args = {"make_tiny_model", arch, path, "--seed", "7"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

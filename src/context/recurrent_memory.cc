@@ -20,7 +20,8 @@ Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
   bool any_attention = false;
   for (uint32_t il = 0; il < hp.n_layer; ++il) any_attention |= !hp.is_recurrent_layer(il);
   if (!any_attention) {
-    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<RecurrentState> m, RecurrentState::create(std::move(rs)));
+    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<RecurrentState> m,
+                           RecurrentState::create(std::move(rs)));
     return std::unique_ptr<Memory>(std::move(m));
   }
   HybridMemoryConfig c;

@@ -15,7 +15,8 @@ namespace mnemo {
 /// Per recurrent layer and sequence: conv state (d_conv - 1) * (d_inner + 2 n_group d_state)
 /// floats, ssm state d_state * d_inner floats (HParams::n_embd_r / n_embd_s). n_ctx_seq: KV cells
 /// per stream of the attention layers. Checkpoints from params.rs_checkpoint_interval /
-/// rs_n_checkpoints (none when either is 0). Errors: those of RecurrentState / HybridMemory::create.
+/// rs_n_checkpoints (none when either is 0). Errors: those of RecurrentState /
+/// HybridMemory::create.
 Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
                                                       const ContextParams& params,
                                                       uint32_t n_ctx_seq);

@@ -88,7 +88,8 @@ void ssm_scan(const SsmScanParams& p, float* state, const float* x, int64_t x_st
         for (; n + 8 <= N; n += 8) {
           for (int k = 0; k < 8; ++k) acc[k] += s[n + k] * Ct[n + k];
         }
-        float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        float sum =
+            ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
         for (; n < N; ++n) sum += s[n] * Ct[n];
         yt[i] = sum + (D != nullptr ? D[h] * xt[i] : 0.0f);
       }

@@ -70,8 +70,8 @@ TEST(SsmKernelsTest, Conv1dMatchesTwinAndCarriesState) {
           a.n_tokens = k;
           c.n_tokens = T - k;
           ssm_conv1d(a, st2.data(), x.data(), xs, w.data(), b.data(), y2.data(), n_ch, nullptr);
-          ssm_conv1d(c, st2.data(), x.data() + k * xs, xs, w.data(), b.data(),
-                     y2.data() + k * n_ch, n_ch, nullptr);
+          ssm_conv1d(c, st2.data(), x.data() + k * xs, xs, w.data(), b.data(), y2.data() + k * n_ch,
+                     n_ch, nullptr);
           EXPECT_EQ(y2, y);
           EXPECT_EQ(st2, st);
         }
@@ -94,9 +94,9 @@ struct ScanCase {
 TEST(SsmKernelsTest, ScanMatchesTwinAndCarriesState) {
   std::mt19937 rng(2);
   ThreadPool pool(4);
-  for (const ScanCase& c : {ScanCase{1, 1, 1, 1, 1}, ScanCase{5, 4, 8, 16, 1},
-                            ScanCase{40, 8, 16, 64, 2}, ScanCase{7, 6, 4, 9, 3},
-                            ScanCase{19, 4, 32, 32, 4}}) {
+  for (const ScanCase& c :
+       {ScanCase{1, 1, 1, 1, 1}, ScanCase{5, 4, 8, 16, 1}, ScanCase{40, 8, 16, 64, 2},
+        ScanCase{7, 6, 4, 9, 3}, ScanCase{19, 4, 32, 32, 4}}) {
     SsmScanParams p{c.T, c.H, c.P, c.N, c.G};
     const int64_t d_inner = c.H * c.P, bc = c.G * c.N;
     // Strided like the model's in-projection output: one row holds x, B, C and dt.
@@ -142,8 +142,8 @@ TEST(SsmKernelsTest, ScanByHandAndGroupMapping) {
   // One head, one channel, one state: h = h * exp(dt' A) + dt' x B; y = h C + D x.
   SsmScanParams p{2, 1, 1, 1, 1};
   float state = 2.0f;
-  const float x[2] = {1.0f, -1.0f}, dt[2] = {0.0f, 30.0f}, A = -0.5f, B[2] = {3, 1},
-              C[2] = {2, 1}, D = 0.25f;
+  const float x[2] = {1.0f, -1.0f}, dt[2] = {0.0f, 30.0f}, A = -0.5f, B[2] = {3, 1}, C[2] = {2, 1},
+              D = 0.25f;
   float y[2];
   ssm_scan(p, &state, x, 1, dt, 1, nullptr, &A, B, 1, C, 1, &D, y, 1, nullptr);
   const double d0 = std::log(2.0);  // softplus(0)
@@ -156,11 +156,11 @@ TEST(SsmKernelsTest, ScanByHandAndGroupMapping) {
   // 4 heads in 2 groups: heads 2, 3 read group 1, whose B and C are zero, so their output is
   // D * x alone and their state only decays.
   SsmScanParams q{1, 4, 2, 3, 2};
-  std::vector<float> xs(8, 1.0f), dts(4, 0.0f), As(4, -1.0f), Ds(4, 0.5f), bs(6, 0.0f),
-      cs(6, 0.0f), st(4 * 2 * 3, 1.0f), ys(8);
+  std::vector<float> xs(8, 1.0f), dts(4, 0.0f), As(4, -1.0f), Ds(4, 0.5f), bs(6, 0.0f), cs(6, 0.0f),
+      st(4 * 2 * 3, 1.0f), ys(8);
   for (int k = 0; k < 3; ++k) bs[k] = cs[k] = 1.0f;
-  ssm_scan(q, st.data(), xs.data(), 8, dts.data(), 4, nullptr, As.data(), bs.data(), 6,
-           cs.data(), 6, Ds.data(), ys.data(), 8, nullptr);
+  ssm_scan(q, st.data(), xs.data(), 8, dts.data(), 4, nullptr, As.data(), bs.data(), 6, cs.data(),
+           6, Ds.data(), ys.data(), 8, nullptr);
   const float decay = std::exp(-std::log(2.0f));
   for (int i = 4; i < 8; ++i) EXPECT_FLOAT_EQ(ys[i], 0.5f);
   for (int i = 12; i < 24; ++i) EXPECT_FLOAT_EQ(st[i], decay);
@@ -174,8 +174,8 @@ TEST(SsmKernelsTest, RmsNormGated) {
     auto y = randn(rng, size_t(T * n)), z = randn(rng, size_t(T * n)), w = randn(rng, size_t(n));
     std::vector<float> out(y.size()), out_ref(y.size());
     rms_norm_gated(y.data(), n, z.data(), n, w.data(), 1e-5f, T, n, n_group, out.data(), n);
-    ref::rms_norm_gated(y.data(), n, z.data(), n, w.data(), 1e-5f, T, n, n_group,
-                        out_ref.data(), n);
+    ref::rms_norm_gated(y.data(), n, z.data(), n, w.data(), 1e-5f, T, n, n_group, out_ref.data(),
+                        n);
     expect_close(out, out_ref, 1e-5f * (max_abs(out_ref) + 1), "out");
     // In place.
     std::vector<float> yy = y;

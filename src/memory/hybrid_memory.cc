@@ -72,7 +72,8 @@ Result<std::unique_ptr<HybridMemory>> HybridMemory::create(HybridMemoryConfig co
   }
   for (uint32_t il = 0; il < n_layer; ++il) {
     if (config.kv.layer_filter(il) == is_recurrent(il)) {
-      return bad("layer " + std::to_string(il) + " must be either attention (KV cache) or "
+      return bad("layer " + std::to_string(il) +
+                 " must be either attention (KV cache) or "
                  "recurrent, not both or neither");
     }
   }
@@ -116,9 +117,9 @@ std::unique_ptr<MemoryContext> HybridMemory::init_batch(const Batch& batch, uint
 }
 
 std::unique_ptr<MemoryContext> HybridMemory::init_full() {
-  return std::unique_ptr<MemoryContext>(new HybridMemoryContext(
-      MemoryStatus::kSuccess, downcast<KvCacheContext>(kv_->init_full()),
-      downcast<RecurrentStateContext>(rs_->init_full())));
+  return std::unique_ptr<MemoryContext>(
+      new HybridMemoryContext(MemoryStatus::kSuccess, downcast<KvCacheContext>(kv_->init_full()),
+                              downcast<RecurrentStateContext>(rs_->init_full())));
 }
 
 std::unique_ptr<MemoryContext> HybridMemory::init_update() {

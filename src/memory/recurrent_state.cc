@@ -1,5 +1,6 @@
 // RecurrentState: creation, the split at checkpoint boundaries, the journaled commit of a
-// ubatch, sequence operations with checkpoints, accounting. Contract: include/mnemo/recurrent_state.h.
+// ubatch, sequence operations with checkpoints, accounting. Contract:
+// include/mnemo/recurrent_state.h.
 
 #include "mnemo/recurrent_state.h"
 
@@ -131,7 +132,9 @@ SeqId RecurrentStateContext::seq() const {
   return ub.seq_id(0);
 }
 
-float* RecurrentStateContext::conv_state(uint32_t il) const { return state_->conv_state(il, seq()); }
+float* RecurrentStateContext::conv_state(uint32_t il) const {
+  return state_->conv_state(il, seq());
+}
 
 float* RecurrentStateContext::ssm_state(uint32_t il) const { return state_->ssm_state(il, seq()); }
 
@@ -173,7 +176,8 @@ Result<std::unique_ptr<RecurrentState>> RecurrentState::create(RecurrentStateCon
   for (uint32_t il = 0; il < n_layer; ++il) {
     if (config.layer_filter && !config.layer_filter(il)) continue;
     if (uint64_t{config.n_embd_r[il]} + config.n_embd_s[il] == 0) {
-      return bad("recurrent layer " + std::to_string(il) + " has no state (n_embd_r = n_embd_s = 0)");
+      return bad("recurrent layer " + std::to_string(il) +
+                 " has no state (n_embd_r = n_embd_s = 0)");
     }
     off_r[il] = static_cast<int64_t>(n);
     n += config.n_embd_r[il];
@@ -184,26 +188,24 @@ Result<std::unique_ptr<RecurrentState>> RecurrentState::create(RecurrentStateCon
   const uint64_t bytes_per_seq = uint64_t{n} * sizeof(float);
   const uint64_t n_ckpt_slots = uint64_t{config.n_seq_max} * config.n_checkpoints;
   if (bytes_per_seq * (config.n_seq_max + n_ckpt_slots) > (uint64_t{1} << 46)) {
-    return Status::no_space("RecurrentState: " + std::to_string(bytes_per_seq) +
-                            " bytes per state times " +
-                            std::to_string(config.n_seq_max + n_ckpt_slots) + " states is too large");
+    return Status::no_space(
+        "RecurrentState: " + std::to_string(bytes_per_seq) + " bytes per state times " +
+        std::to_string(config.n_seq_max + n_ckpt_slots) + " states is too large");
   }
   Result<AlignedBuffer> slots = AlignedBuffer::allocate(bytes_per_seq * config.n_seq_max);
   if (!slots.ok()) return slots.status().with_context("RecurrentState slots");
   Result<AlignedBuffer> pool = AlignedBuffer::allocate(bytes_per_seq * n_ckpt_slots);
   if (!pool.ok()) return pool.status().with_context("RecurrentState checkpoints");
-  return std::unique_ptr<RecurrentState>(new RecurrentState(std::move(config), std::move(off_r),
-                                                            std::move(off_s), n,
-                                                            std::move(slots).value(),
-                                                            std::move(pool).value()));
+  return std::unique_ptr<RecurrentState>(
+      new RecurrentState(std::move(config), std::move(off_r), std::move(off_s), n,
+                         std::move(slots).value(), std::move(pool).value()));
 }
 
 Result<std::unique_ptr<RecurrentState>> RecurrentState::copy() const {
   MNEMO_ASSIGN_OR_RETURN(AlignedBuffer slots, slots_.copy());
   MNEMO_ASSIGN_OR_RETURN(AlignedBuffer pool, ckpt_pool_.copy());
-  std::unique_ptr<RecurrentState> c(new RecurrentState(config_, layer_off_r_, layer_off_s_,
-                                                       n_floats_, std::move(slots),
-                                                       std::move(pool)));
+  std::unique_ptr<RecurrentState> c(new RecurrentState(
+      config_, layer_off_r_, layer_off_s_, n_floats_, std::move(slots), std::move(pool)));
   c->seqs_ = seqs_;
   return c;
 }
@@ -271,7 +273,8 @@ BatchLimits RecurrentState::batch_limits(const BatchLimits& base) const {
 
 Result<std::vector<Ubatch>> RecurrentState::split(const PreparedBatch& batch,
                                                   uint32_t n_ubatch) const {
-  MNEMO_ASSIGN_OR_RETURN(std::vector<Ubatch> ubs, split_batch(batch, SplitStrategy::kSeq, n_ubatch));
+  MNEMO_ASSIGN_OR_RETURN(std::vector<Ubatch> ubs,
+                         split_batch(batch, SplitStrategy::kSeq, n_ubatch));
   const uint32_t n = config_.checkpoint_interval;
   if (n == 0) return ubs;
   // A checkpoint is the state after position k*N - 1, which exists between two forward passes
@@ -374,7 +377,8 @@ void RecurrentState::apply_ubatch(const Ubatch& ub, RsJournal* journal) {
       m.ckpts.erase(m.ckpts.begin());
       if (!journal->pool_saved[slot]) {
         journal->pool_saved[slot] = 1;
-        journal->pool.push_back({slot, std::vector<float>(ckpt_ptr(slot), ckpt_ptr(slot) + n_floats_)});
+        journal->pool.push_back(
+            {slot, std::vector<float>(ckpt_ptr(slot), ckpt_ptr(slot) + n_floats_)});
       }
     }
     std::memcpy(ckpt_ptr(slot), slot_ptr(s), bytes);
@@ -398,9 +402,9 @@ void RecurrentState::undo(RsJournal* journal) {
 
 Status RecurrentState::check_seq(SeqId seq, const char* op, const char* what) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) {
-    return Status::invalid_argument(std::string(op) + ": " + what + " " + std::to_string(seq) +
-                                    " is outside [0, n_seq_max = " +
-                                    std::to_string(config_.n_seq_max) + ")");
+    return Status::invalid_argument(
+        std::string(op) + ": " + what + " " + std::to_string(seq) +
+        " is outside [0, n_seq_max = " + std::to_string(config_.n_seq_max) + ")");
   }
   return Status();
 }
@@ -419,9 +423,10 @@ Status RecurrentState::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
   if (r.lo <= m.pos_min && r.hi > m.pos_max) return Status();  // the whole sequence
   if (r.hi <= m.pos_max) {
     return Status::not_supported(
-        "seq_rm: positions [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + ") of seq_id " +
-        std::to_string(seq) + " cannot be removed from a recurrent state holding [" +
-        std::to_string(m.pos_min) + ", " + std::to_string(m.pos_max) +
+        "seq_rm: positions [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) +
+        ") of seq_id " + std::to_string(seq) +
+        " cannot be removed from a recurrent state holding [" + std::to_string(m.pos_min) + ", " +
+        std::to_string(m.pos_max) +
         "]: a state can only be cut back to a checkpoint (a tail), or emptied");
   }
   if (find_checkpoint(seq, r.lo - 1) == nullptr) {
@@ -476,10 +481,9 @@ Status RecurrentState::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const 
                                  " is not possible");
   }
   if (r.hi <= m.pos_max && find_checkpoint(src, r.hi - 1) == nullptr) {
-    return Status::out_of_range("seq_cp: seq_id " + std::to_string(src) +
-                                " has no checkpoint at or before position " +
-                                std::to_string(r.hi - 1) + " (checkpoints: " +
-                                pos_list(checkpoints(src)) + ")");
+    return Status::out_of_range(
+        "seq_cp: seq_id " + std::to_string(src) + " has no checkpoint at or before position " +
+        std::to_string(r.hi - 1) + " (checkpoints: " + pos_list(checkpoints(src)) + ")");
   }
   return Status();
 }
@@ -514,7 +518,9 @@ Status RecurrentState::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   return Status();
 }
 
-Status RecurrentState::check_seq_keep(SeqId seq) const { return check_seq(seq, "seq_keep", "seq_id"); }
+Status RecurrentState::check_seq_keep(SeqId seq) const {
+  return check_seq(seq, "seq_keep", "seq_id");
+}
 
 Status RecurrentState::seq_keep(SeqId seq) {
   MNEMO_RETURN_IF_ERROR(check_seq_keep(seq));
@@ -533,10 +539,10 @@ Status RecurrentState::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const
     return Status();
   }
   if (r.lo > m.pos_min || r.hi <= m.pos_max) {
-    return Status::not_supported("seq_add: a recurrent state moves as a whole; [" +
-                                 std::to_string(r.lo) + ", " + std::to_string(r.hi) +
-                                 ") covers only part of seq_id " + std::to_string(seq) + "'s [" +
-                                 std::to_string(m.pos_min) + ", " + std::to_string(m.pos_max) + "]");
+    return Status::not_supported(
+        "seq_add: a recurrent state moves as a whole; [" + std::to_string(r.lo) + ", " +
+        std::to_string(r.hi) + ") covers only part of seq_id " + std::to_string(seq) + "'s [" +
+        std::to_string(m.pos_min) + ", " + std::to_string(m.pos_max) + "]");
   }
   const int64_t lo = int64_t{m.pos_min} + delta;
   const int64_t hi = int64_t{m.pos_max} + delta;
@@ -571,8 +577,10 @@ Status RecurrentState::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const
     return Status();
   }
   if (r.lo > m.pos_min || r.hi <= m.pos_max) {
-    return Status::not_supported("seq_div: a recurrent state moves as a whole; the range covers "
-                                 "only part of seq_id " + std::to_string(seq));
+    return Status::not_supported(
+        "seq_div: a recurrent state moves as a whole; the range covers "
+        "only part of seq_id " +
+        std::to_string(seq));
   }
   return Status();
 }

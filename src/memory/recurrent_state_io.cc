@@ -77,7 +77,8 @@ Status RecurrentState::state_write(StateWriter& w, const StateWriteSpec& spec) c
   const size_t state_bytes = n_floats_ * sizeof(float);
   for (SeqId s : seqs) {
     const SeqMeta& m = seqs_[s];
-    MNEMO_RETURN_IF_ERROR(w.begin_section(sf::kTagRsSeq, sf::kRsSeqFixedBytes + 4 * m.ckpts.size()));
+    MNEMO_RETURN_IF_ERROR(
+        w.begin_section(sf::kTagRsSeq, sf::kRsSeqFixedBytes + 4 * m.ckpts.size()));
     MNEMO_RETURN_IF_ERROR(w.put_i32(s));
     MNEMO_RETURN_IF_ERROR(w.put_i32(m.pos_min));
     MNEMO_RETURN_IF_ERROR(w.put_i32(m.pos_max));
@@ -90,7 +91,8 @@ Status RecurrentState::state_write(StateWriter& w, const StateWriteSpec& spec) c
       MNEMO_RETURN_IF_ERROR(w.skip((1 + m.ckpts.size()) * state_bytes));
     } else {
       MNEMO_RETURN_IF_ERROR(w.put(slot_ptr(s), state_bytes));
-      for (const Checkpoint& c : m.ckpts) MNEMO_RETURN_IF_ERROR(w.put(ckpt_ptr(c.slot), state_bytes));
+      for (const Checkpoint& c : m.ckpts)
+        MNEMO_RETURN_IF_ERROR(w.put(ckpt_ptr(c.slot), state_bytes));
     }
     MNEMO_RETURN_IF_ERROR(w.end_section());
   }
@@ -183,7 +185,8 @@ Status RecurrentState::state_read(StateReader& r, const StateReadSpec& spec) {
       return fail(mismatch("seq_id " + std::to_string(seq) + " does not exist in this memory (" +
                            std::to_string(config_.n_seq_max) + " sequences)"));
     }
-    if (!seq_scope && seen[seq]++) return fail(r.corrupt("seq_id " + std::to_string(seq) + " twice"));
+    if (!seq_scope && seen[seq]++)
+      return fail(r.corrupt("seq_id " + std::to_string(seq) + " twice"));
     if (pos_min < 0 || pos_min > pos_max || pos_max > kPosMax) {
       return fail(r.corrupt("positions [" + std::to_string(pos_min) + ", " +
                             std::to_string(pos_max) + "]"));

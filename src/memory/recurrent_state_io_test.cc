@@ -126,7 +126,8 @@ TEST(RecurrentStateIoTest, SequenceIntoAnotherSeqIdContinuesAndCanBeCutBack) {
   EXPECT_EQ(dst->seq_pos_max(3), 22);
   EXPECT_EQ(dst->seq_pos_min(3), 0);
   EXPECT_EQ(dst->checkpoints(3), src->checkpoints(1));
-  for (Pos c : dst->checkpoints(3)) EXPECT_TRUE(same_floats(dst->checkpoint(3, c), src->checkpoint(1, c)));
+  for (Pos c : dst->checkpoints(3))
+    EXPECT_TRUE(same_floats(dst->checkpoint(3, c), src->checkpoint(1, c)));
   EXPECT_TRUE(same_floats(dst->slot(0), seq0));
   EXPECT_EQ(dst->seq_pos_max(0), 4);
 

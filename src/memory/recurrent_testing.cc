@@ -72,8 +72,6 @@ std::string snapshot(const RecurrentState& m) {
   return out;
 }
 
-std::string snapshot(const HybridMemory& m) {
-  return snapshot(m.kv()) + "|" + snapshot(m.rs());
-}
+std::string snapshot(const HybridMemory& m) { return snapshot(m.kv()) + "|" + snapshot(m.rs()); }
 
 }  // namespace mnemo::testing

@@ -44,8 +44,7 @@ void Forward::mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const f
   cp.d_conv = hp_.ssm_d_conv;
   cp.silu = true;
   kernels::ssm_conv1d(cp, rs.conv_state(il), zxbcdt + d_inner, d_in_proj, L.ssm_conv1d.f32(),
-                      L.ssm_conv1d_b.present() ? L.ssm_conv1d_b.f32() : nullptr, xbc, n_ch,
-                      pool_);
+                      L.ssm_conv1d_b.present() ? L.ssm_conv1d_b.f32() : nullptr, xbc, n_ch, pool_);
 
   kernels::SsmScanParams sp;
   sp.n_tokens = T;
@@ -53,12 +52,12 @@ void Forward::mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const f
   sp.head_dim = d_inner / H;
   sp.d_state = N;
   sp.n_group = G;
-  kernels::ssm_scan(sp, rs.ssm_state(il), xbc, n_ch, dt, d_in_proj, L.ssm_dt_b.f32(),
-                    L.ssm_a.f32(), xbc + d_inner, n_ch, xbc + d_inner + G * N, n_ch,
-                    L.ssm_d.f32(), y, d_inner, pool_);
+  kernels::ssm_scan(sp, rs.ssm_state(il), xbc, n_ch, dt, d_in_proj, L.ssm_dt_b.f32(), L.ssm_a.f32(),
+                    xbc + d_inner, n_ch, xbc + d_inner + G * N, n_ch, L.ssm_d.f32(), y, d_inner,
+                    pool_);
 
-  kernels::rms_norm_gated(y, d_inner, z, d_in_proj, L.ssm_norm.f32(), hp_.rms_eps, T, d_inner, G,
-                          y, d_inner);
+  kernels::rms_norm_gated(y, d_inner, z, d_in_proj, L.ssm_norm.f32(), hp_.rms_eps, T, d_inner, G, y,
+                          d_inner);
   matmul(L.ssm_out, y, T, out);
 }
 

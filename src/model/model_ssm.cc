@@ -110,25 +110,28 @@ Status Model::load_ssm_hparams() {
     MNEMO_RETURN_IF_ERROR(read_u32_key(f, "attention.head_count", &hp_.n_head, true));
     MNEMO_RETURN_IF_ERROR(read_u32_key(f, "feed_forward_length", &hp_.n_ff, true));
     if (hp_.n_head == 0 || hp_.n_ff == 0 || hp_.n_head > 4096) {
-      return Status::invalid_argument("granitehybrid: head_count and feed_forward_length must be "
-                                      "positive");
+      return Status::invalid_argument(
+          "granitehybrid: head_count and feed_forward_length must be "
+          "positive");
     }
     uint32_t n_expert = 0;
     MNEMO_RETURN_IF_ERROR(read_u32_key(f, "expert_count", &n_expert, false));
     if (n_expert > 0) {
-      return Status::not_supported("granitehybrid with mixture-of-experts feed-forward layers "
-                                   "(Granite 4.0-H Tiny / Small) is not supported yet; the dense "
-                                   "ones (H Micro, H 1B, H 350M) are");
+      return Status::not_supported(
+          "granitehybrid with mixture-of-experts feed-forward layers "
+          "(Granite 4.0-H Tiny / Small) is not supported yet; the dense "
+          "ones (H Micro, H 1B, H 350M) are");
     }
     std::vector<uint32_t> n_head_kv;
-    MNEMO_RETURN_IF_ERROR(read_per_layer(f, "attention.head_count_kv", hp_.n_layer, &n_head_kv,
-                                         true));
+    MNEMO_RETURN_IF_ERROR(
+        read_per_layer(f, "attention.head_count_kv", hp_.n_layer, &n_head_kv, true));
     hp_.n_head_kv = 0;
     for (uint32_t il = 0; il < hp_.n_layer; ++il) {
       if (n_head_kv[il] == 0) continue;  // a Mamba-2 layer
       if (hp_.n_head_kv != 0 && n_head_kv[il] != hp_.n_head_kv) {
-        return Status::not_supported("granitehybrid: attention layers with different "
-                                     "head_count_kv");
+        return Status::not_supported(
+            "granitehybrid: attention layers with different "
+            "head_count_kv");
       }
       hp_.n_head_kv = n_head_kv[il];
       hp_.recurrent_layer[il] = 0;
@@ -219,7 +222,8 @@ Status Model::bind_ssm_weights() {
     return Status::invalid_argument("missing or malformed tensor token_embd.weight");
   }
   if (hp_.n_vocab == 0) hp_.n_vocab = static_cast<uint32_t>(embd->dims[1]);
-  MNEMO_RETURN_IF_ERROR(bind("token_embd.weight", hp.n_embd, hp.n_vocab, true, false, &token_embd_));
+  MNEMO_RETURN_IF_ERROR(
+      bind("token_embd.weight", hp.n_embd, hp.n_vocab, true, false, &token_embd_));
   MNEMO_RETURN_IF_ERROR(bind("output_norm.weight", hp.n_embd, 1, true, true, &output_norm_));
   MNEMO_RETURN_IF_ERROR(bind("output.weight", hp.n_embd, hp.n_vocab, false, false, &output_));
   if (!output_.present()) {
@@ -239,7 +243,8 @@ Status Model::bind_ssm_weights() {
     auto name = [il](const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); };
     MNEMO_RETURN_IF_ERROR(bind(name("attn_norm.weight"), hp.n_embd, 1, true, true, &l.attn_norm));
     if (hp.is_recurrent_layer(il)) {
-      MNEMO_RETURN_IF_ERROR(bind(name("ssm_in.weight"), hp.n_embd, d_in_proj, true, false, &l.ssm_in));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ssm_in.weight"), hp.n_embd, d_in_proj, true, false, &l.ssm_in));
       MNEMO_RETURN_IF_ERROR(
           bind(name("ssm_conv1d.weight"), hp.ssm_d_conv, n_ch, true, true, &l.ssm_conv1d));
       MNEMO_RETURN_IF_ERROR(
@@ -248,7 +253,8 @@ Status Model::bind_ssm_weights() {
       MNEMO_RETURN_IF_ERROR(bind(name("ssm_a"), 1, H, true, true, &l.ssm_a));
       MNEMO_RETURN_IF_ERROR(bind(name("ssm_d"), 1, H, true, true, &l.ssm_d));
       MNEMO_RETURN_IF_ERROR(bind(name("ssm_norm.weight"), d_inner / G, G, true, true, &l.ssm_norm));
-      MNEMO_RETURN_IF_ERROR(bind(name("ssm_out.weight"), d_inner, hp.n_embd, true, false, &l.ssm_out));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ssm_out.weight"), d_inner, hp.n_embd, true, false, &l.ssm_out));
     } else {
       MNEMO_RETURN_IF_ERROR(bind(name("attn_q.weight"), hp.n_embd, n_q, true, false, &l.wq));
       MNEMO_RETURN_IF_ERROR(
@@ -268,9 +274,12 @@ Status Model::bind_ssm_weights() {
                                      ": mixture-of-experts layers are not supported yet");
       }
       MNEMO_RETURN_IF_ERROR(bind(name("ffn_norm.weight"), hp.n_embd, 1, true, true, &l.ffn_norm));
-      MNEMO_RETURN_IF_ERROR(bind(name("ffn_gate.weight"), hp.n_embd, hp.n_ff, true, false, &l.ffn_gate));
-      MNEMO_RETURN_IF_ERROR(bind(name("ffn_up.weight"), hp.n_embd, hp.n_ff, true, false, &l.ffn_up));
-      MNEMO_RETURN_IF_ERROR(bind(name("ffn_down.weight"), hp.n_ff, hp.n_embd, true, false, &l.ffn_down));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ffn_gate.weight"), hp.n_embd, hp.n_ff, true, false, &l.ffn_gate));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ffn_up.weight"), hp.n_embd, hp.n_ff, true, false, &l.ffn_up));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ffn_down.weight"), hp.n_ff, hp.n_embd, true, false, &l.ffn_down));
     }
   }
   return Status();

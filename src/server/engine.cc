@@ -411,7 +411,12 @@ uint32_t Engine::stream_free_cells(uint32_t stream) const {
   for (const auto& st : b.streams) {
     if (st.stream == stream && is_primary_part(st.part)) return st.free;
   }
-  return 0;
+  // No KV part at all (a recurrent memory, mamba2): states are preallocated per slot, there are
+  // no cells to run out of (issue 7).
+  for (const auto& st : b.streams) {
+    if (is_primary_part(st.part)) return 0;
+  }
+  return 1u << 30;
 }
 
 bool Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
@@ -434,6 +439,11 @@ bool Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
   size_t n_cached = w.req.cache_prompt ? common_prefix(slot.cache_tokens, prompt) : 0;
   // The last prompt token is always evaluated: its logits give the first generated token.
   if (n_cached == n_prompt) --n_cached;
+  // A recurrent memory keeps a prefix only up to a checkpoint (memory.h, plan_truncate): resume
+  // from there (issue 7). Attention-only memories keep every position (keep == n_cached).
+  if (auto plan = ctx_->memory().plan_truncate(slot.id, static_cast<Pos>(n_cached)); plan.ok()) {
+    n_cached = static_cast<size_t>(plan->keep);
+  }
   const uint32_t need = static_cast<uint32_t>(n_prompt - n_cached);
   const uint32_t stream = info_.kv_unified ? 0 : static_cast<uint32_t>(slot.id);
   // This slot's cells past the reused prefix are freed by the seq_rm below.

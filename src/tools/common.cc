@@ -16,6 +16,10 @@ void ModelFlags::add_to(CLI::App& app, bool with_parallel) {
   app.add_flag("--kv-unified", ctx.kv_unified,
                "one KV stream shared by all sequences (default: one stream per sequence)");
   app.add_flag("--swa-full", ctx.swa_full, "full-size cache for sliding-window layers");
+  app.add_option("--rs-ckpt-every", ctx.rs_checkpoint_interval,
+                 "recurrent models: checkpoint each sequence's state every N tokens (0: never)");
+  app.add_option("--rs-ckpts", ctx.rs_n_checkpoints,
+                 "recurrent models: checkpoints kept per sequence (prompt cache, rollback)");
   if (with_parallel) app.add_option("--parallel", ctx.n_seq_max, "parallel sequences (slots)");
 }
 

@@ -83,9 +83,12 @@ int write_tiny_ssm_model(int argc, char** argv) {
   uint32_t seed = 1;
   bool rope = false;
   for (int i = 3; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = uint32_t(std::atoi(argv[++i]));
-    else if (std::strcmp(argv[i], "--f32") == 0) W.all_f32 = true;
-    else if (std::strcmp(argv[i], "--rope") == 0) rope = true;
+    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+      seed = uint32_t(std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--f32") == 0)
+      W.all_f32 = true;
+    else if (std::strcmp(argv[i], "--rope") == 0)
+      rope = true;
   }
   W.rng.seed(seed);
   const bool granite = arch == "granitehybrid";
@@ -111,7 +114,8 @@ int write_tiny_ssm_model(int argc, char** argv) {
     W.key(arch + ".feed_forward_length", Value::u32(n_ff));
     W.key(arch + ".attention.head_count", Value::u32(n_head));
     std::vector<Value> kv;
-    for (int64_t il = 0; il < n_layer; ++il) kv.push_back(Value::u32(is_attention(il) ? n_head_kv : 0));
+    for (int64_t il = 0; il < n_layer; ++il)
+      kv.push_back(Value::u32(is_attention(il) ? n_head_kv : 0));
     W.key(arch + ".attention.head_count_kv", Value::array(gguf::ValueType::UINT32, std::move(kv)));
     W.key(arch + ".rope.freq_base", Value::f32(10000.0f));
     W.key(arch + ".rope.scaling.finetuned", Value::boolean(rope));
@@ -124,11 +128,43 @@ int write_tiny_ssm_model(int argc, char** argv) {
     W.key(arch + ".attention.head_count", Value::u32(0));
   }
 
+  // A SentencePiece-style vocabulary (tokenizer.ggml.model "llama") of n_vocab pieces, so that
+  // tools which need a tokenizer (mnemo serve, llama.cpp) load the file: <unk>, <s>, </s>, the
+  // 256 byte-fallback pieces, then "▁x" and "x" for printable ASCII characters x.
+  {
+    std::vector<Value> toks, scores, types;
+    auto piece = [&](std::string t, float score, int32_t type) {
+      toks.push_back(Value::str(std::move(t)));
+      scores.push_back(Value::f32(score));
+      types.push_back(Value::i32(type));
+    };
+    piece("<unk>", 0, 2);
+    piece("<s>", 0, 3);
+    piece("</s>", 0, 3);
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    for (int b = 0; b < 256; ++b)
+      piece(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">", 0, 6);
+    for (int c = 33; toks.size() < size_t(n_vocab) && c < 127; ++c) {
+      piece("\xE2\x96\x81" + std::string(1, char(c)), -float(c), 1);
+      if (toks.size() < size_t(n_vocab)) piece(std::string(1, char(c)), -100.0f - float(c), 1);
+    }
+    for (int k = 0; toks.size() < size_t(n_vocab); ++k)
+      piece("<extra_" + std::to_string(k) + ">", -1000, 1);
+    W.key("tokenizer.ggml.model", Value::str("llama"));
+    W.key("tokenizer.ggml.tokens", Value::array(gguf::ValueType::STRING, std::move(toks)));
+    W.key("tokenizer.ggml.scores", Value::array(gguf::ValueType::FLOAT32, std::move(scores)));
+    W.key("tokenizer.ggml.token_type", Value::array(gguf::ValueType::INT32, std::move(types)));
+    W.key("tokenizer.ggml.bos_token_id", Value::u32(1));
+    W.key("tokenizer.ggml.eos_token_id", Value::u32(2));
+    W.key("tokenizer.ggml.unknown_token_id", Value::u32(0));
+  }
+
   const float s_embd = 1.0f / std::sqrt(float(n_embd));
   W.tensor("token_embd.weight", {n_embd, n_vocab}, GgmlType::Q8_0,
            W.normal(n_embd * n_vocab, 0.0f, granite ? 0.1f : 1.0f));
   W.tensor("output_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
-  W.tensor("output.weight", {n_embd, n_vocab}, GgmlType::Q8_0, W.normal(n_embd * n_vocab, 0, s_embd));
+  W.tensor("output.weight", {n_embd, n_vocab}, GgmlType::Q8_0,
+           W.normal(n_embd * n_vocab, 0, s_embd));
   for (int64_t il = 0; il < n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     W.tensor(p + "attn_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
@@ -156,14 +192,17 @@ int write_tiny_ssm_model(int argc, char** argv) {
       W.tensor(p + "ssm_dt.bias", {H}, GgmlType::F32, dt_bias);
       W.tensor(p + "ssm_a", {1, H}, GgmlType::F32, a);
       W.tensor(p + "ssm_d", {1, H}, GgmlType::F32, d);
-      W.tensor(p + "ssm_norm.weight", {d_inner / G, G}, GgmlType::F32, W.normal(d_inner, 1.0f, 0.1f));
+      W.tensor(p + "ssm_norm.weight", {d_inner / G, G}, GgmlType::F32,
+               W.normal(d_inner, 1.0f, 0.1f));
       W.tensor(p + "ssm_out.weight", {d_inner, n_embd}, il % 2 ? GgmlType::Q4_0 : GgmlType::BF16,
                W.normal(d_inner * n_embd, 0, 1.0f / std::sqrt(float(d_inner))));
     }
     if (granite) {
       W.tensor(p + "ffn_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
-      W.tensor(p + "ffn_gate.weight", {n_embd, n_ff}, GgmlType::Q5_0, W.normal(n_embd * n_ff, 0, s_embd));
-      W.tensor(p + "ffn_up.weight", {n_embd, n_ff}, GgmlType::BF16, W.normal(n_embd * n_ff, 0, s_embd));
+      W.tensor(p + "ffn_gate.weight", {n_embd, n_ff}, GgmlType::Q5_0,
+               W.normal(n_embd * n_ff, 0, s_embd));
+      W.tensor(p + "ffn_up.weight", {n_embd, n_ff}, GgmlType::BF16,
+               W.normal(n_embd * n_ff, 0, s_embd));
       W.tensor(p + "ffn_down.weight", {n_ff, n_embd}, GgmlType::Q8_0,
                W.normal(n_ff * n_embd, 0, 1.0f / std::sqrt(float(n_ff))));
     }
