@@ -55,8 +55,11 @@ using internal::round_up;
 inline constexpr int64_t kCellTile = 64;
 /// Query rows per task (tokens x heads of one group) in the prompt path.
 inline constexpr int64_t kRowsPerTask = 32;
-/// A cell range of a split task holds at least this many cells.
+/// Cell ranges: calls with fewer (head, token-chunk) tasks than this (decoding) also split the
+/// cells into up to kMaxSplits ranges of at least kMinCellsPerSplit cells.
+inline constexpr int64_t kSplitBelowTasks = 16;
 inline constexpr int64_t kMinCellsPerSplit = 256;
+inline constexpr int64_t kMaxSplits = 16;
 
 /// How one K or V head segment becomes dot-ready / float.
 struct RowCodec {
@@ -367,15 +370,15 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
 #endif
 
   // ---- plan: tasks = K/V heads x token chunks x cell ranges ----
-  const int n_threads = internal::n_threads_of(pool);
   const int64_t tokens_per_task =
       fast ? std::max<int64_t>(1, 4 / gqa) : std::max<int64_t>(1, kRowsPerTask / gqa);
   const int64_t n_token_chunks = ceil_div(p.n_tokens, tokens_per_task);
   const int64_t base_tasks = p.n_head_kv * n_token_chunks;
+  // The split depends on the shapes only, never on the thread count, so results are the same
+  // bits for any number of threads.
   int64_t n_split = 1;
-  if (base_tasks < 4 * n_threads) {
-    n_split = std::clamp<int64_t>(ceil_div(4 * n_threads, base_tasks), 1,
-                                  std::max<int64_t>(1, kv.n_kv / kMinCellsPerSplit));
+  if (base_tasks < kSplitBelowTasks) {
+    n_split = std::clamp<int64_t>(kv.n_kv / kMinCellsPerSplit, 1, kMaxSplits);
   }
   const int64_t cells_per_split = round_up(ceil_div(kv.n_kv, n_split), kCellTile);
   n_split = std::max<int64_t>(1, ceil_div(kv.n_kv, cells_per_split));

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -125,11 +126,20 @@ void check_case(const Case& cs, std::mt19937& rng) {
   }
 
   ThreadPool pool(2);
+  ThreadPool pool3(3);
   for_each_target([&] {
     const bool quantized_q = internal::int_dot_active() && !is_float_type(cs.k_type);
-    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    std::vector<float> first;
+    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool, &pool3}) {
       std::vector<float> out(n_out, NAN);
       attention(p, q.data(), kv, mask.data(), mask_stride, out.data(), tp);
+      // The thread count never changes the result, not even in the last bit.
+      if (first.empty()) {
+        first = out;
+      } else {
+        ASSERT_EQ(0, std::memcmp(first.data(), out.data(), n_out * sizeof(float)))
+            << "threads=" << (tp ? tp->n_threads() : 1);
+      }
       for (int64_t t = 0; t < cs.n_tokens; ++t) {
         for (int64_t h = 0; h < cs.n_head; ++h) {
           const double df = delta_f[t * cs.n_head + h];
