@@ -30,7 +30,7 @@ struct ServerParams {
   int32_t n_keep = 0;                // --keep: tokens a context shift keeps (-1: the prompt)
   bool context_shift = false;        // --context-shift
   std::string slot_save_path;        // --slot-save-path: enables /slots/{id}?action=...
-  std::string kv_policy;             // --kv-policy (issue 5's policy; "" = none)
+  std::string kv_policy;             // --kv-policy ladder (include/mnemo/kv_policy.h; "" = none)
   std::string api_key;               // --api-key: Bearer token for every endpoint but /health
   bool metrics = false;              // --metrics: enables GET /metrics
   int timeout_s = 600;               // --timeout: socket read/write and queue-wait limit, seconds

@@ -233,6 +233,37 @@ Json generation_settings(const CompletionRequest& q) {
           {"cache_prompt", q.cache_prompt}};
 }
 
+Json byte_values(const std::string& s) {
+  Json a = Json::array();
+  for (unsigned char c : s) a.push_back(c);
+  return a;
+}
+
+// One token's entry; llama: {"id", "token", "logprob", "bytes"}, chat: without "id".
+Json token_entry(TokenId id, float logprob, const Tokenizer& tok, bool with_id) {
+  const std::string piece = tok.token_to_piece(id, /*special=*/true);
+  Json j = {{"token", piece}, {"logprob", logprob}, {"bytes", byte_values(piece)}};
+  if (with_id) j["id"] = id;
+  return j;
+}
+
+// llama.cpp's "completion_probabilities" or OpenAI chat's logprobs, for these tokens.
+Json probs_json(const ParsedCompletion& p, const std::vector<TokenProbs>& probs,
+                const ApiDefaults& d) {
+  const bool llama = p.api == Api::kLlama;
+  Json arr = Json::array();
+  for (const TokenProbs& tp : probs) {
+    Json e = token_entry(tp.id, tp.logprob, *d.tok, llama);
+    Json top = Json::array();
+    for (size_t i = 0; i < tp.top.size() && i < size_t(p.top_logprobs); ++i) {
+      top.push_back(token_entry(tp.top[i].first, tp.top[i].second, *d.tok, llama));
+    }
+    e["top_logprobs"] = std::move(top);
+    arr.push_back(std::move(e));
+  }
+  return llama ? arr : Json{{"content", arr}};
+}
+
 Json oai_chunk(const ParsedCompletion& p, const ApiDefaults& d, const ResponseIds& ids) {
   const bool chat = p.api == Api::kOaiChat;
   return {{"id", ids.id},
@@ -318,11 +349,25 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
     bool flag = false;
     MNEMO_RETURN_IF_ERROR(get_bool(b, "echo", &flag));
     if (flag) return Status::invalid_argument("'echo' is not supported");
-    auto lp = b.find("logprobs");
-    if (lp != b.end() && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>())) {
-      return Status::invalid_argument("'logprobs' is not supported");
+    if (api == Api::kOaiChat) {
+      MNEMO_RETURN_IF_ERROR(get_bool(b, "logprobs", &p.logprobs));
+      MNEMO_RETURN_IF_ERROR(get_int_as(b, "top_logprobs", 0, 20, &p.top_logprobs));
+      if (p.top_logprobs > 0 && !p.logprobs) {
+        return Status::invalid_argument("'top_logprobs' needs 'logprobs': true");
+      }
+    } else {
+      auto lp = b.find("logprobs");
+      if (lp != b.end() && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>())) {
+        return Status::invalid_argument(
+            "'logprobs' is not supported on /v1/completions (use /v1/chat/completions or "
+            "/completion's n_probs)");
+      }
     }
+  } else {
+    MNEMO_RETURN_IF_ERROR(get_int_as(b, "n_probs", 0, 20, &p.top_logprobs));
+    p.logprobs = p.top_logprobs > 0;
   }
+  q.n_probs = p.logprobs ? std::max(1, p.top_logprobs) : 0;
   if (q.prompt.size() >= d.n_ctx_seq) {
     return Status::out_of_range(
         fmt::format("the prompt has {} tokens; a slot holds at most {} tokens including the reply",
@@ -369,6 +414,7 @@ Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const
               {"generation_settings", generation_settings(p.req)},
               {"timings", timings_json(r.stats)}};
     if (p.return_tokens) j["tokens"] = r.tokens;
+    if (p.logprobs) j["completion_probabilities"] = probs_json(p, r.probs, d);
     return j;
   }
   Json j = oai_chunk(p, d, ids);
@@ -376,7 +422,7 @@ Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const
     j["object"] = "chat.completion";
     j["choices"] = Json::array({{{"index", 0},
                                  {"message", {{"role", "assistant"}, {"content", r.text}}},
-                                 {"logprobs", nullptr},
+                                 {"logprobs", p.logprobs ? probs_json(p, r.probs, d) : Json()},
                                  {"finish_reason", finish_reason_name(r.finish)}}});
   } else {
     j["choices"] = Json::array({{{"index", 0},
@@ -401,18 +447,19 @@ std::vector<Json> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
 }
 
 Json stream_delta(const ParsedCompletion& p, const std::string& text,
-                  const std::vector<TokenId>& tokens, int32_t id_slot, const ApiDefaults& d,
-                  const ResponseIds& ids) {
+                  const std::vector<TokenId>& tokens, const std::vector<TokenProbs>& probs,
+                  int32_t id_slot, const ApiDefaults& d, const ResponseIds& ids) {
   if (p.api == Api::kLlama) {
     Json j = {{"index", 0}, {"content", text}, {"stop", false}, {"id_slot", id_slot}};
     if (p.return_tokens) j["tokens"] = tokens;
+    if (p.logprobs) j["completion_probabilities"] = probs_json(p, probs, d);
     return j;
   }
   Json j = oai_chunk(p, d, ids);
   if (p.api == Api::kOaiChat) {
     j["choices"] = Json::array({{{"index", 0},
                                  {"delta", {{"content", text}}},
-                                 {"logprobs", nullptr},
+                                 {"logprobs", p.logprobs ? probs_json(p, probs, d) : Json()},
                                  {"finish_reason", nullptr}}});
   } else {
     j["choices"] = Json::array(
@@ -427,6 +474,7 @@ std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& 
     Json j = completion_json(p, r, d, ids);
     j["content"] = "";
     if (p.return_tokens) j["tokens"] = Json::array();
+    if (p.logprobs) j["completion_probabilities"] = Json::array();
     return {j};
   }
   std::vector<Json> out;

@@ -30,10 +30,11 @@ struct ApiDefaults {
   int32_t n_predict_max = 4096;  // requests asking for more get 400
   int32_t n_keep = 0;            // --keep
   uint32_t n_slots = 1;
-  uint32_t n_ctx_seq = 0;       // prompts of this many tokens or more get 413 before queueing
-  size_t max_stop = 16;         // stop strings per request
-  size_t max_stop_bytes = 256;  // bytes per stop string
-  std::string model_name;       // "model" in responses and /v1/models
+  uint32_t n_ctx_seq = 0;          // prompts of this many tokens or more get 413 before queueing
+  size_t max_stop = 16;            // stop strings per request
+  size_t max_stop_bytes = 256;     // bytes per stop string
+  std::string model_name;          // "model" in responses and /v1/models
+  const Tokenizer* tok = nullptr;  // token texts of log-probabilities (must be set)
 };
 
 /// A completion request as parsed from JSON.
@@ -43,6 +44,8 @@ struct ParsedCompletion {
   bool stream = false;
   bool include_usage = false;  // OpenAI stream_options.include_usage
   bool return_tokens = false;  // /completion: "tokens" in every response object
+  bool logprobs = false;       // /completion n_probs > 0, or chat "logprobs": true
+  int32_t top_logprobs = 0;    // alternatives per token in the response (<= 20)
 };
 
 /// Parses a completion body (an object). The prompt is templated (chat) and tokenized here.
@@ -55,6 +58,7 @@ Status parse_completion(const Json& body, Api api, const Tokenizer& tok, const C
 struct CompletionResult {
   std::string text;
   std::vector<TokenId> tokens;
+  std::vector<TokenProbs> probs;  // one per token when logprobs were asked for
   FinishReason finish = FinishReason::kNone;
   std::string stop_word;
   CompletionStats stats;
@@ -79,10 +83,11 @@ Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const
 /// First: chat's role delta (nothing for the others).
 std::vector<Json> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
                                const ResponseIds& ids);
-/// One text delta (tokens only for /completion with return_tokens).
+/// One text delta (tokens only for /completion with return_tokens; probs when asked for:
+/// llama.cpp's "completion_probabilities", OpenAI chat's "logprobs": {"content": [...]}).
 Json stream_delta(const ParsedCompletion& p, const std::string& text,
-                  const std::vector<TokenId>& tokens, int32_t id_slot, const ApiDefaults& d,
-                  const ResponseIds& ids);
+                  const std::vector<TokenId>& tokens, const std::vector<TokenProbs>& probs,
+                  int32_t id_slot, const ApiDefaults& d, const ResponseIds& ids);
 /// The last objects: the finish_reason chunk (and a usage chunk when asked), or /completion's
 /// final object with stop = true and the timings. OpenAI streams then end with "[DONE]".
 std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,

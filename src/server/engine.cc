@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "mnemo/check.h"
@@ -135,12 +136,14 @@ struct Engine::Slot {
   SlotState state = SlotState::kIdle;
   std::vector<TokenId> cache_tokens;  // tokens held by sequence `id`, positions 0..size-1
   uint64_t last_used = 0;             // clock_ when it was last released (LRU order)
+  uint64_t last_active = 0;           // steps_ of its last decode (for the KV policy)
   // The request being served (state != kIdle).
   std::unique_ptr<Waiting> task;
   std::unique_ptr<Sampler> sampler;
   TextStream stream;
-  TokenId pending = kTokenNull;        // kGenerating: sampled, to be decoded next step
-  std::vector<TokenId> unsent_tokens;  // sampled since the last event
+  TokenId pending = kTokenNull;          // kGenerating: sampled, to be decoded next step
+  std::vector<TokenId> unsent_tokens;    // sampled since the last event
+  std::vector<TokenProbs> unsent_probs;  // their probabilities (n_probs > 0)
   CompletionStats stats;
   double t_start = 0;  // admission
   double t_first = 0;  // first token sampled
@@ -176,6 +179,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   e->info_.kv_unified = cp.kv_unified;
   e->info_.context_shift = params.context_shift;
   e->info_.n_threads = cp.n_threads;
+  if (params.kv_policy) e->info_.kv_policy = params.kv_policy->to_string();
   for (uint32_t i = 0; i < cp.n_seq_max; ++i) {
     auto s = std::make_unique<Slot>();
     s->id = static_cast<int32_t>(i);
@@ -261,6 +265,7 @@ void Engine::loop() {
     check_cancelled();
     assign_waiting();
     step();
+    apply_policy();
   }
   // Shutting down: everyone still waiting hears so.
   for (auto& s : slots_) {
@@ -494,6 +499,7 @@ bool Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
   slot.stream.reset(w.req.stop);
   slot.pending = kTokenNull;
   slot.unsent_tokens.clear();
+  slot.unsent_probs.clear();
   slot.stats = CompletionStats{};
   slot.stats.id_slot = slot.id;
   slot.stats.n_prompt = static_cast<int32_t>(n_prompt);
@@ -544,7 +550,27 @@ void Engine::step() {
     budget -= static_cast<uint32_t>(take);
   }
   ++rr_;
-  if (!items.empty()) decode_items(items);
+  if (!items.empty()) {
+    ++steps_;
+    decode_items(items);
+  }
+}
+
+void Engine::apply_policy() {
+  if (!params_.kv_policy) return;
+  std::vector<uint64_t> last_active(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) last_active[i] = slots_[i]->last_active;
+  auto moves = params_.kv_policy->step(ctx_->memory(), last_active);
+  if (!moves.ok()) {
+    MNEMO_LOG(kWarn) << "kv policy: " << moves.status().to_string();
+    return;
+  }
+  for (const KvPolicy::Move& m : *moves) {
+    metrics_->requantizations_total.fetch_add(1, std::memory_order_relaxed);
+    MNEMO_LOG(kInfo) << fmt::format("kv policy: slot {} rung {} -> {} (occupancy {:.2f} -> {:.2f})",
+                                    m.seq, m.from_rung, m.to_rung, m.occupancy_before,
+                                    m.occupancy_after);
+  }
 }
 
 void Engine::decode_items(std::vector<WorkItem>& items) {
@@ -592,6 +618,7 @@ void Engine::decode_items(std::vector<WorkItem>& items) {
 void Engine::commit(WorkItem& item, uint32_t out_row) {
   Slot& s = *item.slot;
   s.cache_tokens.insert(s.cache_tokens.end(), item.tokens.begin(), item.tokens.end());
+  s.last_active = steps_;
   check_slot(s);
   if (!item.output) return;
   if (s.state == SlotState::kPrompt) {
@@ -603,11 +630,35 @@ void Engine::commit(WorkItem& item, uint32_t out_row) {
       return;
     }
   }
-  const TokenId tok = s.sampler->sample(ctx_->logits(out_row));
-  on_token(s, tok);
+  const std::span<const float> logits = ctx_->logits(out_row);
+  on_token(s, s.sampler->sample(logits), logits);
 }
 
-void Engine::on_token(Slot& s, TokenId tok) {
+namespace {
+
+// Log-softmax of `logits` at `tok` and the n best entries (n_vocab work per call).
+TokenProbs token_probs(std::span<const float> logits, TokenId tok, int32_t n) {
+  float max = logits[0];
+  for (float x : logits) max = std::max(max, x);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(double(x) - max);
+  const float log_z = max + static_cast<float>(std::log(sum));
+  TokenProbs p;
+  p.id = tok;
+  p.logprob = logits[tok] - log_z;
+  std::vector<TokenId> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<TokenId>(i);
+  const size_t k = std::min<size_t>(static_cast<size_t>(n), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](TokenId a, TokenId b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i) p.top.emplace_back(ids[i], logits[ids[i]] - log_z);
+  return p;
+}
+
+}  // namespace
+
+void Engine::on_token(Slot& s, TokenId tok, std::span<const float> logits) {
   s.sampler->accept(tok);
   ++s.stats.n_generated;
   if (!s.task->req.ignore_eos && tok_.is_eog(tok)) {
@@ -615,6 +666,9 @@ void Engine::on_token(Slot& s, TokenId tok) {
     return;
   }
   s.unsent_tokens.push_back(tok);
+  if (s.task->req.n_probs > 0) {
+    s.unsent_probs.push_back(token_probs(logits, tok, s.task->req.n_probs));
+  }
   std::string text = s.stream.append(tok_.token_to_piece(tok, /*special=*/false));
   const bool stopped = s.stream.stopped();
   const bool limit = s.stats.n_generated >= s.task->req.n_predict;
@@ -623,6 +677,7 @@ void Engine::on_token(Slot& s, TokenId tok) {
     ev.kind = CompletionEvent::Kind::kText;
     ev.text = std::move(text);
     ev.tokens.swap(s.unsent_tokens);
+    ev.probs.swap(s.unsent_probs);
     s.task->channel->push(std::move(ev));
   }
   if (stopped) {
@@ -667,6 +722,7 @@ void Engine::finish(Slot& s, FinishReason reason) {
     ev.kind = CompletionEvent::Kind::kText;
     ev.text = std::move(rest);
     ev.tokens.swap(s.unsent_tokens);
+    ev.probs.swap(s.unsent_probs);
     s.task->channel->push(std::move(ev));
   }
   if (s.t_first == 0) {
@@ -709,6 +765,7 @@ void Engine::release(Slot& s) {
   s.sampler.reset();
   s.pending = kTokenNull;
   s.unsent_tokens.clear();
+  s.unsent_probs.clear();
   s.last_used = ++clock_;
 }
 
@@ -831,13 +888,11 @@ ControlReply Engine::slot_restore(const ControlRequest& req) {
   std::vector<TokenId> tokens;
   auto bytes = load_slot_file(*ctx_, s.id, req.path, &tokens);
   if (!bytes.ok()) {
-    ErrorKind kind = ErrorKind::kInvalidRequest;  // a bad or incompatible file
+    // A bad, damaged, newer or other model's file is the client's problem (400).
+    ErrorKind kind = ErrorKind::kInvalidRequest;
     switch (bytes.status().code()) {
       case StatusCode::kNotFound:
         kind = ErrorKind::kNotFound;
-        break;
-      case StatusCode::kNotSupported:
-        kind = ErrorKind::kNotSupported;
         break;
       case StatusCode::kNoSpace:
         kind = ErrorKind::kCacheFull;
@@ -848,6 +903,12 @@ ControlReply Engine::slot_restore(const ControlRequest& req) {
         break;
       default:
         break;
+    }
+    // The state API leaves the sequence as it was on every error but one (a file changed while
+    // it was read, or a token list that does not match the cells): then it is empty.
+    if (ctx_->memory().seq_pos_max(s.id) != static_cast<Pos>(s.cache_tokens.size()) - 1) {
+      (void)ctx_->memory().seq_rm(s.id, -1, -1);
+      s.cache_tokens.clear();
     }
     return error_reply(kind, bytes.status());
   }

@@ -36,11 +36,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "mnemo/context.h"
+#include "mnemo/kv_policy.h"
 #include "mnemo/memory.h"
 #include "mnemo/model.h"
 #include "mnemo/quant.h"
@@ -81,6 +83,14 @@ enum class FinishReason : uint8_t {
   kCancelled,  // the client went away
 };
 
+/// Log-probabilities of one generated token under the model's distribution (log-softmax of the
+/// raw logits, before any sampler stage), and the most likely alternatives.
+struct TokenProbs {
+  TokenId id = 0;
+  float logprob = 0;                           // of the token that was generated
+  std::vector<std::pair<TokenId, float>> top;  // [n_probs] best first: (id, logprob)
+};
+
 /// A completion request after JSON parsing, templating and tokenization (HTTP thread).
 struct CompletionRequest {
   std::vector<TokenId> prompt;  // non-empty; ids in [0, n_vocab)
@@ -91,6 +101,7 @@ struct CompletionRequest {
   int32_t id_slot = -1;           // a specific slot (waits for it), or -1: the best free one
   bool cache_prompt = true;       // reuse the slot's longest common prefix with the prompt
   bool ignore_eos = false;        // keep generating past end-of-generation tokens
+  int32_t n_probs = 0;            // > 0: report TokenProbs with this many alternatives
 };
 
 /// Numbers of one completion, for responses, metrics and the request log line.
@@ -109,8 +120,9 @@ struct CompletionStats {
 struct CompletionEvent {
   enum class Kind : uint8_t { kAdmitted, kText, kDone, kError };
   Kind kind = Kind::kText;
-  std::string text;             // kText: new text, whole UTF-8 characters, stop strings removed
-  std::vector<TokenId> tokens;  // kText: tokens sampled since the previous event
+  std::string text;               // kText: new text, whole UTF-8 characters, stop strings removed
+  std::vector<TokenId> tokens;    // kText: tokens sampled since the previous event
+  std::vector<TokenProbs> probs;  // kText with n_probs > 0: one per entry of tokens
   FinishReason finish = FinishReason::kNone;    // kDone
   std::string stop_word;                        // kDone with kWord: the stop string matched
   CompletionStats stats;                        // kAdmitted (id_slot, n_cached), kDone (all)
@@ -193,6 +205,7 @@ struct EngineInfo {
   bool kv_unified = false;
   bool context_shift = false;
   int32_t n_threads = 0;
+  std::string kv_policy;  // the ladder, "" when there is none
 };
 
 /// Settings of an Engine.
@@ -200,6 +213,9 @@ struct EngineParams {
   ContextParams ctx;  // n_seq_max = number of slots
   bool context_shift = false;
   uint32_t max_queue = 256;  // waiting requests beyond this are refused (kQueueFull)
+  /// --kv-policy: after each step, moves the least recently active slots down the K/V type
+  /// ladder when the cache fills (include/mnemo/kv_policy.h).
+  std::optional<KvPolicy> kv_policy;
 };
 
 class Engine {
@@ -254,13 +270,14 @@ class Engine {
   // Decodes the items as one batch; on kNoSpace with several items, one by one.
   void decode_items(std::vector<WorkItem>& items);
   void commit(WorkItem& item, uint32_t out_row);
-  void on_token(Slot& slot, TokenId tok);
+  void on_token(Slot& slot, TokenId tok, std::span<const float> logits);
   bool context_shift(Slot& slot);
   void finish(Slot& slot, FinishReason reason);
   void fail(Slot& slot, ErrorKind kind, const std::string& why);
   void release(Slot& slot);
   uint32_t stream_free_cells(uint32_t stream) const;
   void check_slot(const Slot& slot) const;
+  void apply_policy();
 
   const Model& model_;
   const Tokenizer& tok_;
@@ -272,6 +289,7 @@ class Engine {
   std::deque<std::unique_ptr<Waiting>> waiting_;  // loop thread: admitted to the queue, FIFO
   uint64_t clock_ = 0;  // loop thread: step counter for least-recently-used order
   uint32_t rr_ = 0;     // loop thread: round-robin start for prompt chunks
+  uint64_t steps_ = 0;  // loop thread: decode steps so far (slots' last_active)
 
   std::mutex mu_;  // guards incoming_, stop_
   std::condition_variable cv_;

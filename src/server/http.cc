@@ -51,8 +51,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kPoll = std::chrono::milliseconds(1000);  // heartbeat / keep-alive interval
 
-std::mutex g_server_mu;
-httplib::Server* g_server = nullptr;  // the running server, for stop_server()
+// Set by stop_server(); the running server's watcher thread polls it (as it waits for signals).
 std::atomic<bool> g_stop_requested{false};
 
 double ms_since(Clock::time_point t0) {
@@ -135,6 +134,7 @@ class Front {
     defaults_.n_predict_max = params.n_predict_max;
     defaults_.n_keep = params.n_keep;
     defaults_.n_slots = engine.info().n_slots;
+    defaults_.tok = &tok;
     defaults_.n_ctx_seq = engine.info().n_ctx_seq;
     defaults_.model_name = params.model_alias.empty()
                                ? std::filesystem::path(params.model_path).filename().string()
@@ -256,6 +256,7 @@ void Front::props(const Request&, Response& res, RequestLog&) {
                    {"n_ubatch", info.n_ubatch},
                    {"n_threads", info.n_threads},
                    {"context_shift", info.context_shift},
+                   {"kv_policy", info.kv_policy},
                    {"slots", slots},
                    {"kv_bytes", snap.breakdown.tensor_bytes},
                    {"chat_template", std::string(chat_template_family_name(tmpl_.family()))},
@@ -416,6 +417,7 @@ bool Front::absorb(Exchange& ex, const CompletionEvent& ev) {
     case CompletionEvent::Kind::kText:
       ex.result.text += ev.text;
       ex.result.tokens.insert(ex.result.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      ex.result.probs.insert(ex.result.probs.end(), ev.probs.begin(), ev.probs.end());
       return false;
     case CompletionEvent::Kind::kDone:
       ex.result.finish = ev.finish;
@@ -451,19 +453,25 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
       if (!event(j)) return false;
     }
   }
+  auto last_write = Clock::now();
   while (true) {
     auto ev = ex.channel->pop(kPoll);
-    if (!ev) {
-      // Nothing new (a long prompt): an SSE comment keeps the connection and finds a dead one.
+    if (Clock::now() - last_write >= kPoll) {
+      // Nothing sent for a while (a long prompt, text held back): an SSE comment keeps the
+      // connection and finds a dead one.
       if (!write(": keep-alive\n\n")) return false;
-      continue;
+      last_write = Clock::now();
     }
+    if (!ev) continue;
     const CompletionEvent& e = *ev;
     const bool last = absorb(ex, e);
     if (e.kind == CompletionEvent::Kind::kText) {
-      const bool want = !e.text.empty() || (p.api == Api::kLlama && p.return_tokens);
-      if (want && !event(stream_delta(p, e.text, e.tokens, ex.id_slot, defaults_, ex.ids))) {
-        return false;
+      const bool want = !e.text.empty() || p.logprobs || (p.api == Api::kLlama && p.return_tokens);
+      if (want) {
+        if (!event(stream_delta(p, e.text, e.tokens, e.probs, ex.id_slot, defaults_, ex.ids))) {
+          return false;
+        }
+        last_write = Clock::now();
       }
     } else if (e.kind == CompletionEvent::Kind::kDone) {
       for (const Json& j : stream_end(p, ex.result, defaults_, ex.ids)) {
@@ -565,16 +573,18 @@ void Front::completion(const Request& req, Response& res, RequestLog& log, Api a
   res.set_chunked_content_provider(
       "application/json; charset=utf-8",
       [this, ex](size_t, DataSink& sink) {
+        auto last_write = Clock::now();
         while (true) {
           auto ev = ex->channel->pop(kPoll);
-          if (!ev) {
+          // A space every second, events or not: the only way to find out the client left.
+          if (Clock::now() - last_write >= kPoll) {
             if (!sink.write(" ", 1)) {
               ex->channel->cancel();
               return false;
             }
-            continue;
+            last_write = Clock::now();
           }
-          if (!absorb(*ex, *ev)) continue;
+          if (!ev || !absorb(*ex, *ev)) continue;
           const Json j = ev->kind == CompletionEvent::Kind::kError
                              ? error_json(ev->error_kind, ev->error)
                              : completion_json(ex->parsed, ex->result, defaults_, ex->ids);
@@ -651,11 +661,7 @@ bool is_loopback(const std::string& host) {
 
 }  // namespace
 
-void stop_server() {
-  g_stop_requested.store(true);
-  std::lock_guard<std::mutex> lk(g_server_mu);
-  if (g_server != nullptr) g_server->stop();
-}
+void stop_server() { g_stop_requested.store(true); }
 
 Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& params) {
   if (!params.slot_save_path.empty()) {
@@ -666,9 +672,11 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
                                       "' is not a directory and cannot be created");
     }
   }
+  std::optional<KvPolicy> policy;
   if (!params.kv_policy.empty()) {
-    return Status::not_supported(
-        "--kv-policy needs the memory policy of issue 5, which this build does not have yet");
+    auto p = KvPolicy::parse(params.kv_policy);
+    if (!p.ok()) return p.status().with_context("--kv-policy");
+    policy = std::move(p).value();
   }
   if (params.n_predict_max < 0 || params.timeout_s <= 0 || params.max_body_bytes == 0) {
     return Status::invalid_argument("--n-predict-max, --timeout and --max-body must be positive");
@@ -688,6 +696,7 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   ep.ctx = params.ctx;
   ep.context_shift = params.context_shift;
   ep.max_queue = params.max_queue;
+  ep.kv_policy = std::move(policy);
   auto engine_r = Engine::create(model, tok, ep, &metrics);
   if (!engine_r.ok()) {
     pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
@@ -724,17 +733,20 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
                      << (params.api_key.empty() ? ", and without --api-key" : "");
   }
   engine.start();
-  {
-    std::lock_guard<std::mutex> lk(g_server_mu);
-    g_server = &svr;
-  }
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     const timespec tick{0, 200 * 1000 * 1000};
     while (!done.load()) {
       if (sigtimedwait(&sigs, nullptr, &tick) > 0 || g_stop_requested.load()) {
         MNEMO_LOG(kInfo) << "mnemo serve: stopping";
-        svr.stop();
+        // The engine first: requests in flight get a "shutting down" error, so the handlers
+        // waiting on them return and the HTTP thread pool can be joined.
+        engine.stop();
+        // stop() is a no-op until listen_after_bind() runs: repeat it until that returned.
+        while (!done.load()) {
+          svr.stop();
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
         return;
       }
     }
@@ -747,10 +759,6 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   std::fflush(stderr);
   if (params.on_listening) params.on_listening(port);
   svr.listen_after_bind();  // returns after stop()
-  {
-    std::lock_guard<std::mutex> lk(g_server_mu);
-    g_server = nullptr;
-  }
   done.store(true);
   watcher.join();
   engine.stop();

@@ -159,6 +159,7 @@ class ApiTest : public ::testing::Test {
     d_.n_ctx_seq = 64;
     d_.n_predict_max = 100;
     d_.model_name = "tiny";
+    d_.tok = &tok_;
     d_.sampling.temp = 0.8f;
   }
   Status parse(const char* text, Api api, ParsedCompletion* out) {
@@ -212,6 +213,9 @@ TEST_F(ApiTest, RejectsBadFieldsNamingThem) {
       {R"({"prompt": ["a", "b"]})", Api::kOaiCompletion, "prompt"},
       {R"({"prompt": "a", "n": 2})", Api::kOaiCompletion, "'n'"},
       {R"({"prompt": "a", "logprobs": 3})", Api::kOaiCompletion, "logprobs"},
+      {R"({"prompt": "a", "n_probs": 21})", Api::kLlama, "n_probs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", Api::kOaiChat,
+       "top_logprobs"},
       {R"({"n_predict": 3})", Api::kLlama, "prompt"},
       {R"({"messages": []})", Api::kOaiChat, "messages"},
       {R"({"messages": [{"role": "user", "content": 5}]})", Api::kOaiChat, "content"},

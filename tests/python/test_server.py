@@ -1,0 +1,578 @@
+"""`mnemo serve` end to end: the real binary on a free loopback port with the real default model.
+
+Checks what issue 6 lists: chat completions through the official `openai` client (streamed and
+not), 8 concurrent requests answered exactly as when run alone (greedy), slot save / erase /
+restore / continue equal to an uninterrupted run, requantizing one slot while another streams,
+slot file-name validation (400, no file written), malformed JSON (400), prompts that cannot fit
+(413 with the numbers), the API key, client disconnects freeing the slot, metrics, and that the
+process survives all of it (and stops cleanly on SIGTERM).
+
+Every request is greedy (temperature 0) with a few tokens, so the module stays well under three
+minutes on two cores.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+MODEL = "SmolLM2-135M-Instruct-Q4_1.gguf"
+SLOTS = 4
+
+
+class Server:
+    """A `mnemo serve` process; stderr is collected by a thread (the request log)."""
+
+    def __init__(self, binary, model, *args, env=None):
+        self.proc = subprocess.Popen(
+            [str(binary), "serve", "-m", str(model), "--port", "0", "-t", "2", *map(str, args)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        self.lines = []
+        self.port = None
+        ready = threading.Event()
+
+        def read():
+            for line in self.proc.stderr:
+                self.lines.append(line.rstrip("\n"))
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+        ready.wait(120)
+        if self.port is None:
+            self.proc.kill()
+            raise RuntimeError("server did not start:\n" + "\n".join(self.lines))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log(self):
+        return "\n".join(self.lines)
+
+    def stop(self):
+        """SIGTERM; returns the exit code (the server shuts down cleanly)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return None
+
+
+@pytest.fixture(scope="module")
+def binary(build_dir):
+    b = build_dir / "mnemo"
+    if not b.exists():
+        pytest.fail(f"{b} is missing: build the mnemo target")
+    return b
+
+
+@pytest.fixture(scope="module")
+def model(models_dir):
+    m = models_dir / MODEL
+    if not m.exists():
+        pytest.skip(f"{m} missing: run scripts/fetch-model smollm2")
+    return m
+
+
+@pytest.fixture(scope="module")
+def save_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("slots")
+
+
+@pytest.fixture(scope="module")
+def server(binary, model, save_dir):
+    s = Server(binary, model, "-np", SLOTS, "-c", 2048, "--temp", 0, "--metrics",
+               "--slot-save-path", save_dir, "--max-body", 200000, "--n-predict-max", 512)
+    yield s
+    assert s.alive(), "the server died:\n" + s.log()
+    assert s.stop() == 0, s.log()
+
+
+def post(server, path, body, **kw):
+    return requests.post(server.url + path, json=body, timeout=120, **kw)
+
+
+def completion(server, prompt, n_predict=8, **fields):
+    r = post(server, "/completion", {"prompt": prompt, "n_predict": n_predict, "temperature": 0,
+                                     **fields})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def iter_sse(resp):
+    """The JSON objects of an SSE response's "data:" lines ([DONE] as the string), as they
+    arrive."""
+    for line in resp.iter_lines(decode_unicode=True):
+        if line and line.startswith("data: "):
+            data = line[len("data: "):]
+            yield data if data == "[DONE]" else json.loads(data)
+
+
+def sse_events(resp):
+    return list(iter_sse(resp))
+
+
+def wait_idle(server, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        slots = requests.get(server.url + "/slots", timeout=10).json()
+        if not any(s["is_processing"] for s in slots):
+            return slots
+        time.sleep(0.1)
+    raise AssertionError(f"slots still busy: {slots}")
+
+
+def metric(server, name, labels=""):
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    m = re.search(rf"^mnemo_{name}{re.escape(labels)} (\S+)$", text, re.M)
+    assert m, f"mnemo_{name}{labels} not in /metrics"
+    return float(m.group(1))
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_health_props_models_slots(server):
+    assert requests.get(server.url + "/health").json() == {"status": "ok"}
+    props = requests.get(server.url + "/props").json()
+    assert props["total_slots"] == SLOTS
+    assert props["n_ctx"] == 2048 and props["n_ctx_slot"] == 2048 // SLOTS
+    assert props["memory_mode"] == "split"
+    assert [s["type_k"] for s in props["slots"]] == ["f16"] * SLOTS
+    models = requests.get(server.url + "/v1/models").json()
+    assert models["data"][0]["id"] == MODEL
+    slots = requests.get(server.url + "/slots").json()
+    assert [s["id"] for s in slots] == list(range(SLOTS))
+    assert all(s["bytes"] > 0 and s["n_ctx"] == 2048 // SLOTS for s in slots)
+
+
+def test_chat_completion_openai_client_streamed_and_not(server):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    # Without the prompt cache both runs decode the prompt the same way, so greedy text is equal
+    # (a cached prefix changes how the batch is cut, and the engine's rounding with it).
+    fresh = {"cache_prompt": False}
+    full = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8,
+                                          temperature=0, extra_body=fresh)
+    text = full.choices[0].message.content
+    assert full.object == "chat.completion"
+    assert full.choices[0].message.role == "assistant"
+    assert isinstance(text, str) and text
+    assert full.choices[0].finish_reason in ("stop", "length")
+    u = full.usage
+    assert u.completion_tokens <= 8 and u.prompt_tokens > 10
+    assert u.total_tokens == u.prompt_tokens + u.completion_tokens
+    if full.choices[0].finish_reason == "length":
+        assert u.completion_tokens == 8
+
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=8, temperature=0, stream=True,
+        stream_options={"include_usage": True}, extra_body=fresh))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == text
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finals[-1] == full.choices[0].finish_reason and all(f is None for f in finals[:-1])
+    assert chunks[-1].usage.completion_tokens == u.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == u.prompt_tokens
+    # The same conversation again is served from the slot's prompt cache.
+    again = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8,
+                                           temperature=0)
+    assert again.choices[0].message.content
+    assert again.usage.prompt_tokens_details.cached_tokens == u.prompt_tokens - 1
+
+
+def test_completion_llama_fields_stream_and_stop(server):
+    prompt = "The three primary colors are"
+    full = completion(server, prompt, 12, return_tokens=True, cache_prompt=False)
+    assert full["stop"] is True and full["tokens_predicted"] <= 12
+    assert len(full["tokens"]) == full["tokens_predicted"] - (full["stop_type"] == "eos")
+    assert full["timings"]["predicted_n"] == full["tokens_predicted"]
+    with requests.post(server.url + "/completion", json={
+            "prompt": prompt, "n_predict": 12, "temperature": 0, "stream": True,
+            "cache_prompt": False},
+            stream=True, timeout=120) as r:
+        assert r.status_code == 200
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        events = sse_events(r)
+    assert "".join(e["content"] for e in events) == full["content"]
+    assert events[-1]["stop"] is True and all(not e["stop"] for e in events[:-1])
+    # A stop string cuts the text before it (chosen from the greedy text itself).
+    words = full["content"].split()
+    if len(words) >= 3:
+        stop = words[2]
+        cut = completion(server, prompt, 12, stop=[stop], cache_prompt=False)
+        assert cut["stop_type"] == "word" and cut["stopping_word"] == stop
+        assert cut["content"] == full["content"][:full["content"].index(stop)]
+
+
+def test_openai_completions_endpoint(server):
+    r = post(server, "/v1/completions", {"model": MODEL, "prompt": "Once upon a time",
+                                         "max_tokens": 6, "temperature": 0,
+                                         "cache_prompt": False})
+    assert r.status_code == 200, r.text
+    j = r.json()
+    assert j["object"] == "text_completion" and j["choices"][0]["text"]
+    assert j["usage"]["completion_tokens"] <= 6
+    with requests.post(server.url + "/v1/completions", json={
+            "model": MODEL, "prompt": "Once upon a time", "max_tokens": 6, "temperature": 0,
+            "stream": True, "cache_prompt": False}, stream=True, timeout=120) as s:
+        events = sse_events(s)
+    assert events[-1] == "[DONE]"
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == j["choices"][0]["text"]
+
+
+# The engine's logits depend slightly on how a batch is cut into ubatches (one-row matmuls take a
+# fused decode path with other rounding; measured: up to ~0.7 in a logit, ~0.1 nats in a chosen
+# token's log-probability, between a prompt decoded alone and next to another slot's token), so
+# greedy runs may part at a near-tie; anything else is a bug (a request answered with another's
+# logits or KV). The log-probability gap that still counts as a tie:
+NEAR_TIE_NATS = 0.25
+
+
+def assert_same_or_near_tie(alone, together):
+    """Token lists equal, or equal up to a position where `alone` had a near-tie between its
+    token and the one `together` took."""
+    a, b = alone["tokens"], together["tokens"]
+    if a == b:
+        return True
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+    assert i < len(a) and i < len(b), (a, b)  # one is a prefix of the other: an EOS tie
+    probs = alone["completion_probabilities"][i]
+    top = {t["id"]: t["logprob"] for t in probs["top_logprobs"]}
+    assert b[i] in top, f"token {i}: {b[i]} is not among the top {list(top)} ({a} vs {b})"
+    gap = probs["logprob"] - top[b[i]]
+    assert gap < NEAR_TIE_NATS, f"token {i}: gap {gap:.3f} nats is no tie ({a} vs {b})"
+    return False
+
+
+def test_eight_concurrent_requests_match_sequential_greedy(server):
+    prompts = [f"Question {i}: name a fruit that is {c}. Answer:" for i, c in enumerate(
+        ["red", "yellow", "green", "orange", "purple", "blue", "brown", "pink"])]
+    fields = dict(cache_prompt=False, return_tokens=True, n_probs=3)
+    # Fresh caches: run each alone first (its reference), then all eight at once.
+    alone = [completion(server, p, 8, **fields) for p in prompts]
+    steps0 = metric(server, "decode_steps_total")
+    gen0 = metric(server, "tokens_predicted_total")
+    with ThreadPoolExecutor(8) as ex:
+        together = list(ex.map(lambda p: completion(server, p, 8, **fields), prompts))
+    same = [assert_same_or_near_tie(a, t) for a, t in zip(alone, together)]
+    assert sum(same) >= 3, same  # most answers are identical
+    for a, t in zip(alone, together):
+        assert len(t["completion_probabilities"]) == len(t["tokens"])
+    assert sorted({t["id_slot"] for t in together}) == list(range(SLOTS))
+    steps = metric(server, "decode_steps_total") - steps0
+    gen = metric(server, "tokens_predicted_total") - gen0
+    # Continuous batching: far fewer decode steps than tokens (8 requests share the steps).
+    assert steps < gen * 0.75, (steps, gen)
+    assert server.alive()
+
+
+def tokenize(server, text):
+    return post(server, "/tokenize", {"content": text}).json()["tokens"]
+
+
+def test_slot_save_erase_restore_continue_equals_uninterrupted(server, save_dir):
+    prompt = tokenize(server, "<|im_start|>user\nWrite a short poem about the sea.<|im_end|>\n"
+                              "<|im_start|>assistant\n")
+    n1, n2 = 8, 8
+    # The uninterrupted run (slot 2, greedy, ignore_eos so the length is fixed).
+    ref = completion(server, prompt, n1 + n2, id_slot=2, cache_prompt=False, ignore_eos=True,
+                     return_tokens=True)
+    assert len(ref["tokens"]) == n1 + n2
+    # The interrupted one: n1 tokens in slot 1, save, erase, restore, continue n2 tokens.
+    first = completion(server, prompt, n1, id_slot=1, cache_prompt=False, ignore_eos=True,
+                       return_tokens=True)
+    assert first["tokens"] == ref["tokens"][:n1]
+    r = post(server, "/slots/1?action=save", {"filename": "sea.bin"})
+    assert r.status_code == 200, r.text
+    saved = r.json()
+    assert saved["n_saved"] == len(prompt) + n1 - 1  # the last sampled token is not decoded yet
+    assert saved["n_written"] == (save_dir / "sea.bin").stat().st_size > 0
+    r = post(server, "/slots/1?action=erase", {})
+    assert r.status_code == 200 and r.json()["n_erased"] == saved["n_saved"]
+    assert requests.get(server.url + "/slots").json()[1]["n_tokens"] == 0
+    r = post(server, "/slots/1?action=restore", {"filename": "sea.bin"})
+    assert r.status_code == 200, r.text
+    assert r.json()["n_restored"] == saved["n_saved"]
+    assert requests.get(server.url + "/slots").json()[1]["n_tokens"] == saved["n_saved"]
+    cont = completion(server, prompt + first["tokens"], n2, id_slot=1, ignore_eos=True,
+                      return_tokens=True)
+    # Only the last token was evaluated: everything else came from the restored state.
+    assert cont["tokens_cached"] == len(prompt) + n1 - 1
+    assert cont["timings"]["prompt_n"] == 1
+    assert first["tokens"] + cont["tokens"] == ref["tokens"]
+    # Restoring a missing file is a 404 and leaves the slot as it was.
+    r = post(server, "/slots/1?action=restore", {"filename": "missing.bin"})
+    assert r.status_code == 404, r.text
+    assert requests.get(server.url + "/slots").json()[1]["n_tokens"] > 0
+
+
+def test_requantize_one_slot_while_another_streams(server):
+    chat = [{"role": "user", "content": "Tell me about cats."}]
+    turn1 = post(server, "/v1/chat/completions", {"messages": chat, "max_tokens": 8,
+                                                  "temperature": 0, "id_slot": 0})
+    assert turn1.status_code == 200, turn1.text
+    reply1 = turn1.json()["choices"][0]["message"]["content"]
+
+    got, done = [], threading.Event()
+
+    def stream():
+        with requests.post(server.url + "/completion", json={
+                "prompt": "List of animals: dog, cat,", "n_predict": 300, "temperature": 0,
+                "ignore_eos": True, "stream": True, "id_slot": 3}, stream=True,
+                timeout=300) as r:
+            for e in iter_sse(r):
+                got.append(e)
+        done.set()
+
+    t = threading.Thread(target=stream)
+    t.start()
+    end = time.time() + 120
+    while len(got) < 3 and time.time() < end:
+        time.sleep(0.05)
+    assert len(got) >= 3 and not done.is_set(), "the stream should still be running"
+    before = requests.get(server.url + "/slots").json()
+    r = post(server, "/cache/requantize", {"slot": 0, "ctk": "q8_0", "ctv": "q8_0"})
+    assert r.status_code == 200, r.text
+    rq = r.json()
+    assert rq["bytes_after"] < rq["bytes_before"]
+    slots = requests.get(server.url + "/slots").json()
+    assert (slots[0]["type_k"], slots[0]["type_v"]) == ("q8_0", "q8_0")
+    assert slots[0]["bytes"] < before[0]["bytes"]
+    assert (slots[3]["type_k"], slots[3]["type_v"]) == ("f16", "f16")
+    assert slots[0]["n_tokens"] == before[0]["n_tokens"] > 0  # the conversation is kept
+    t.join(300)
+    assert done.is_set()
+    final = got[-1]
+    assert final["stop"] is True and final["tokens_predicted"] == 300, final
+    # Turn 2 of the requantized conversation reuses its (now q8_0) cache.
+    chat2 = chat + [{"role": "assistant", "content": reply1},
+                    {"role": "user", "content": "And dogs?"}]
+    turn2 = post(server, "/v1/chat/completions", {"messages": chat2, "max_tokens": 8,
+                                                  "temperature": 0, "id_slot": 0})
+    assert turn2.status_code == 200, turn2.text
+    j = turn2.json()
+    assert j["choices"][0]["message"]["content"]
+    assert j["usage"]["prompt_tokens_details"]["cached_tokens"] > 10
+    # Back to f16 for the other tests; the whole cache form works too.
+    r = post(server, "/cache/requantize", {"ctk": "f16", "ctv": "f16"})
+    assert r.status_code == 200, r.text
+    assert {s["type_k"] for s in requests.get(server.url + "/slots").json()} == {"f16"}
+    assert metric(server, "requantizations_total") >= 2
+
+
+BAD_NAMES = ["../escape.bin", "a/b.bin", "..", "a..b", ".hidden", " lead", "trail ", "trail.",
+             "tab\there", "nul\x00x", "bell\x07", "back\\slash", "", "x" * 256, "/etc/passwd"]
+
+
+@pytest.mark.parametrize("action", ["save", "restore"])
+def test_bad_slot_file_names_are_rejected(server, save_dir, action):
+    before = sorted(os.listdir(save_dir))
+    parent_before = sorted(os.listdir(save_dir.parent))
+    for name in BAD_NAMES:
+        r = post(server, f"/slots/0?action={action}", {"filename": name})
+        assert r.status_code == 400, (name, r.status_code, r.text)
+        assert r.json()["error"]["type"] == "invalid_request_error"
+    for body in [{}, {"filename": 7}, {"filename": None}]:
+        assert post(server, f"/slots/0?action={action}", body).status_code == 400
+    assert sorted(os.listdir(save_dir)) == before
+    assert sorted(os.listdir(save_dir.parent)) == parent_before
+    assert server.alive()
+
+
+def test_slot_action_errors(server):
+    assert post(server, "/slots/99?action=erase", {}).status_code == 404
+    assert post(server, "/slots/0?action=explode", {}).status_code == 400
+    assert post(server, "/slots/0?action=save", None, data=b"{nope").status_code == 400
+
+
+def test_malformed_and_invalid_requests(server):
+    for path in ["/completion", "/v1/completions", "/v1/chat/completions", "/tokenize",
+                 "/detokenize", "/cache/requantize"]:
+        for body in [b"{bad json", b"", b"[1, 2", b"\xff\xfe"]:
+            r = requests.post(server.url + path, data=body,
+                              headers={"Content-Type": "application/json"}, timeout=30)
+            assert r.status_code == 400, (path, body, r.text)
+            assert "error" in r.json() and r.json()["error"]["code"] == 400
+    cases = [
+        ("/completion", {"prompt": "x", "n_predict": "five"}),
+        ("/completion", {"prompt": "x", "n_predict": 100000}),
+        ("/completion", {"prompt": "x", "temperature": []}),
+        ("/completion", {"prompt": "x", "id_slot": 17}),
+        ("/completion", {"prompt": [1, -4]}),
+        ("/completion", {"n_predict": 3}),
+        ("/v1/chat/completions", {"messages": "hi"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}),
+        ("/v1/completions", {"prompt": "x", "n": 3}),
+        ("/detokenize", {"tokens": [1e9]}),
+        ("/cache/requantize", {"ctk": "q9_9"}),
+        ("/cache/requantize", {"slot": 0}),
+    ]
+    for path, body in cases:
+        r = post(server, path, body)
+        assert r.status_code == 400, (path, body, r.text)
+        assert r.json()["error"]["message"]
+    # A prompt that cannot fit a slot: 413 before any compute, with the numbers.
+    long_prompt = list(range(100, 100 + 2048 // SLOTS + 5))
+    r = post(server, "/completion", {"prompt": long_prompt, "n_predict": 4})
+    assert r.status_code == 413, r.text
+    assert str(len(long_prompt)) in r.json()["error"]["message"]
+    assert str(2048 // SLOTS) in r.json()["error"]["message"]
+    # A body over --max-body.
+    r = requests.post(server.url + "/completion", data=b"x" * 300000, timeout=30)
+    assert r.status_code == 413
+    # Unknown routes.
+    r = requests.get(server.url + "/nope", timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["code"] == 404
+    assert server.alive()
+    assert requests.get(server.url + "/health").status_code == 200
+
+
+def test_tokenize_detokenize_round_trip(server):
+    text = "Hello, world! <|im_start|> ünïcödé"
+    toks = post(server, "/tokenize", {"content": text}).json()["tokens"]
+    assert all(isinstance(t, int) for t in toks)
+    assert post(server, "/detokenize", {"tokens": toks}).json()["content"] == text
+    pieces = post(server, "/tokenize", {"content": "Hi", "with_pieces": True}).json()["tokens"]
+    assert "".join(p["piece"] for p in pieces) == "Hi"
+
+
+def test_client_disconnect_cancels_and_frees_the_slot(server):
+    c0 = metric(server, "cancelled_total")
+    r = requests.post(server.url + "/completion", json={
+        "prompt": "Count: 1, 2, 3,", "n_predict": 400, "temperature": 0, "ignore_eos": True,
+        "stream": True}, stream=True, timeout=120)
+    lines = r.iter_lines()
+    n = 0
+    for line in lines:
+        if line.startswith(b"data: "):
+            n += 1
+            if n == 2:
+                break
+    r.close()  # the client goes away mid-generation
+    slots = wait_idle(server, 30)
+    assert not any(s["is_processing"] for s in slots)
+    assert metric(server, "cancelled_total") == c0 + 1
+    # Not streamed: a client that closes its connection while waiting also frees its slot (the
+    # server writes a space every second, JSON whitespace, to find out).
+    body = json.dumps({"prompt": "Count: 1, 2, 3,", "n_predict": 400, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    end = time.time() + 30
+    while time.time() < end:
+        if any(s["is_processing"] for s in requests.get(server.url + "/slots").json()):
+            break
+        time.sleep(0.05)
+    sock.close()
+    wait_idle(server, 30)
+    assert metric(server, "cancelled_total") == c0 + 2
+    assert server.alive()
+
+
+def test_metrics_and_request_log(server):
+    text = requests.get(server.url + "/metrics").text
+    for name in ["requests_total", "prompt_tokens_total", "tokens_predicted_total",
+                 "prompt_tokens_per_second", "predicted_tokens_per_second",
+                 "requests_processing", "requests_deferred", "requantizations_total"]:
+        assert re.search(rf"^mnemo_{name} \S+$", text, re.M), name
+    assert re.search(r'^mnemo_kv_bytes\{part="kv",stream="0",kind="K",type="f16"\} \d+', text,
+                     re.M)
+    assert re.search(r'^mnemo_slot_kv_bytes\{slot="3",type_k="f16",type_v="f16"\} \d+', text,
+                     re.M)
+    assert metric(server, "errors_total", '{kind="invalid_request"}') > 0
+    assert metric(server, "requests_total") > 10
+    # One log line per request, with slot, prompt, cached and generated tokens and tokens/s.
+    log = server.log()
+    assert re.search(r"POST /completion 200 \d+ ms \| slot \d \| prompt \d+ \(cached \d+\) \| "
+                     r"generated \d+ \| [\d.]+ tok/s", log), log[-2000:]
+    assert re.search(r"POST /completion 400 \d+ ms", log)
+
+
+# ------------------------------------------------------------------------------------------------
+# Servers with other settings (small, started per test).
+
+
+def test_api_key_required_except_health(binary, model):
+    s = Server(binary, model, "-np", 1, "-c", 256, "--api-key", "s3cret")
+    try:
+        assert requests.get(s.url + "/health").status_code == 200
+        for path in ["/props", "/slots", "/v1/models", "/metrics"]:
+            r = requests.get(s.url + path)
+            assert r.status_code == 401, path
+            assert r.json()["error"]["type"] == "authentication_error"
+        r = requests.post(s.url + "/completion", json={"prompt": "hi", "n_predict": 1})
+        assert r.status_code == 401
+        bad = {"Authorization": "Bearer wrong"}
+        assert requests.get(s.url + "/props", headers=bad).status_code == 401
+        good = {"Authorization": "Bearer s3cret"}
+        assert requests.get(s.url + "/props", headers=good).status_code == 200
+        r = requests.post(s.url + "/completion", headers=good,
+                          json={"prompt": "hi", "n_predict": 2, "temperature": 0})
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
+
+
+def test_context_shift_with_quantized_k_and_unified_admission(binary, model):
+    # One slot of 64 cells with q8_0 K/V: 80 generated tokens need context shifts, and K is
+    # re-rotated in its quantized type.
+    s = Server(binary, model, "-np", 1, "-c", 64, "-ctk", "q8_0", "-ctv", "q8_0",
+               "--context-shift", "--keep", 4)
+    try:
+        j = completion(s, "Once upon a time", 80, ignore_eos=True)
+        assert j["tokens_predicted"] == 80
+        assert j["context_shifts"] >= 1
+        assert j["content"]
+        slots = requests.get(s.url + "/slots").json()
+        assert slots[0]["n_tokens"] < 64 and slots[0]["type_k"] == "q8_0"
+        assert "context shift" in s.log()
+    finally:
+        assert s.stop() == 0
+    # Unified KV, 96 cells for 2 slots: while one request holds most cells, a second prompt
+    # that cannot fit is refused with 503 and the numbers, and the first one finishes.
+    s = Server(binary, model, "-np", 2, "-c", 96, "-kvu")
+    try:
+        assert requests.get(s.url + "/props").json()["memory_mode"] == "unified"
+        result = {}
+
+        def long_one():
+            result["r"] = post(s, "/completion", {"prompt": list(range(200, 260)),
+                                                  "n_predict": 24, "temperature": 0,
+                                                  "ignore_eos": True})
+
+        t = threading.Thread(target=long_one)
+        t.start()
+        end = time.time() + 60
+        while time.time() < end:
+            if any(x["is_processing"] for x in requests.get(s.url + "/slots").json()):
+                break
+            time.sleep(0.02)
+        r = post(s, "/completion", {"prompt": list(range(300, 350)), "n_predict": 4})
+        t.join(120)
+        assert r.status_code == 503, r.text
+        msg = r.json()["error"]["message"]
+        assert "50" in msg and "free" in msg, msg
+        assert result["r"].status_code == 200, result["r"].text
+        assert result["r"].json()["tokens_predicted"] == 24
+        # Once it is done the same prompt fits (the idle slot's cache is dropped for it).
+        r = post(s, "/completion", {"prompt": list(range(300, 350)), "n_predict": 4})
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
