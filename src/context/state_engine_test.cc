@@ -320,6 +320,29 @@ TEST(SmolConvertTest, ShiftsOfRotatedRowsStayCorrect) {
   }
 }
 
+// A state of rotated q4_0 rows restored into caches that store rows differently: q4_0 without
+// rotation (un-rotated and re-quantized), and f16 (un-rotated). The continuation stays within
+// the q4_0 tolerances of the uninterrupted rotated run and keeps its top-1 token.
+TEST(SmolConvertTest, RestoreAcrossRotationSettings) {
+  REQUIRE_SMOLLM2();
+  const auto prompt = prompt_tokens(*model, 40);
+  auto a = make_ctx(*model, params(GgmlType::Q4_0));
+  ASSERT_EQ(a->memory().breakdown().streams[0].rotation, 64u);
+  decode(*a, 0, prompt, 0);
+  const std::vector<uint8_t> state = save_seq(*a, 0);
+  const std::vector<float> want = next_logits(*a, 0, 4321, 40);
+  for (auto [type, rotation] : {std::pair{GgmlType::Q4_0, false}, std::pair{GgmlType::F16, true}}) {
+    ContextParams p = params(type);
+    p.kv_rotation = rotation;
+    auto b = make_ctx(*model, p);
+    ASSERT_EQ(b->memory().breakdown().streams[0].rotation, 0u);
+    ASSERT_TRUE(state_seq_set_data(*b, state, 0).ok());
+    const Diff d = diff(next_logits(*b, 0, 4321, 40), want);
+    EXPECT_LE(d.rel_l2, conversion_tolerance(GgmlType::Q4_0)) << type_name(type);
+    EXPECT_TRUE(d.same_top1) << type_name(type);
+  }
+}
+
 TEST(SmolStateTest, FilesCarryTokensAndWrongModelsAreRefused) {
   REQUIRE_SMOLLM2();
   const auto prompt = prompt_tokens(*model, 12);

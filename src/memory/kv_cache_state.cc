@@ -430,6 +430,23 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
           if (!st.ok()) return fail(st);
           for (uint32_t j = 0; j < m; ++j) {
             const uint8_t* src = p + size_t(j) * row;
+            // Fast path: a run of cells with one target each, in consecutive cells of one
+            // stream of the same format, is one memcpy.
+            if (tbegin[i + j + 1] == tbegin[i + j] + 1) {
+              const Target& t0 = targets[tbegin[i + j]];
+              const KvView dv = kind == 0 ? storage_.k(l, t0.stream) : storage_.v(l, t0.stream);
+              if (dv.type == src_type && storage_.rotation(t0.stream) == rotation) {
+                uint32_t e = j + 1;
+                while (e < m && tbegin[i + e + 1] == tbegin[i + e] + 1) {
+                  const Target& te = targets[tbegin[i + e]];
+                  if (te.stream != t0.stream || te.cell != t0.cell + (e - j)) break;
+                  ++e;
+                }
+                std::memcpy(dv.row(t0.cell), src, size_t(e - j) * row);
+                j = e - 1;
+                continue;
+              }
+            }
             for (uint32_t t = tbegin[i + j]; t < tbegin[i + j + 1]; ++t) {
               const Target& tg = targets[t];
               const KvView dv = kind == 0 ? storage_.k(l, tg.stream) : storage_.v(l, tg.stream);
