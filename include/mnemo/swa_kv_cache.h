@@ -98,6 +98,11 @@ class SwaKvCache final : public Memory {
   /// max(base min, swa min): see the header comment.
   Pos seq_pos_min(SeqId seq) const override;
   Pos seq_pos_max(SeqId seq) const override;
+  /// keep = p only if the sliding-window layers still hold the whole window a token at p attends
+  /// (positions [p - n_swa + 1, p) for a standard window, [(p / n_swa) * n_swa, p) chunked);
+  /// otherwise nothing before p can be reused and keep = 0 (the caller re-decodes all p tokens).
+  /// With swa_full nothing is ever evicted and keep = min(p, seq_pos_max + 1).
+  Result<TruncatePlan> plan_truncate(SeqId seq, Pos p) const override;
   void clear() override;
   /// Both children's tensors and streams, parts "kv_base" and "kv_swa".
   MemoryBreakdown breakdown() const override;

@@ -212,4 +212,20 @@ MemoryBreakdown SwaKvCache::breakdown() const {
   return out;
 }
 
+Result<TruncatePlan> SwaKvCache::plan_truncate(SeqId seq, Pos p) const {
+  auto plan = Memory::plan_truncate(seq, p);  // validates; keep = min(p, end)
+  if (!plan.ok() || plan->keep == 0 || config_.swa_full) return plan;
+  const Pos keep = plan->keep;
+  const Pos n_swa = static_cast<Pos>(config_.n_swa);
+  // Oldest position a token at `keep` attends in the local layers; all of [window_start, keep)
+  // must still be held by the SWA child, which holds a gap-free range [its seq_pos_min, end].
+  const Pos window_start = config_.swa_type == SwaType::kChunked
+                               ? (keep / n_swa) * n_swa
+                               : std::max<Pos>(0, keep - n_swa + 1);
+  if (window_start < keep && swa_->seq_pos_min(seq) > window_start) {
+    return TruncatePlan{0, static_cast<uint32_t>(p)};
+  }
+  return plan;
+}
+
 }  // namespace mnemo

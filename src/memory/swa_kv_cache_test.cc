@@ -189,6 +189,29 @@ TEST(SwaKvCacheTest, SwaFullKeepsEveryPosition) {
   EXPECT_EQ(visible, 51);
 }
 
+TEST(SwaKvCacheTest, PlanTruncateKeepsOnlyWhereTheWholeWindowIsHeld) {
+  auto m = make(gemma_like(256, 1, false));
+  ASSERT_EQ(decode(*m, tokens(0, 0, 100), 8), MemoryStatus::kSuccess);
+  const Pos swa_min = m->swa().seq_pos_min(0);
+  ASSERT_GT(swa_min, 0);  // the window slid: early positions were evicted from the local layers
+  for (Pos p = 0; p <= 120; ++p) {
+    auto plan = m->plan_truncate(0, p);
+    ASSERT_TRUE(plan.ok());
+    const Pos end = std::min<Pos>(p, 100);
+    // A token at `end` attends (end - 16, end] in the local layers: [end - 15, end) must be held.
+    const bool window_held = end == 0 || std::max<Pos>(0, end - 15) >= swa_min;
+    EXPECT_EQ(plan->keep, window_held ? end : 0) << "p " << p;
+    EXPECT_EQ(plan->n_redo, static_cast<uint32_t>(p - plan->keep)) << "p " << p;
+  }
+  // swa_full never evicts: every prefix can be kept.
+  SwaKvCacheConfig c = gemma_like(256, 1, false);
+  c.swa_full = true;
+  auto full = make(c);
+  ASSERT_EQ(decode(*full, tokens(0, 0, 100), 8), MemoryStatus::kSuccess);
+  EXPECT_EQ(full->plan_truncate(0, 20)->keep, 20);
+  EXPECT_FALSE(m->plan_truncate(3, 5).ok());
+}
+
 TEST(SwaKvCacheTest, SequenceOpsAreCheckedOnBothFirst) {
   auto m = make(gemma_like(64, 2, false));
   ASSERT_EQ(decode(*m, tokens(0, 0, 40), 8), MemoryStatus::kSuccess);
