@@ -220,6 +220,25 @@ def test_completion_llama_fields_stream_and_stop(server):
         assert cut["content"] == full["content"][:full["content"].index(stop)]
 
 
+def test_greedy_output_matches_llama_cpp(server, repo_root):
+    """The server's greedy tokens for llama.cpp's fixture prompts (tests/fixtures, made by the
+    peer on the same file) are llama.cpp's, up to the first place where the two engines' rounding
+    may pick differently: a near-tie by our own log-probabilities."""
+    fixture = json.loads((repo_root / "tests/fixtures/generate_smollm2.json").read_text())
+    for case in fixture["prompts"]:
+        want = case["generated"]
+        got = completion(server, case["tokens"], len(want), cache_prompt=False, ignore_eos=True,
+                         return_tokens=True, n_probs=5)
+        toks = got["tokens"]
+        i = next((k for k in range(len(want)) if toks[k] != want[k]), None)
+        if i is None:
+            continue
+        assert i >= 8, f"{case['name']}: differs from llama.cpp at token {i}: {toks} vs {want}"
+        probs = got["completion_probabilities"][i]
+        top = {t["id"]: t["logprob"] for t in probs["top_logprobs"]}
+        assert want[i] in top and probs["logprob"] - top[want[i]] < 0.5, (case["name"], i, top)
+
+
 def test_openai_completions_endpoint(server):
     r = post(server, "/v1/completions", {"model": MODEL, "prompt": "Once upon a time",
                                          "max_tokens": 6, "temperature": 0,

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Bounded load test for `mnemo serve` (or any server with llama.cpp's /completion).
+
+N clients send streamed /completion requests back to back for T seconds, then stop by
+themselves (requests in flight finish; each is bounded by --n-predict and a timeout). Prints
+throughput (generated tokens/s, requests/s) and latency percentiles (time to first token, whole
+request, time per generated token). Loopback only: any other host is refused.
+
+  scripts/load.py --url http://127.0.0.1:8080 --clients 8 --seconds 30
+  # start a server for the run (extra `mnemo serve` arguments in --serve), e.g. split vs unified:
+  scripts/load.py --serve "-np 8 -c 8192" --clients 8 --seconds 30
+  scripts/load.py --serve "-np 8 -c 8192 -kvu" --clients 8 --seconds 30
+
+Every request has a distinct prompt (no prompt-cache hits unless --shared-words makes them share
+a prefix) and ignore_eos, so each generates exactly --n-predict tokens.
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = ("river mountain quiet lantern orbit copper meadow signal harbor velvet thunder garden "
+         "pencil marble window crystal forest engine silver ladder ocean rocket candle winter "
+         "bridge puzzle shadow violin desert island feather planet anchor meteor cactus tunnel").split()
+
+
+def prompt_text(client, index, n_words, shared_words):
+    shared = " ".join(WORDS[i % len(WORDS)] for i in range(shared_words))
+    # The request's own words start right after the shared part, so prompts differ from there.
+    own = " ".join(WORDS[(client * 7919 + index * 104729 + i * 31) % len(WORDS)]
+                   for i in range(n_words))
+    return f"{shared} Client {client} request {index}: {own}. Continue the story:"
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ttft, self.latency, self.tpot = [], [], []
+        self.tokens = 0
+        self.prompt_tokens = 0
+        self.requests = 0
+        self.errors = {}
+
+    def error(self, what):
+        with self.lock:
+            self.errors[what] = self.errors.get(what, 0) + 1
+
+
+def one_request(url, body, timeout, stats):
+    t0 = time.perf_counter()
+    first = None
+    final = None
+    try:
+        with requests.post(url + "/completion", json=body, stream=True, timeout=timeout) as r:
+            if r.status_code != 200:
+                stats.error(f"HTTP {r.status_code}")
+                return
+            for line in r.iter_lines():
+                if not line.startswith(b"data: "):
+                    continue
+                ev = json.loads(line[6:])
+                if "error" in ev:
+                    stats.error(ev["error"].get("type", "error"))
+                    return
+                if first is None and ev.get("content"):
+                    first = time.perf_counter()
+                if ev.get("stop"):
+                    final = ev
+    except requests.RequestException as e:
+        stats.error(type(e).__name__)
+        return
+    t1 = time.perf_counter()
+    if final is None:
+        stats.error("no final event")
+        return
+    n = final.get("tokens_predicted", 0)
+    with stats.lock:
+        stats.requests += 1
+        stats.tokens += n
+        stats.prompt_tokens += final.get("tokens_evaluated", 0)
+        stats.latency.append(t1 - t0)
+        if first is not None:
+            stats.ttft.append(first - t0)
+            if n > 1:
+                stats.tpot.append((t1 - first) / (n - 1))
+
+
+def run_load(url, args):
+    stats = Stats()
+    deadline = time.perf_counter() + args.seconds
+
+    def client(c):
+        i = 0
+        while time.perf_counter() < deadline:
+            body = {"prompt": prompt_text(c, i, args.prompt_words, args.shared_words),
+                    "n_predict": args.n_predict, "temperature": args.temperature,
+                    "ignore_eos": True, "stream": True, "cache_prompt": True}
+            one_request(url, body, args.timeout, stats)
+            i += 1
+
+    threads = [threading.Thread(target=client, args=(c,), daemon=True)
+               for c in range(args.clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(args.seconds + args.timeout + 5)
+    wall = time.perf_counter() - t0
+    return stats, wall
+
+
+def check_loopback(url):
+    host = urllib.parse.urlparse(url).hostname or ""
+    if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
+        sys.exit(f"load.py: {url} is not a loopback address; this script only loads loopback")
+
+
+def start_server(args):
+    binary = Path(args.binary)
+    model = Path(args.model)
+    cmd = [str(binary), "serve", "-m", str(model), "--port", "0", "--host", "127.0.0.1",
+           "--metrics", *shlex.split(args.serve)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    port = None
+    end = time.time() + 120
+    for line in proc.stderr:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+        if time.time() > end:
+            break
+    if port is None:
+        proc.kill()
+        sys.exit("load.py: the server did not start: " + " ".join(cmd))
+    # Keep draining its log so it never blocks on a full pipe.
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default="http://127.0.0.1:8080", help="server (loopback only)")
+    ap.add_argument("--serve", default=None,
+                    help="start `mnemo serve` with these extra arguments for the run")
+    ap.add_argument("--binary", default=os.environ.get("MNEMO_BIN", str(REPO / "build/mnemo")))
+    ap.add_argument("--model", default=str(REPO / "models/SmolLM2-135M-Instruct-Q4_1.gguf"))
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--n-predict", type=int, default=64, help="tokens generated per request")
+    ap.add_argument("--prompt-words", type=int, default=60, help="own words per prompt")
+    ap.add_argument("--shared-words", type=int, default=0,
+                    help="words of a prefix every prompt shares (prompt-cache reuse)")
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--timeout", type=float, default=120, help="seconds per request")
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = ap.parse_args()
+    if not (1 <= args.clients <= 256 and 0 < args.seconds <= 3600 and 1 <= args.n_predict <= 4096):
+        sys.exit("load.py: --clients in [1, 256], --seconds in (0, 3600], --n-predict in [1, 4096]")
+
+    proc = None
+    url = args.url
+    if args.serve is not None:
+        proc, url = start_server(args)
+    check_loopback(url)
+    try:
+        props = requests.get(url + "/props", timeout=10).json()
+        stats, wall = run_load(url, args)
+        steps = None
+        if proc is not None:  # a fresh server: its counters cover exactly this run
+            m = re.search(r"^mnemo_decode_steps_total (\S+)$",
+                          requests.get(url + "/metrics", timeout=10).text, re.M)
+            steps = float(m.group(1)) if m else None
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+
+    ms = lambda v: round(v * 1000, 1)  # noqa: E731
+    summary = {
+        "server": {k: props.get(k) for k in ("model", "memory_mode", "total_slots", "n_ctx",
+                                             "n_threads", "kv_policy")},
+        "clients": args.clients, "seconds": round(wall, 1), "n_predict": args.n_predict,
+        "requests": stats.requests, "errors": stats.errors,
+        "generated_tokens": stats.tokens, "prompt_tokens": stats.prompt_tokens,
+        "gen_tok_per_s": round(stats.tokens / wall, 1),
+        "prompt_tok_per_s": round(stats.prompt_tokens / wall, 1),
+        "req_per_s": round(stats.requests / wall, 2),
+        "ttft_ms": {p: ms(percentile(stats.ttft, p)) for p in (50, 90, 99)},
+        "latency_ms": {p: ms(percentile(stats.latency, p)) for p in (50, 90, 99)},
+        "per_token_ms": {p: ms(percentile(stats.tpot, p)) for p in (50, 90, 99)},
+        "decode_steps": steps,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    s = summary["server"]
+    print(f"server: {s['model']} | {s['memory_mode']} KV | {s['total_slots']} slots | "
+          f"n_ctx {s['n_ctx']} | {s['n_threads']} threads")
+    print(f"load:   {args.clients} clients x {wall:.1f} s | {args.prompt_words + 8}-ish word "
+          f"prompts | {args.n_predict} tokens each")
+    print(f"done:   {stats.requests} requests ({summary['req_per_s']}/s), "
+          f"errors {stats.errors or 0}")
+    print(f"tokens: generated {stats.tokens} ({summary['gen_tok_per_s']} tok/s), "
+          f"prompt {stats.prompt_tokens} ({summary['prompt_tok_per_s']} tok/s)")
+    if steps:
+        print(f"batches: {steps:.0f} decode steps, "
+              f"{(stats.tokens + stats.prompt_tokens) / steps:.1f} tokens per step on average")
+    for name, key in (("ttft", "ttft_ms"), ("latency", "latency_ms"), ("per token", "per_token_ms")):
+        v = summary[key]
+        print(f"{name + ':':10s} p50 {v[50]} ms | p90 {v[90]} ms | p99 {v[99]} ms")
+
+
+if __name__ == "__main__":
+    main()
