@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "mnemo/quant.h"
 
@@ -70,6 +71,55 @@ void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_t
             int64_t y_stride, ThreadPool* pool);
 /// The same with contiguous x ([n_tokens x n_in]) and y ([n_tokens x n_out]).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
+
+/// A weight matrix rearranged once, at load time, for the integer kernels: groups of 16 rows
+/// are interleaved so that one 512-bit register holds 4 consecutive weights of each of 16 rows
+/// (VNNI dpbusd then accumulates 16 rows at once against broadcast activations, with no
+/// shuffles and no horizontal sums), quants stay 4 / 5 / 8 bits wide and block scales are kept
+/// per 16 rows. Same information; the same size as the GGUF rows for Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q8_0 (fp16 scales kept as they are), 30-55% larger for Q4_K, Q5_K, Q6_K (f32 scale
+/// products; Q6_K quants as bytes). This is the idea of ggml's repacked CPU buffers (the AMX /
+/// "extra" buffer types).
+/// Packs only where it pays: on CPUs with AVX-512 VNNI, for the types above; otherwise (and for
+/// the other types) it keeps just the source and matmul() uses that.
+/// Move-only; owns its packed bytes; `source` (non-owning) must outlive it.
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  PackedMatrix(PackedMatrix&&) noexcept = default;
+  PackedMatrix& operator=(PackedMatrix&&) noexcept = default;
+  PackedMatrix(const PackedMatrix&) = delete;
+  PackedMatrix& operator=(const PackedMatrix&) = delete;
+
+  /// The GGUF matrix this was made from.
+  const WeightMatrix& source() const { return source_; }
+  /// Whether a packed copy exists (false: matmul reads the source).
+  bool is_packed() const { return data_ != nullptr; }
+  /// Bytes held by the packed copy (0 when not packed).
+  size_t packed_bytes() const { return bytes_; }
+
+ private:
+  friend PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
+  friend void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
+                     float* y, int64_t y_stride, ThreadPool* pool);
+  struct Free {
+    void operator()(void* p) const;
+  };
+  WeightMatrix source_;
+  std::unique_ptr<void, Free> data_;
+  size_t bytes_ = 0;
+  int format_ = 0;           // internal packed-format id (kernels/packed-inl.h)
+  int64_t group_bytes_ = 0;  // bytes per group of 16 rows
+};
+
+/// Packs `w` (see PackedMatrix); threads split the row groups. Cost: one pass over the weights.
+PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
+
+/// matmul() on packed weights: the same contract and the same bound on the result (see the
+/// other overload); the float arithmetic differs, so results agree with matmul(source) to
+/// float rounding, not bit for bit. Bit-identical for any number of threads.
+void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
+            int64_t y_stride, ThreadPool* pool);
 
 /// Embedding lookup: out[i] = dequantized row ids[i] of `w`, for i in [0, n_ids).
 ///   out: [n_ids x w.n_in] float. ids[i] in [0, w.n_out) (CHECKed).

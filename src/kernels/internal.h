@@ -77,6 +77,50 @@ inline int n_threads_of(const ThreadPool* pool) { return pool ? pool->n_threads(
 /// sin rounded to float once.
 void rope_table_row(const RopeParams& p, double pos, float* row);
 
+// ---- packed weights (kernels.h PackedMatrix; layout in packed-inl.h) -----------------------
+
+/// How the quants of a packed format are stored.
+enum PackKind : int { kPackU4 = 4, kPackU5 = 5, kPackU8 = 8 };
+
+/// The packed formats (PackedMatrix::format_).
+enum class PackedFormat : int {
+  kNone = 0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ8_0,
+  kIQ4_NL,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+};
+
+struct PackedFormatInfo {
+  int kind = kPackU8;
+  int sub = 32;            // S: elements per sub-block (one scale per row and sub-block)
+  bool f16_scales = true;  // scales (and offsets) stored as fp16 (exact) or f32
+  int offset = 0;          // > 0: element = d (u - offset); -1: d u + c (c stored); 0: d u
+};
+
+/// The packed format of a weight type, kNone where there is none.
+PackedFormat packed_format_of(GgmlType type);
+PackedFormatInfo packed_format_info(PackedFormat f);
+
+/// Byte layout of one 16-row group of a packed matrix.
+struct PackedLayout {
+  int64_t n_sub = 0;            // sub-blocks per row
+  int64_t sub_quant_bytes = 0;  // quants of one sub-block (a multiple of 64)
+  int64_t scales_offset = 0;    // from the group start
+  int64_t offsets_offset = 0;
+  int64_t group_bytes = 0;  // a multiple of 64
+};
+PackedLayout packed_layout(PackedFormat f, int64_t n_in);
+
+/// Whether the dispatched target has packed kernels (else matmul(PackedMatrix) reads the
+/// source).
+bool packed_kernels_active();
+
 /// Whether the dispatched target multiplies quantized weights with 8-bit integer dots (and so
 /// quantizes activations); false on the scalar fallback, which dequantizes to float.
 bool int_dot_active();

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "hwy/targets.h"
-
 #include "mnemo/kernels.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
@@ -69,17 +68,27 @@ std::vector<uint8_t> make_rows(GgmlType type, int64_t n_rows, int64_t n) {
   return data;
 }
 
-// Args: type id, n_out, n_in, n_tokens, n_threads.
+// Args: type id, n_out, n_in, n_tokens, n_threads, packed (PackedMatrix: 1).
 void BM_Matmul(benchmark::State& state) {
   const GgmlType type = static_cast<GgmlType>(state.range(0));
   const int64_t n_out = state.range(1), n_in = state.range(2), n_tokens = state.range(3);
   ThreadPool* pool = pool_for(static_cast<int>(state.range(4)));
+  const bool use_packed = state.range(5) != 0;
   const std::vector<uint8_t> w = make_rows(type, n_out, n_in);
   const WeightMatrix wm{type, w.data(), n_out, n_in};
+  const PackedMatrix pm = use_packed ? pack_matrix(wm, pool) : PackedMatrix();
+  if (use_packed && !pm.is_packed()) {
+    state.SkipWithError("not packed for this type / CPU");
+    return;
+  }
   const std::vector<float> x = normal(n_tokens * n_in, 1.0f, 3);
   std::vector<float> y(n_tokens * n_out);
   for (auto _ : state) {
-    matmul(wm, x.data(), n_tokens, y.data(), pool);
+    if (use_packed) {
+      matmul(pm, x.data(), n_in, n_tokens, y.data(), n_out, pool);
+    } else {
+      matmul(wm, x.data(), n_tokens, y.data(), pool);
+    }
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * n_out * n_in * n_tokens,
@@ -94,22 +103,81 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   const GgmlType kquants[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   for (int64_t tokens : {1, 512}) {
     for (int threads : {1, 2}) {
-      for (GgmlType t : legacy) {
-        b->Args({static_cast<int64_t>(t), 1536, 576, tokens, threads});  // FFN up / gate
-        b->Args({static_cast<int64_t>(t), 576, 1536, tokens, threads});  // FFN down
+      for (int packed : {0, 1}) {
+        for (GgmlType t : legacy) {
+          if (packed && (t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::F32 ||
+                         t == GgmlType::IQ4_NL)) {
+            continue;
+          }
+          b->Args({static_cast<int64_t>(t), 1536, 576, tokens, threads, packed});  // FFN up
+          b->Args({static_cast<int64_t>(t), 576, 1536, tokens, threads, packed});  // FFN down
+        }
+        for (GgmlType t : kquants) {
+          b->Args({static_cast<int64_t>(t), 576, 1536, tokens, threads, packed});
+        }
       }
-      for (GgmlType t : kquants) b->Args({static_cast<int64_t>(t), 576, 1536, tokens, threads});
     }
   }
   // The output projection (tied embedding, q8_0): the largest single matmul of a decode step.
   for (int threads : {1, 2}) {
-    b->Args({static_cast<int64_t>(GgmlType::Q8_0), 49152, 576, 1, threads});
+    for (int packed : {0, 1}) {
+      b->Args({static_cast<int64_t>(GgmlType::Q8_0), 49152, 576, 1, threads, packed});
+    }
   }
 }
 BENCHMARK(BM_Matmul)
     ->Apply(MatmulArgs)
-    ->ArgNames({"type", "n_out", "n_in", "tokens", "threads"})
+    ->ArgNames({"type", "n_out", "n_in", "tokens", "threads", "packed"})
     ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// One decoding step's matmuls of a whole SmolLM2-135M-shaped model (30 layers of q, k, v, o,
+// gate, up, down; 106 M weights, ~66 MB in q4_1), each matrix in its own memory: unlike the
+// single-matrix cases above, the weights stream from L3 / DRAM as in a real forward pass.
+// Args: type id, n_threads.
+void BM_MatmulModelDecode(benchmark::State& state) {
+  const GgmlType type = static_cast<GgmlType>(state.range(0));
+  ThreadPool* pool = pool_for(static_cast<int>(state.range(1)));
+  const bool use_packed = state.range(2) != 0;
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  const Shape layer[] = {{576, 576},  {192, 576},  {192, 576}, {576, 576},
+                         {1536, 576}, {1536, 576}, {576, 1536}};
+  std::vector<std::vector<uint8_t>> weights;
+  std::vector<WeightMatrix> mats;
+  std::vector<PackedMatrix> packed;
+  for (int l = 0; l < 30; ++l) {
+    for (const Shape& sh : layer) {
+      weights.push_back(make_rows(type, sh.n_out, sh.n_in));
+      mats.push_back({type, weights.back().data(), sh.n_out, sh.n_in});
+      if (use_packed) packed.push_back(pack_matrix(mats.back(), pool));
+    }
+  }
+  const std::vector<float> x = normal(1536, 1.0f, 3);
+  std::vector<float> y(1536);
+  double flops = 0;
+  for (const WeightMatrix& m : mats) flops += 2.0 * m.n_out * m.n_in;
+  for (auto _ : state) {
+    if (use_packed) {
+      for (const PackedMatrix& m : packed) {
+        matmul(m, x.data(), m.source().n_in, 1, y.data(), m.source().n_out, pool);
+      }
+    } else {
+      for (const WeightMatrix& m : mats) matmul(m, x.data(), 1, y.data(), pool);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(1e-9 * flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(type_name(type)) + " " + simd_target());
+}
+BENCHMARK(BM_MatmulModelDecode)
+    ->ArgsProduct({{static_cast<int64_t>(GgmlType::Q4_1), static_cast<int64_t>(GgmlType::Q8_0)},
+                   {1, 2},
+                   {0, 1}})
+    ->ArgNames({"type", "threads", "packed"})
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 // Args: cache type id, n_head, n_head_kv, head_dim, depth, n_threads.

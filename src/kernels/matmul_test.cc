@@ -111,6 +111,18 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
 
   ThreadPool pool2(2);
   ThreadPool pool3(3);
+  const PackedMatrix packed = pack_matrix(w, &pool2);
+  if (internal::packed_format_of(type) != internal::PackedFormat::kNone &&
+      internal::packed_kernels_active()) {
+    EXPECT_TRUE(packed.is_packed());
+    // The size of the GGUF rows (legacy types keep their fp16 scales) plus the padding of the
+    // last 16-row group; K-quants store f32 scale products (and Q6_K whole bytes): more.
+    const double growth = block_size(type) == 256 ? 1.6 : 1.0;
+    const int64_t n_groups = (s.n_out + 15) / 16;
+    EXPECT_LE(packed.packed_bytes(),
+              growth * row_size(type, s.n_in) * 16 * n_groups + 64 * n_groups)
+        << type_name(type);  // + each group rounded up to 64 bytes
+  }
   for_each_target([&] {
     const bool int_path = internal::int_dot_active() && !is_float_type(type);
     std::vector<float> y(s.n_tokens * s.n_out, NAN);
@@ -149,6 +161,24 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
             << "vs quantized-x reference, t=" << t << " r=" << r;
         ASSERT_NEAR(y[o], y_exact[o], q_bound * 1.001 + 2e-5 * m + 1e-6)
             << "vs exact reference, t=" << t << " r=" << r;
+      }
+    }
+    // Packed weights: the same bounds (the float arithmetic differs from the unpacked path).
+    // Packed under the best target; on targets without packed kernels this exercises the
+    // fallback to the source.
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+      std::vector<float> yp(s.n_tokens * s.n_out, NAN);
+      matmul(packed, x.data(), s.n_in, s.n_tokens, yp.data(), s.n_out, pool);
+      for (size_t o = 0; o < yp.size(); ++o) {
+        const std::vector<float>& same_x = int_path ? y_q : y_exact;
+        ASSERT_NEAR(yp[o], same_x[o], rounding_bound[o]) << "packed, element " << o;
+      }
+      if (pool != nullptr) continue;
+      for (ThreadPool* other : {&pool2, &pool3}) {  // bit-identical for any thread count
+        std::vector<float> yo(s.n_tokens * s.n_out, NAN);
+        matmul(packed, x.data(), s.n_in, s.n_tokens, yo.data(), s.n_out, other);
+        ASSERT_EQ(0, std::memcmp(yp.data(), yo.data(), yp.size() * sizeof(float)))
+            << "packed, threads=" << other->n_threads();
       }
     }
     // Threads and tile shapes change which task computes an element, never its arithmetic.

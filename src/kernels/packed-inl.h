@@ -1,0 +1,333 @@
+// Packed weights (kernels.h PackedMatrix): the row-interleaved layout, its packer and its
+// matmul, per Highway target. Included (through foreach_target.h) only by packed.cc; toggle
+// guard below. The kernels exist on AVX3_DL (VNNI) only; elsewhere nothing is packed and the
+// public matmul reads the GGUF source.
+//
+// Layout of one group of 16 rows (rows past n_out are zero, their outputs dropped), for a row
+// length of n_sub sub-blocks of S elements (S = 32; 16 for Q6_K):
+//   [quants of sub-block 0] ... [quants of sub-block n_sub-1] [scales] [offsets]
+// quants of one sub-block, in 64-byte units whose 32-bit lane r holds 4 consecutive elements of
+// row r (so one dpbusd against 4 activations broadcast to every lane accumulates 16 rows):
+//   U8: S/4 units; unit k = elements 4k..4k+3 as bytes u (int8 formats stored as q + 128).
+//   U4: S/8 units; unit j holds elements 8j..8j+3 in the low nibbles and 8j+4..8j+7 in the
+//       high nibbles of the same bytes.
+//   U5: the U4 units, then S/4 64-bit masks: bit 4r+i of mask k = bit 4 of element 4k+i of
+//       row r (the fifth bits).
+// scales: per sub-block 16 floats d (fp16 where the GGUF scale is fp16, exact; f32 for
+// K-quants, where d is a product of two scales); offsets (only "float offset" formats): per
+// sub-block 16 offsets c, same width. Element = d * u + c, or d * (u - k) for "integer offset"
+// formats (c = -k d).
+// The activations are quantized as for the unpacked path (8 bits, one scale per 32); per
+// sub-block the kernel needs dx (the scale) and sx = dx * sum(q) (times -k for integer offsets).
+
+#if defined(MNEMO_KERNELS_PACKED_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MNEMO_KERNELS_PACKED_INL_H_
+#undef MNEMO_KERNELS_PACKED_INL_H_
+#else
+#define MNEMO_KERNELS_PACKED_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "kernels/internal.h"
+#include "kernels/matmul-inl.h"
+#include "kernels/quant_unpack-inl.h"
+#include "kernels/simd-inl.h"
+#include "mnemo/check.h"
+#include "mnemo/quant.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mnemo::kernels::HWY_NAMESPACE {
+
+#if HWY_TARGET == HWY_AVX3_DL
+
+namespace packed {
+
+using internal::PackedFormat;
+using internal::PackedLayout;
+
+/// One 16-row group: y[c * y_stride + r] for r < n_valid, tokens c < kC.
+template <int kKind, int kS, bool kF16, int kOff, int kC>
+MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout& L,
+                                       const int8_t* const* a, const float* const* dx,
+                                       const float* const* sx, float* y, int64_t y_stride,
+                                       int n_valid) {
+  __m512 accf[kC];
+  for (int c = 0; c < kC; ++c) accf[c] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i v10 = _mm512_set1_epi8(0x10);
+  const uint8_t* scales = group + L.scales_offset;
+  const uint8_t* offsets = group + L.offsets_offset;
+  for (int64_t s = 0; s < L.n_sub; ++s) {
+    const uint8_t* q = group + s * L.sub_quant_bytes;
+    const int64_t e0 = s * kS;
+    __m512i acci[kC];
+    for (int c = 0; c < kC; ++c) acci[c] = _mm512_setzero_si512();
+    if constexpr (kKind == internal::kPackU8) {
+      for (int k = 0; k < kS / 4; ++k) {
+        const __m512i v = _mm512_load_si512(q + 64 * k);
+        for (int c = 0; c < kC; ++c) {
+          int32_t a4;
+          std::memcpy(&a4, a[c] + e0 + 4 * k, 4);
+          acci[c] = _mm512_dpbusd_epi32(acci[c], v, _mm512_set1_epi32(a4));
+        }
+      }
+    } else {
+      for (int j = 0; j < kS / 8; ++j) {
+        const __m512i v = _mm512_load_si512(q + 64 * j);
+        __m512i lo = _mm512_and_si512(v, m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (kKind == internal::kPackU5) {
+          uint64_t mlo, mhi;
+          std::memcpy(&mlo, q + 8 * kS + 16 * j, 8);
+          std::memcpy(&mhi, q + 8 * kS + 16 * j + 8, 8);
+          lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(mlo), lo, v10);
+          hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(mhi), hi, v10);
+        }
+        for (int c = 0; c < kC; ++c) {
+          int32_t a_lo, a_hi;
+          std::memcpy(&a_lo, a[c] + e0 + 8 * j, 4);
+          std::memcpy(&a_hi, a[c] + e0 + 8 * j + 4, 4);
+          acci[c] = _mm512_dpbusd_epi32(acci[c], lo, _mm512_set1_epi32(a_lo));
+          acci[c] = _mm512_dpbusd_epi32(acci[c], hi, _mm512_set1_epi32(a_hi));
+        }
+      }
+    }
+    __m512 d;
+    __m512 off = _mm512_setzero_ps();
+    if constexpr (kF16) {
+      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * s)));
+      if constexpr (kOff < 0) {
+        off =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets + 32 * s)));
+      }
+    } else {
+      d = _mm512_loadu_ps(scales + 64 * s);
+      if constexpr (kOff < 0) off = _mm512_loadu_ps(offsets + 64 * s);
+    }
+    for (int c = 0; c < kC; ++c) {
+      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(dx[c][e0 / 4]));
+      accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), scale, accf[c]);
+      if constexpr (kOff > 0) {  // c = -k d: sx was multiplied by -k
+        accf[c] = _mm512_fmadd_ps(d, _mm512_set1_ps(sx[c][s]), accf[c]);
+      } else if constexpr (kOff < 0) {
+        accf[c] = _mm512_fmadd_ps(off, _mm512_set1_ps(sx[c][s]), accf[c]);
+      }
+    }
+  }
+  const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);
+  for (int c = 0; c < kC; ++c) _mm512_mask_storeu_ps(y + c * y_stride, valid, accf[c]);
+}
+
+/// A format's tile for kC tokens.
+template <int kKind, int kS, bool kF16, int kOff>
+void TileCols(int n_cols, const uint8_t* group, const PackedLayout& L, const int8_t* const* a,
+              const float* const* dx, const float* const* sx, float* y, int64_t y_stride,
+              int n_valid) {
+  switch (n_cols) {
+    case 8:
+      return Tile<kKind, kS, kF16, kOff, 8>(group, L, a, dx, sx, y, y_stride, n_valid);
+    case 4:
+      return Tile<kKind, kS, kF16, kOff, 4>(group, L, a, dx, sx, y, y_stride, n_valid);
+    case 2:
+      return Tile<kKind, kS, kF16, kOff, 2>(group, L, a, dx, sx, y, y_stride, n_valid);
+    case 1:
+      return Tile<kKind, kS, kF16, kOff, 1>(group, L, a, dx, sx, y, y_stride, n_valid);
+    default:
+      CHECK(false) << "bad packed tile width " << n_cols;
+  }
+}
+
+using TileFn = void (*)(int, const uint8_t*, const PackedLayout&, const int8_t* const*,
+                        const float* const*, const float* const*, float*, int64_t, int);
+
+inline TileFn GetTile(PackedFormat f) {
+  using internal::kPackU4;
+  using internal::kPackU5;
+  using internal::kPackU8;
+  switch (f) {
+    case PackedFormat::kQ4_0:
+      return &TileCols<kPackU4, 32, true, 8>;
+    case PackedFormat::kQ4_1:
+      return &TileCols<kPackU4, 32, true, -1>;
+    case PackedFormat::kQ5_0:
+      return &TileCols<kPackU5, 32, true, 16>;
+    case PackedFormat::kQ5_1:
+      return &TileCols<kPackU5, 32, true, -1>;
+    case PackedFormat::kQ8_0:
+      return &TileCols<kPackU8, 32, true, 128>;
+    case PackedFormat::kIQ4_NL:
+      return &TileCols<kPackU8, 32, true, 128>;
+    case PackedFormat::kQ4_K:
+      return &TileCols<kPackU4, 32, false, -1>;
+    case PackedFormat::kQ5_K:
+      return &TileCols<kPackU5, 32, false, -1>;
+    case PackedFormat::kQ6_K:
+      return &TileCols<kPackU8, 16, false, 32>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace packed
+
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
+/// The packed format of a weight type on this target (kNone: not packed here).
+inline internal::PackedFormat PackedFormatFor(GgmlType type) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return internal::packed_format_of(type);
+#else
+  (void)type;
+  return internal::PackedFormat::kNone;
+#endif
+}
+
+/// Packs rows [16 g0, 16 g1) of w (groups g0..g1-1) into out (group stride L.group_bytes).
+inline void PackGroups(const internal::MatmulArgs& w, internal::PackedFormat f,
+                       const internal::PackedLayout& L, int64_t g0, int64_t g1, uint8_t* out) {
+#if HWY_TARGET == HWY_AVX3_DL
+  IntKernel k;
+  CHECK(GetIntKernel(w.type, &k)) << "no integer kernel for " << type_name(w.type);
+  const internal::PackedFormatInfo info = internal::packed_format_info(f);
+  const int S = info.sub;
+  const int64_t n_pad = internal::round_up(w.n_in, internal::kPadElems);
+  const int64_t n_off = OffsetLen(n_pad, k.format.group);
+  std::vector<uint8_t> w8(16 * n_pad);
+  std::vector<float> dw(16 * n_pad / 4), cw(std::max<int64_t>(1, 16 * n_off));
+  for (int64_t g = g0; g < g1; ++g) {
+    uint8_t* dst = out + (g - g0) * L.group_bytes;
+    std::memset(dst, 0, L.group_bytes);
+    std::fill(w8.begin(), w8.end(), 0);
+    std::fill(dw.begin(), dw.end(), 0.0f);
+    std::fill(cw.begin(), cw.end(), 0.0f);
+    for (int r = 0; r < 16; ++r) {
+      const int64_t row = 16 * g + r;
+      if (row >= w.n_out) break;
+      k.unpack(w.w + row * w.w_row_bytes, w.n_in, n_pad, n_off, w8.data() + r * n_pad,
+               dw.data() + r * (n_pad / 4), cw.data() + r * n_off);
+    }
+    for (int64_t s = 0; s < L.n_sub; ++s) {
+      uint8_t* q = dst + s * L.sub_quant_bytes;
+      for (int r = 0; r < 16; ++r) {
+        const uint8_t* u = w8.data() + r * n_pad + s * S;
+        for (int e = 0; e < S; ++e) {
+          if (info.kind == internal::kPackU8) {
+            q[64 * (e / 4) + 4 * r + e % 4] = u[e];
+          } else {
+            // Unit j = e / 8; elements 8j..8j+3 low nibbles, 8j+4..8j+7 high nibbles.
+            const int j = e / 8, i = e % 4;
+            const int shift = (e % 8) < 4 ? 0 : 4;
+            q[64 * j + 4 * r + i] |= static_cast<uint8_t>((u[e] & 0x0F) << shift);
+            if (info.kind == internal::kPackU5 && (u[e] & 0x10)) {
+              uint64_t* masks = reinterpret_cast<uint64_t*>(q + 8 * S);
+              masks[e / 4] |= uint64_t{1} << (4 * r + e % 4);
+            }
+          }
+        }
+        // The scale (and offset) of the sub-block: constant over it in the unpacked form.
+        const float d = dw[r * (n_pad / 4) + s * S / 4];
+        const float c = info.offset < 0 ? cw[r * n_off + s * S / k.format.group] : 0.0f;
+        if (info.f16_scales) {
+          const uint16_t dh = fp32_to_fp16(d), ch = fp32_to_fp16(c);
+          std::memcpy(dst + L.scales_offset + 32 * s + 2 * r, &dh, 2);
+          if (info.offset < 0) std::memcpy(dst + L.offsets_offset + 32 * s + 2 * r, &ch, 2);
+        } else {
+          std::memcpy(dst + L.scales_offset + 64 * s + 4 * r, &d, 4);
+          if (info.offset < 0) std::memcpy(dst + L.offsets_offset + 64 * s + 4 * r, &c, 4);
+        }
+      }
+    }
+  }
+#else
+  (void)w;
+  (void)f;
+  (void)L;
+  (void)g0;
+  (void)g1;
+  (void)out;
+  CHECK(false) << "packing is only implemented on AVX3_DL";
+#endif
+}
+
+/// y = x W^T with packed W: quantize x (one scale per 32, sums per sub-block), then tasks of
+/// row groups x token chunks; inside a task every group stays in L1 while tiles of 8 tokens
+/// pass over it.
+inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f,
+                         const internal::PackedLayout& L, const uint8_t* data) {
+#if HWY_TARGET == HWY_AVX3_DL
+  using internal::ceil_div;
+  using internal::round_up;
+  const internal::PackedFormatInfo info = internal::packed_format_info(f);
+  const packed::TileFn tile = packed::GetTile(f);
+  const int64_t n_pad = round_up(a.n_in, internal::kPadElems);
+  const int64_t n_off = OffsetLen(n_pad, info.sub);
+  const int64_t n_tokens = a.n_tokens;
+  const int64_t call_bytes = n_tokens * (n_pad + n_pad + n_off * 4) + 4 * 64;
+  uint8_t* call = static_cast<uint8_t*>(
+      internal::thread_scratch(internal::kSlotCall).get(static_cast<size_t>(call_bytes)));
+  QuantRows qr;
+  qr.q = reinterpret_cast<int8_t*>(call);
+  qr.dx = reinterpret_cast<float*>(call + round_up(n_tokens * n_pad, 64));
+  qr.sx = qr.dx + round_up(n_tokens * n_pad / 4, 16);
+  qr.n_pad = n_pad;
+  qr.n_off = n_off;
+  qr.group = info.sub;
+  QuantizeRows(a.x, a.x_stride, n_tokens, a.n_in, qr);
+  if (info.offset > 0) {
+    for (int64_t i = 0; i < n_tokens * n_off; ++i) qr.sx[i] *= static_cast<float>(-info.offset);
+  }
+
+  const int64_t n_groups = ceil_div(a.n_out, 16);
+  const int n_threads = internal::n_threads_of(a.pool);
+  // Decoding: many small tasks for balance. Prompts: split groups first, then tokens.
+  const int64_t groups_per_task =
+      n_tokens <= 4 ? std::max<int64_t>(1, ceil_div(n_groups, 8 * static_cast<int64_t>(n_threads)))
+                    : std::max<int64_t>(1, std::min<int64_t>(4, ceil_div(n_groups, 4 * n_threads)));
+  const int64_t n_group_tasks = ceil_div(n_groups, groups_per_task);
+  const int64_t want_token_tasks = ceil_div(4 * static_cast<int64_t>(n_threads), n_group_tasks);
+  const int64_t n_token_tasks =
+      std::clamp<int64_t>(want_token_tasks, 1, std::max<int64_t>(1, n_tokens / 32));
+  const int64_t tokens_per_task = round_up(ceil_div(n_tokens, n_token_tasks), 8);
+  internal::parallel_for(a.pool, n_group_tasks * n_token_tasks, [&](int64_t task, int) {
+    const int64_t g0 = (task % n_group_tasks) * groups_per_task;
+    const int64_t g1 = std::min(n_groups, g0 + groups_per_task);
+    const int64_t t0 = (task / n_group_tasks) * tokens_per_task;
+    const int64_t t1 = std::min(n_tokens, t0 + tokens_per_task);
+    for (int64_t g = g0; g < g1; ++g) {
+      const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
+      const uint8_t* group = data + g * L.group_bytes;
+      for (int64_t t = t0; t < t1;) {
+        const int64_t left = t1 - t;
+        const int nc = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        const int8_t* ap[8];
+        const float* dxp[8];
+        const float* sxp[8];
+        for (int c = 0; c < nc; ++c) {
+          ap[c] = qr.q + (t + c) * n_pad;
+          dxp[c] = qr.dx + (t + c) * (n_pad / 4);
+          sxp[c] = qr.sx + (t + c) * n_off;
+        }
+        tile(nc, group, L, ap, dxp, sxp, a.y + t * a.y_stride + 16 * g, a.y_stride, n_valid);
+        t += nc;
+      }
+    }
+  });
+#else
+  (void)a;
+  (void)f;
+  (void)L;
+  (void)data;
+  CHECK(false) << "packed matmul is only implemented on AVX3_DL";
+#endif
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace mnemo::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MNEMO_KERNELS_PACKED_INL_H_

@@ -1,0 +1,177 @@
+// Packed weights: the per-target code is in packed-inl.h; this file compiles it once per
+// Highway target and holds the public pack_matrix / matmul(PackedMatrix) entry points.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/packed.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/packed-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mnemo::kernels::HWY_NAMESPACE {
+
+int PackFormatForTarget(GgmlType type) { return static_cast<int>(PackedFormatFor(type)); }
+bool PackedActive() { return HWY_TARGET == HWY_AVX3_DL; }
+void PackGroupsOp(const internal::MatmulArgs& w, int format, const internal::PackedLayout& layout,
+                  int64_t g0, int64_t g1, uint8_t* out) {
+  PackGroups(w, static_cast<internal::PackedFormat>(format), layout, g0, g1, out);
+}
+void PackedMatmulOp(const internal::MatmulArgs& a, int format, const internal::PackedLayout& layout,
+                    const uint8_t* data) {
+  PackedMatmul(a, static_cast<internal::PackedFormat>(format), layout, data);
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace mnemo::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cstdlib>
+
+#include "mnemo/check.h"
+#include "mnemo/kernels.h"
+
+namespace mnemo::kernels {
+
+HWY_EXPORT(PackFormatForTarget);
+HWY_EXPORT(PackedActive);
+HWY_EXPORT(PackGroupsOp);
+HWY_EXPORT(PackedMatmulOp);
+
+namespace internal {
+
+PackedFormat packed_format_of(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_0:
+      return PackedFormat::kQ4_0;
+    case GgmlType::Q4_1:
+      return PackedFormat::kQ4_1;
+    case GgmlType::Q5_0:
+      return PackedFormat::kQ5_0;
+    case GgmlType::Q5_1:
+      return PackedFormat::kQ5_1;
+    case GgmlType::Q8_0:
+      return PackedFormat::kQ8_0;
+    case GgmlType::Q4_K:
+      return PackedFormat::kQ4_K;
+    case GgmlType::Q5_K:
+      return PackedFormat::kQ5_K;
+    case GgmlType::Q6_K:
+      return PackedFormat::kQ6_K;
+    default:
+      return PackedFormat::kNone;
+  }
+}
+
+PackedFormatInfo packed_format_info(PackedFormat f) {
+  switch (f) {
+    case PackedFormat::kQ4_0:
+      return {kPackU4, 32, true, 8};
+    case PackedFormat::kQ4_1:
+      return {kPackU4, 32, true, -1};
+    case PackedFormat::kQ5_0:
+      return {kPackU5, 32, true, 16};
+    case PackedFormat::kQ5_1:
+      return {kPackU5, 32, true, -1};
+    case PackedFormat::kQ8_0:
+      return {kPackU8, 32, true, 128};
+    case PackedFormat::kIQ4_NL:
+      return {kPackU8, 32, true, 128};
+    case PackedFormat::kQ4_K:
+      return {kPackU4, 32, false, -1};
+    case PackedFormat::kQ5_K:
+      return {kPackU5, 32, false, -1};
+    case PackedFormat::kQ6_K:
+      return {kPackU8, 16, false, 32};
+    default:
+      CHECK(false) << "no packed format " << static_cast<int>(f);
+  }
+  return {};
+}
+
+PackedLayout packed_layout(PackedFormat f, int64_t n_in) {
+  const PackedFormatInfo info = packed_format_info(f);
+  PackedLayout l;
+  l.n_sub = n_in / info.sub;
+  l.sub_quant_bytes = info.kind == kPackU8   ? 16 * info.sub
+                      : info.kind == kPackU4 ? 8 * info.sub
+                                             : 8 * info.sub + 2 * info.sub;  // + masks
+  const int64_t scale_bytes = 16 * (info.f16_scales ? 2 : 4);
+  l.scales_offset = l.n_sub * l.sub_quant_bytes;
+  l.offsets_offset = l.scales_offset + l.n_sub * scale_bytes;
+  const int64_t end = l.offsets_offset + (info.offset < 0 ? l.n_sub * scale_bytes : 0);
+  l.group_bytes = round_up(end, 64);
+  return l;
+}
+
+bool packed_kernels_active() { return HWY_DYNAMIC_DISPATCH(PackedActive)(); }
+
+}  // namespace internal
+
+void PackedMatrix::Free::operator()(void* p) const { std::free(p); }
+
+namespace {
+internal::MatmulArgs args_of(const WeightMatrix& w) {
+  internal::MatmulArgs a;
+  a.type = w.type;
+  a.w = static_cast<const uint8_t*>(w.data);
+  a.w_row_bytes = row_size(w.type, w.n_in);
+  a.n_out = w.n_out;
+  a.n_in = w.n_in;
+  return a;
+}
+}  // namespace
+
+PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
+  CHECK(matmul_supports(w.type)) << "pack_matrix: unsupported type " << type_name(w.type);
+  CHECK(w.n_in > 0 && w.n_in % block_size(w.type) == 0) << "pack_matrix: bad n_in " << w.n_in;
+  PackedMatrix pm;
+  pm.source_ = w;
+  const auto format =
+      static_cast<internal::PackedFormat>(HWY_DYNAMIC_DISPATCH(PackFormatForTarget)(w.type));
+  if (format == internal::PackedFormat::kNone || w.n_out == 0) return pm;
+  const internal::PackedLayout layout = internal::packed_layout(format, w.n_in);
+  const int64_t n_groups = internal::ceil_div(w.n_out, 16);
+  const size_t bytes = static_cast<size_t>(n_groups * layout.group_bytes);
+  void* data = std::aligned_alloc(64, bytes);
+  CHECK(data != nullptr) << "pack_matrix: out of memory for " << bytes << " bytes";
+  pm.data_.reset(data);
+  pm.bytes_ = bytes;
+  pm.format_ = static_cast<int>(format);
+  pm.group_bytes_ = layout.group_bytes;
+  const internal::MatmulArgs a = args_of(w);
+  constexpr int64_t kGroupsPerTask = 8;
+  internal::parallel_for(pool, internal::ceil_div(n_groups, kGroupsPerTask),
+                         [&](int64_t task, int) {
+                           const int64_t g0 = task * kGroupsPerTask;
+                           const int64_t g1 = std::min(n_groups, g0 + kGroupsPerTask);
+                           HWY_DYNAMIC_DISPATCH(PackGroupsOp)
+                           (a, static_cast<int>(format), layout, g0, g1,
+                            static_cast<uint8_t*>(data) + g0 * layout.group_bytes);
+                         });
+  return pm;
+}
+
+void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
+            int64_t y_stride, ThreadPool* pool) {
+  if (!w.is_packed() || !internal::packed_kernels_active()) {
+    return matmul(w.source_, x, x_stride, n_tokens, y, y_stride, pool);
+  }
+  const WeightMatrix& s = w.source_;
+  CHECK(n_tokens >= 0 && x_stride >= s.n_in && y_stride >= s.n_out)
+      << "matmul: bad shape n_out=" << s.n_out << " n_tokens=" << n_tokens;
+  if (n_tokens == 0 || s.n_out == 0) return;
+  internal::MatmulArgs a = args_of(s);
+  a.x = x;
+  a.x_stride = x_stride;
+  a.n_tokens = n_tokens;
+  a.y = y;
+  a.y_stride = y_stride;
+  a.pool = pool;
+  const auto format = static_cast<internal::PackedFormat>(w.format_);
+  HWY_DYNAMIC_DISPATCH(PackedMatmulOp)
+  (a, w.format_, internal::packed_layout(format, s.n_in),
+   static_cast<const uint8_t*>(w.data_.get()));
+}
+
+}  // namespace mnemo::kernels
+#endif  // HWY_ONCE
