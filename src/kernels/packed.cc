@@ -11,9 +11,18 @@ namespace mnemo::kernels::HWY_NAMESPACE {
 
 int PackFormatForTarget(GgmlType type) { return static_cast<int>(PackedFormatFor(type)); }
 bool PackedActive() { return HWY_TARGET == HWY_AVX3_DL; }
-void PackGroupsOp(const internal::MatmulArgs& w, int format, const internal::PackedLayout& layout,
-                  int64_t g0, int64_t g1, uint8_t* out) {
-  PackGroups(w, static_cast<internal::PackedFormat>(format), layout, g0, g1, out);
+/// Packs every group of w, threads splitting the groups (one dispatch for the whole matrix).
+void PackAll(const internal::MatmulArgs& w, int format, const internal::PackedLayout& layout,
+             uint8_t* out, ThreadPool* pool) {
+  const int64_t n_groups = internal::ceil_div(w.n_out, 16);
+  constexpr int64_t kGroupsPerTask = 8;
+  internal::parallel_for(pool, internal::ceil_div(n_groups, kGroupsPerTask),
+                         [&](int64_t task, int) {
+                           const int64_t g0 = task * kGroupsPerTask;
+                           const int64_t g1 = std::min(n_groups, g0 + kGroupsPerTask);
+                           PackGroups(w, static_cast<internal::PackedFormat>(format), layout, g0,
+                                      g1, out + g0 * layout.group_bytes);
+                         });
 }
 void PackedMatmulOp(const internal::MatmulArgs& a, int format, const internal::PackedLayout& layout,
                     const uint8_t* data) {
@@ -34,7 +43,7 @@ namespace mnemo::kernels {
 
 HWY_EXPORT(PackFormatForTarget);
 HWY_EXPORT(PackedActive);
-HWY_EXPORT(PackGroupsOp);
+HWY_EXPORT(PackAll);
 HWY_EXPORT(PackedMatmulOp);
 
 namespace internal {
@@ -138,16 +147,8 @@ PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
   pm.bytes_ = bytes;
   pm.format_ = static_cast<int>(format);
   pm.group_bytes_ = layout.group_bytes;
-  const internal::MatmulArgs a = args_of(w);
-  constexpr int64_t kGroupsPerTask = 8;
-  internal::parallel_for(pool, internal::ceil_div(n_groups, kGroupsPerTask),
-                         [&](int64_t task, int) {
-                           const int64_t g0 = task * kGroupsPerTask;
-                           const int64_t g1 = std::min(n_groups, g0 + kGroupsPerTask);
-                           HWY_DYNAMIC_DISPATCH(PackGroupsOp)
-                           (a, static_cast<int>(format), layout, g0, g1,
-                            static_cast<uint8_t*>(data) + g0 * layout.group_bytes);
-                         });
+  HWY_DYNAMIC_DISPATCH(PackAll)
+  (args_of(w), static_cast<int>(format), layout, static_cast<uint8_t*>(data), pool);
   return pm;
 }
 
