@@ -117,6 +117,10 @@ struct PackedLayout {
 };
 PackedLayout packed_layout(PackedFormat f, int64_t n_in);
 
+/// Whether this CPU and OS run AMX-INT8 tile instructions (CPUID, and the Linux permission for
+/// the tile data state, requested once per process).
+bool amx_available();
+
 /// Whether the dispatched target has packed kernels (else matmul(PackedMatrix) reads the
 /// source).
 bool packed_kernels_active();

@@ -173,6 +173,149 @@ inline TileFn GetTile(PackedFormat f) {
   }
 }
 
+// ---- AMX tiles for prompts (CPUs with AMX-INT8, e.g. Xeon Sapphire Rapids and later) --------
+// TDPBSUD multiplies a tile of signed bytes (16 tokens x K activations, straight from the
+// quantized rows) by a tile of unsigned bytes in exactly the packed U8 layout (K/4 units of
+// 16 rows x 4 elements), giving the int32 dots of 16 tokens x 16 rows for one sub-block in one
+// instruction. The scales are then applied per token row of the result, as in Tile().
+
+/// The 64-byte tile configuration (palette 1): tile 0 = C (16 x 16 int32), tile 1 = A (16
+/// tokens x kS bytes), tile 2 = B (kS / 4 rows x 64 bytes).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+template <int kS>
+__attribute__((target("amx-tile"))) HWY_NOINLINE void AmxConfigure() {
+  TileConfig cfg;
+  cfg.rows[0] = 16;
+  cfg.colsb[0] = 64;
+  cfg.rows[1] = 16;
+  cfg.colsb[1] = kS;
+  cfg.rows[2] = kS / 4;
+  cfg.colsb[2] = 64;
+  // GCC 12's _tile_loadconfig tells the compiler it reads only 8 bytes of the configuration;
+  // the barrier keeps the stores to the other 56 bytes.
+  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+template <int kUnused>
+__attribute__((target("amx-tile"))) HWY_NOINLINE void AmxRelease() {
+  _tile_release();
+}
+
+/// Tokens [t0, t1) (16 at a time; the quantized rows are padded to a multiple of 16 with zero
+/// rows) x one 16-row group. bbuf: n_sub * 16 * kS bytes of scratch for U4 / U5 quants
+/// widened to bytes; cbuf: 16 x 16 int32.
+template <int kKind, int kS, bool kF16, int kOff>
+__attribute__((target("amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
+    const uint8_t* group, const PackedLayout& L, const QuantRows& qr, int64_t t0, int64_t t1,
+    float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf) {
+  // B operands: U8 quants are tile-ready in place; U4 / U5 are widened once per group.
+  const uint8_t* b = group;
+  int64_t b_stride = L.sub_quant_bytes;
+  if constexpr (kKind != internal::kPackU8) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i v10 = _mm512_set1_epi8(0x10);
+    for (int64_t s = 0; s < L.n_sub; ++s) {
+      const uint8_t* q = group + s * L.sub_quant_bytes;
+      uint8_t* out = bbuf + s * 16 * kS;
+      for (int j = 0; j < kS / 8; ++j) {
+        const __m512i v = _mm512_load_si512(q + 64 * j);
+        __m512i lo = _mm512_and_si512(v, m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (kKind == internal::kPackU5) {
+          uint64_t mlo, mhi;
+          std::memcpy(&mlo, q + 8 * kS + 16 * j, 8);
+          std::memcpy(&mhi, q + 8 * kS + 16 * j + 8, 8);
+          lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(mlo), lo, v10);
+          hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(mhi), hi, v10);
+        }
+        _mm512_store_si512(out + 128 * j, lo);
+        _mm512_store_si512(out + 128 * j + 64, hi);
+      }
+    }
+    b = bbuf;
+    b_stride = 16 * kS;
+  }
+  const uint8_t* scales = group + L.scales_offset;
+  const uint8_t* offsets = group + L.offsets_offset;
+  const int64_t dx_stride = qr.n_pad / 4;
+  for (int64_t t = t0; t < t1; t += 16) {
+    __m512 acc[16];
+    for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < L.n_sub; ++s) {
+      _tile_zero(0);
+      _tile_loadd(1, qr.q + t * qr.n_pad + s * kS, qr.n_pad);
+      _tile_loadd(2, b + s * b_stride, 64);
+      _tile_dpbsud(0, 1, 2);
+      _tile_stored(0, cbuf, 64);
+      __m512 d;
+      __m512 off = _mm512_setzero_ps();
+      if constexpr (kF16) {
+        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * s)));
+        if constexpr (kOff < 0) {
+          off = _mm512_cvtph_ps(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets + 32 * s)));
+        }
+      } else {
+        d = _mm512_loadu_ps(scales + 64 * s);
+        if constexpr (kOff < 0) off = _mm512_loadu_ps(offsets + 64 * s);
+      }
+      const float* dx = qr.dx + t * dx_stride + s * kS / 4;
+      const float* sx = qr.sx + t * qr.n_off + s;
+      for (int m = 0; m < 16; ++m) {
+        const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + 16 * m));
+        acc[m] = _mm512_fmadd_ps(c, _mm512_mul_ps(d, _mm512_set1_ps(dx[m * dx_stride])), acc[m]);
+        if constexpr (kOff > 0) {
+          acc[m] = _mm512_fmadd_ps(d, _mm512_set1_ps(sx[m * qr.n_off]), acc[m]);
+        } else if constexpr (kOff < 0) {
+          acc[m] = _mm512_fmadd_ps(off, _mm512_set1_ps(sx[m * qr.n_off]), acc[m]);
+        }
+      }
+    }
+    const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);
+    const int n_tok = static_cast<int>(std::min<int64_t>(16, t1 - t));
+    for (int m = 0; m < n_tok; ++m) _mm512_mask_storeu_ps(y + (t + m) * y_stride, valid, acc[m]);
+  }
+}
+
+using AmxGroupFn = void (*)(const uint8_t*, const PackedLayout&, const QuantRows&, int64_t, int64_t,
+                            float*, int64_t, int, uint8_t*, int32_t*);
+
+inline AmxGroupFn GetAmxGroup(PackedFormat f) {
+  using internal::kPackU4;
+  using internal::kPackU5;
+  using internal::kPackU8;
+  switch (f) {
+    case PackedFormat::kQ4_0:
+      return &AmxGroup<kPackU4, 32, true, 8>;
+    case PackedFormat::kQ4_1:
+      return &AmxGroup<kPackU4, 32, true, -1>;
+    case PackedFormat::kQ5_0:
+      return &AmxGroup<kPackU5, 32, true, 16>;
+    case PackedFormat::kQ5_1:
+      return &AmxGroup<kPackU5, 32, true, -1>;
+    case PackedFormat::kQ8_0:
+      return &AmxGroup<kPackU8, 32, true, 128>;
+    case PackedFormat::kIQ4_NL:
+      return &AmxGroup<kPackU8, 32, true, 128>;
+    case PackedFormat::kQ4_K:
+      return &AmxGroup<kPackU4, 32, false, -1>;
+    case PackedFormat::kQ5_K:
+      return &AmxGroup<kPackU5, 32, false, -1>;
+    case PackedFormat::kQ6_K:
+      return &AmxGroup<kPackU8, 16, false, 32>;
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace packed
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
@@ -267,13 +410,17 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
   const int64_t n_pad = round_up(a.n_in, internal::kPadElems);
   const int64_t n_off = OffsetLen(n_pad, info.sub);
   const int64_t n_tokens = a.n_tokens;
-  const int64_t call_bytes = n_tokens * (n_pad + n_pad + n_off * 4) + 4 * 64;
+  // Prompts on AMX CPUs take the tile path; its activation tiles read 16 token rows at a time,
+  // so the quantized rows are padded with zero rows to a multiple of 16.
+  const bool use_amx = n_tokens >= 16 && internal::amx_available();
+  const int64_t n_rows_q = use_amx ? round_up(n_tokens, 16) : n_tokens;
+  const int64_t call_bytes = n_rows_q * (n_pad + n_pad + n_off * 4) + 4 * 64;
   uint8_t* call = static_cast<uint8_t*>(
       internal::thread_scratch(internal::kSlotCall).get(static_cast<size_t>(call_bytes)));
   QuantRows qr;
   qr.q = reinterpret_cast<int8_t*>(call);
-  qr.dx = reinterpret_cast<float*>(call + round_up(n_tokens * n_pad, 64));
-  qr.sx = qr.dx + round_up(n_tokens * n_pad / 4, 16);
+  qr.dx = reinterpret_cast<float*>(call + round_up(n_rows_q * n_pad, 64));
+  qr.sx = qr.dx + round_up(n_rows_q * n_pad / 4, 16);
   qr.n_pad = n_pad;
   qr.n_off = n_off;
   qr.group = info.sub;
@@ -281,6 +428,13 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
   if (info.offset > 0) {
     for (int64_t i = 0; i < n_tokens * n_off; ++i) qr.sx[i] *= static_cast<float>(-info.offset);
   }
+  if (n_rows_q > n_tokens) {
+    const int64_t extra = n_rows_q - n_tokens;
+    std::memset(qr.q + n_tokens * n_pad, 0, extra * n_pad);
+    std::memset(qr.dx + n_tokens * (n_pad / 4), 0, extra * (n_pad / 4) * sizeof(float));
+    std::memset(qr.sx + n_tokens * n_off, 0, extra * n_off * sizeof(float));
+  }
+  const packed::AmxGroupFn amx_group = use_amx ? packed::GetAmxGroup(f) : nullptr;
 
   const int64_t n_groups = ceil_div(a.n_out, 16);
   const int n_threads = internal::n_threads_of(a.pool);
@@ -292,12 +446,29 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
   const int64_t want_token_tasks = ceil_div(4 * static_cast<int64_t>(n_threads), n_group_tasks);
   const int64_t n_token_tasks =
       std::clamp<int64_t>(want_token_tasks, 1, std::max<int64_t>(1, n_tokens / 32));
-  const int64_t tokens_per_task = round_up(ceil_div(n_tokens, n_token_tasks), 8);
+  const int64_t tokens_per_task = round_up(ceil_div(n_tokens, n_token_tasks), use_amx ? 16 : 8);
   internal::parallel_for(a.pool, n_group_tasks * n_token_tasks, [&](int64_t task, int) {
     const int64_t g0 = (task % n_group_tasks) * groups_per_task;
     const int64_t g1 = std::min(n_groups, g0 + groups_per_task);
     const int64_t t0 = (task / n_group_tasks) * tokens_per_task;
     const int64_t t1 = std::min(n_tokens, t0 + tokens_per_task);
+    if (amx_group != nullptr) {
+      uint8_t* bbuf = static_cast<uint8_t*>(
+          internal::thread_scratch(internal::kSlotRows).get(L.n_sub * 16 * info.sub + 64 * 17));
+      int32_t* cbuf = reinterpret_cast<int32_t*>(bbuf + round_up(L.n_sub * 16 * info.sub, 64));
+      if (info.sub == 16) {
+        packed::AmxConfigure<16>();
+      } else {
+        packed::AmxConfigure<32>();
+      }
+      for (int64_t g = g0; g < g1; ++g) {
+        const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
+        amx_group(data + g * L.group_bytes, L, qr, t0, t1, a.y + 16 * g, a.y_stride, n_valid, bbuf,
+                  cbuf);
+      }
+      packed::AmxRelease<0>();
+      return;
+    }
     for (int64_t g = g0; g < g1; ++g) {
       const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
       const uint8_t* group = data + g * L.group_bytes;

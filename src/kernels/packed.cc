@@ -36,6 +36,12 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <cstdlib>
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "mnemo/check.h"
 #include "mnemo/kernels.h"
 
@@ -113,6 +119,25 @@ PackedLayout packed_layout(PackedFormat f, int64_t n_in) {
 }
 
 bool packed_kernels_active() { return HWY_DYNAMIC_DISPATCH(PackedActive)(); }
+
+bool amx_available() {
+  static const bool available = [] {
+#if defined(__x86_64__) && defined(__linux__)
+    if (std::getenv("MNEMO_NO_AMX") != nullptr) return false;
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx_tile = (edx >> 24) & 1, amx_int8 = (edx >> 25) & 1;
+    if (!amx_tile || !amx_int8) return false;
+    // Linux hands out the 8 KB tile state only on request (ARCH_REQ_XCOMP_PERM, feature 18).
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return available;
+}
 
 }  // namespace internal
 
