@@ -81,7 +81,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 /// products; Q6_K quants as bytes). This is the idea of ggml's repacked CPU buffers (the AMX /
 /// "extra" buffer types).
 /// Packs only where it pays: on CPUs with AVX-512 VNNI, for the types above; otherwise (and for
-/// the other types) it keeps just the source and matmul() uses that.
+/// the other types) it keeps just the source and matmul() uses that. On CPUs with AMX-INT8
+/// (Xeon Sapphire Rapids and later; Linux grants the tile state on first use), prompts of 16+
+/// tokens multiply with AMX tiles, which read this same layout (MNEMO_NO_AMX=1 turns AMX off).
 /// Move-only; owns its packed bytes; `source` (non-owning) must outlive it.
 class PackedMatrix {
  public:

@@ -120,6 +120,8 @@ PackedLayout packed_layout(PackedFormat f, int64_t n_in);
 /// Whether this CPU and OS run AMX-INT8 tile instructions (CPUID, and the Linux permission for
 /// the tile data state, requested once per process).
 bool amx_available();
+/// Tests: with true, amx_available() answers false (to cover the non-AMX prompt path).
+void set_amx_disabled_for_test(bool disabled);
 
 /// Whether the dispatched target has packed kernels (else matmul(PackedMatrix) reads the
 /// source).

@@ -34,6 +34,7 @@ void PackedMatmulOp(const internal::MatmulArgs& a, int format, const internal::P
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <atomic>
 #include <cstdlib>
 
 #if defined(__x86_64__) && defined(__linux__)
@@ -120,7 +121,14 @@ PackedLayout packed_layout(PackedFormat f, int64_t n_in) {
 
 bool packed_kernels_active() { return HWY_DYNAMIC_DISPATCH(PackedActive)(); }
 
+namespace {
+std::atomic<bool> g_amx_disabled_for_test{false};
+}  // namespace
+
+void set_amx_disabled_for_test(bool disabled) { g_amx_disabled_for_test.store(disabled); }
+
 bool amx_available() {
+  if (g_amx_disabled_for_test.load(std::memory_order_relaxed)) return false;
   static const bool available = [] {
 #if defined(__x86_64__) && defined(__linux__)
     if (std::getenv("MNEMO_NO_AMX") != nullptr) return false;
