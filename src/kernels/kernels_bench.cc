@@ -1,9 +1,15 @@
 // Micro-benchmarks of the kernels at the shapes of the real models.
 //   matmul: GFLOP/s (2 * n_out * n_in * n_tokens per call) per weight type, at decoding
 //           (1 token) and prompt (512 tokens) shapes of SmolLM2-135M (d_model 576, FFN 1536),
-//           1 and 2 threads. K-quants need n_in % 256 == 0, so they run the FFN-down shape.
+//           1 and 2 threads, on GGUF rows (packed:0) and on a PackedMatrix (packed:1).
+//           K-quants need n_in % 256 == 0, so they run the FFN-down shape.
+//   matmul, whole model: one decoding step's 210 matmuls of a SmolLM2-shaped model, every
+//           matrix in its own memory (weights stream from L3 / DRAM as in a real forward).
 //   attention: one decoding step at depth 2048 (SmolLM2: 9 heads / 3 KV heads x 64; Gemma 3
-//           270M: 4 / 1 x 256) with f16 and q8_0 K/V, 1 and 2 threads.
+//           270M: 4 / 1 x 256) with f16 and q8_0 K/V, 1 and 2 threads; a 512-token prompt
+//           at depth 0 and 2048.
+// On a shared machine read the "CPU" column for one thread (the real time includes waiting
+// for a core); two-thread results need a quiet machine.
 //   ThreadPool: the cost of one empty parallel_for.
 // Run: build-kern/src/kernels/kernels_bench [--benchmark_filter=...]
 //      (MNEMO_BENCH_TARGET=AVX2 to measure another compiled target)
