@@ -434,10 +434,12 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
   const float neg_inf = -INFINITY;
   const int64_t n_tasks = base_tasks * n_split;
   internal::parallel_for(pool, n_tasks, [&](int64_t task, int) {
-    const int64_t split = task % n_split;
-    const int64_t rest = task / n_split;
-    const int64_t g = rest % p.n_head_kv;
-    const int64_t t0 = (rest / p.n_head_kv) * tokens_per_task;
+    // K/V head fastest: consecutive tasks (on one thread, or on the threads in step) read the
+    // other heads of the same cache rows while those are still in cache; a row holds all heads.
+    const int64_t g = task % p.n_head_kv;
+    const int64_t rest = task / p.n_head_kv;
+    const int64_t split = rest % n_split;
+    const int64_t t0 = (rest / n_split) * tokens_per_task;
     const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
     const int64_t c0 = split * cells_per_split;
     const int64_t c1 = std::min(kv.n_kv, c0 + cells_per_split);
