@@ -11,6 +11,10 @@ request, time per generated token). Loopback only: any other host is refused.
   scripts/load.py --serve "-np 8 -c 8192" --clients 8 --seconds 30
   scripts/load.py --serve "-np 8 -c 8192 -kvu" --clients 8 --seconds 30
 
+With --serve, the server's own CPU time (user + system, from /proc) is measured too: generated
+tokens per CPU-second is far less sensitive than wall-clock throughput to other programs
+competing for the same cores.
+
 Every request has a distinct prompt (no prompt-cache hits unless --shared-words makes them share
 a prefix) and ignore_eos, so each generates exactly --n-predict tokens.
 """
@@ -129,6 +133,15 @@ def run_load(url, args):
     return stats, wall
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a process (Linux /proc), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def check_loopback(url):
     host = urllib.parse.urlparse(url).hostname or ""
     if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
@@ -186,7 +199,10 @@ def main():
     check_loopback(url)
     try:
         props = requests.get(url + "/props", timeout=10).json()
+        cpu0 = cpu_seconds(proc.pid) if proc is not None else None
         stats, wall = run_load(url, args)
+        cpu1 = cpu_seconds(proc.pid) if proc is not None else None
+        cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
         steps = None
         if proc is not None:  # a fresh server: its counters cover exactly this run
             m = re.search(r"^mnemo_decode_steps_total (\S+)$",
@@ -211,6 +227,8 @@ def main():
         "latency_ms": {p: ms(percentile(stats.latency, p)) for p in (50, 90, 99)},
         "per_token_ms": {p: ms(percentile(stats.tpot, p)) for p in (50, 90, 99)},
         "decode_steps": steps,
+        "server_cpu_s": round(cpu, 1) if cpu is not None else None,
+        "gen_tok_per_cpu_s": round(stats.tokens / cpu, 1) if cpu else None,
     }
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -224,6 +242,9 @@ def main():
           f"errors {stats.errors or 0}")
     print(f"tokens: generated {stats.tokens} ({summary['gen_tok_per_s']} tok/s), "
           f"prompt {stats.prompt_tokens} ({summary['prompt_tok_per_s']} tok/s)")
+    if cpu:
+        print(f"cpu:    server used {cpu:.1f} CPU-s: {summary['gen_tok_per_cpu_s']} generated "
+              f"tokens per CPU-second")
     if steps:
         print(f"batches: {steps:.0f} decode steps, "
               f"{(stats.tokens + stats.prompt_tokens) / steps:.1f} tokens per step on average")

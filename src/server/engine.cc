@@ -534,6 +534,9 @@ void Engine::step() {
     items.push_back(std::move(it));
     --budget;
   }
+  // While some slots generate, prompt chunks are capped at one ubatch so a long prompt delays
+  // their next token by one forward pass, not by n_batch / n_ubatch of them.
+  if (!items.empty()) budget = std::min(budget, info_.n_ubatch);
   const uint32_t n = static_cast<uint32_t>(slots_.size());
   for (uint32_t k = 0; k < n && budget > 0; ++k) {
     Slot& s = *slots_[(rr_ + k) % n];

@@ -17,7 +17,9 @@
 // cells hold cache_tokens, in order.
 //
 // Scheduling of one step (continuous batching): every generating slot adds its pending token,
-// then prompting slots add prompt chunks (round robin, within n_batch); one Context::decode;
+// then prompting slots add prompt chunks (round robin, within n_batch; within n_ubatch while
+// any slot generates, so a long prompt stalls the others for one forward pass at most); one
+// Context::decode;
 // each slot with an output row samples its next token. A batch that does not fit (unified
 // cache) is retried slot by slot so one full conversation does not stop the others.
 //

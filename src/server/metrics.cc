@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <utility>
+
 #include "server/engine.h"
 
 namespace mnemo::server {
@@ -87,12 +90,13 @@ std::string prometheus_text(const Metrics& m, const EngineInfo& info, const Cont
            fmt::format("part=\"{}\",stream=\"{}\"", st.part, st.stream));
   }
   family(&o, "kv_bytes", "gauge", "K/V tensor bytes per stream, kind and type.");
+  std::map<std::pair<std::string, uint32_t>, std::pair<size_t, size_t>> kv;  // (part, stream)
+  for (const auto& t : snap.breakdown.tensors) {
+    auto& e = kv[{t.part, t.stream}];
+    (t.kind == 'K' ? e.first : e.second) += t.bytes;
+  }
   for (const auto& st : snap.breakdown.streams) {
-    size_t k = 0, v = 0;
-    for (const auto& t : snap.breakdown.tensors) {
-      if (t.part != st.part || t.stream != st.stream) continue;
-      (t.kind == 'K' ? k : v) += t.bytes;
-    }
+    const auto [k, v] = kv[{st.part, st.stream}];
     sample(&o, "kv_bytes", double(k),
            fmt::format("part=\"{}\",stream=\"{}\",kind=\"K\",type=\"{}\"", st.part, st.stream,
                        type_name(st.k_type)));
