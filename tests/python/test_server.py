@@ -595,3 +595,23 @@ def test_context_shift_with_quantized_k_and_unified_admission(binary, model):
         assert r.status_code == 200, r.text
     finally:
         assert s.stop() == 0
+
+
+def test_kv_policy_moves_slots_down_the_ladder(binary, model):
+    # A threshold this low is crossed by the first prompt: after that step the policy moves the
+    # slot holding cells to q8_0 (which brings occupancy back under the threshold; the empty
+    # slot stays), and generation goes on in the new type.
+    s = Server(binary, model, "-np", 2, "-c", 256, "--metrics", "--kv-policy", "f16,q8_0@0.05")
+    try:
+        assert requests.get(s.url + "/props").json()["kv_policy"] == "f16,q8_0@0.05"
+        j = completion(s, "The weather today is", 12, ignore_eos=True)
+        assert j["tokens_predicted"] == 12 and j["content"]
+        slots = requests.get(s.url + "/slots").json()
+        assert (slots[0]["type_k"], slots[0]["type_v"]) == ("q8_0", "q8_0"), slots
+        assert (slots[1]["type_k"], slots[1]["type_v"]) == ("f16", "f16"), slots
+        assert slots[0]["bytes"] < slots[1]["bytes"]
+        assert metric(s, "requantizations_total") == 1
+        assert "kv policy: slot" in s.log()
+        assert completion(s, "The weather today is", 4)["content"]
+    finally:
+        assert s.stop() == 0
