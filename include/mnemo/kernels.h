@@ -84,6 +84,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 /// the other types) it keeps just the source and matmul() uses that. On CPUs with AMX-INT8
 /// (Xeon Sapphire Rapids and later; Linux grants the tile state on first use), prompts of 16+
 /// tokens multiply with AMX tiles, which read this same layout (MNEMO_NO_AMX=1 turns AMX off).
+/// Use: pack each linear weight once when the model loads (hold the PackedMatrix next to the
+/// tensor) and call matmul(packed, ...) in the forward pass; on this project's machines it is
+/// 3-4x faster than matmul(WeightMatrix) for decoding and 4-5x for prompts (AMX).
 /// Move-only; owns its packed bytes; `source` (non-owning) must outlive it.
 class PackedMatrix {
  public:
@@ -122,6 +125,8 @@ PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
 /// float rounding, not bit for bit. Bit-identical for any number of threads.
 void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, ThreadPool* pool);
+/// The same with contiguous x ([n_tokens x n_in]) and y ([n_tokens x n_out]).
+void matmul(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
 
 /// Embedding lookup: out[i] = dequantized row ids[i] of `w`, for i in [0, n_ids).
 ///   out: [n_ids x w.n_in] float. ids[i] in [0, w.n_out) (CHECKed).

@@ -207,5 +207,9 @@ void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_t
    static_cast<const uint8_t*>(w.data_.get()));
 }
 
+void matmul(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
+  matmul(w, x, w.source().n_in, n_tokens, y, w.source().n_out, pool);
+}
+
 }  // namespace mnemo::kernels
 #endif  // HWY_ONCE
