@@ -831,16 +831,21 @@ ControlReply error_reply(ErrorKind kind, Status st) {
 
 }  // namespace
 
-ControlReply Engine::slot_erase(const ControlRequest& req) {
-  if (req.slot < 0 || req.slot >= static_cast<int32_t>(slots_.size())) {
+std::optional<ControlReply> Engine::idle_slot_error(int32_t slot) const {
+  if (slot < 0 || slot >= static_cast<int32_t>(slots_.size())) {
     return error_reply(ErrorKind::kNotFound,
-                       Status::not_found(fmt::format("slot {} does not exist", req.slot)));
+                       Status::not_found(fmt::format("slot {} does not exist", slot)));
   }
-  Slot& s = *slots_[req.slot];
-  if (s.state != SlotState::kIdle) {
+  if (slots_[slot]->state != SlotState::kIdle) {
     return error_reply(ErrorKind::kBusy, Status::invalid_argument(fmt::format(
-                                             "slot {} is processing a request", req.slot)));
+                                             "slot {} is processing a request", slot)));
   }
+  return std::nullopt;
+}
+
+ControlReply Engine::slot_erase(const ControlRequest& req) {
+  if (auto err = idle_slot_error(req.slot)) return *err;
+  Slot& s = *slots_[req.slot];
   const double t0 = now_ms();
   ControlReply r;
   r.n_tokens = static_cast<int32_t>(s.cache_tokens.size());
@@ -853,15 +858,8 @@ ControlReply Engine::slot_erase(const ControlRequest& req) {
 }
 
 ControlReply Engine::slot_save(const ControlRequest& req) {
-  if (req.slot < 0 || req.slot >= static_cast<int32_t>(slots_.size())) {
-    return error_reply(ErrorKind::kNotFound,
-                       Status::not_found(fmt::format("slot {} does not exist", req.slot)));
-  }
+  if (auto err = idle_slot_error(req.slot)) return *err;
   Slot& s = *slots_[req.slot];
-  if (s.state != SlotState::kIdle) {
-    return error_reply(ErrorKind::kBusy, Status::invalid_argument(fmt::format(
-                                             "slot {} is processing a request", req.slot)));
-  }
   const double t0 = now_ms();
   ControlReply r;
   auto bytes = save_slot_file(*ctx_, s.id, req.path, s.cache_tokens);
@@ -878,15 +876,8 @@ ControlReply Engine::slot_save(const ControlRequest& req) {
 }
 
 ControlReply Engine::slot_restore(const ControlRequest& req) {
-  if (req.slot < 0 || req.slot >= static_cast<int32_t>(slots_.size())) {
-    return error_reply(ErrorKind::kNotFound,
-                       Status::not_found(fmt::format("slot {} does not exist", req.slot)));
-  }
+  if (auto err = idle_slot_error(req.slot)) return *err;
   Slot& s = *slots_[req.slot];
-  if (s.state != SlotState::kIdle) {
-    return error_reply(ErrorKind::kBusy, Status::invalid_argument(fmt::format(
-                                             "slot {} is processing a request", req.slot)));
-  }
   const double t0 = now_ms();
   std::vector<TokenId> tokens;
   auto bytes = load_slot_file(*ctx_, s.id, req.path, &tokens);

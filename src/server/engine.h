@@ -259,6 +259,9 @@ class Engine {
   ControlReply snapshot();
   ControlReply slot_save(const ControlRequest& req);
   ControlReply slot_restore(const ControlRequest& req);
+  // The error reply for a slot control request naming a missing (404) or busy slot; nullopt
+  // when the slot exists and is idle.
+  std::optional<ControlReply> idle_slot_error(int32_t slot) const;
   ControlReply slot_erase(const ControlRequest& req);
   ControlReply requantize(const ControlRequest& req);
 
