@@ -197,6 +197,13 @@ class File {
   /// The tensor called `name`, or null.
   const TensorInfo* find_tensor(std::string_view name) const;
 
+  /// Tells the OS that the bytes [data, data + n) of the mapping will not be read for a while
+  /// (the whole pages inside the range are dropped from this process's memory; a later read
+  /// faults them in again from the file, so the contents never change). For tensors whose
+  /// data was copied elsewhere (repacked weights). No-op for a File made from_memory or a range
+  /// outside the mapping.
+  void release_pages(const void* data, size_t n) const;
+
  private:
   File() = default;
   Status parse();

@@ -87,6 +87,10 @@ struct Weight {
   int64_t ne0 = 0;
   int64_t ne1 = 1;
   size_t row_bytes = 0;
+  /// The same matrix rearranged for the integer kernels (kernels::PackedMatrix), owned by the
+  /// Model; null when the weight is not repacked (vectors, embeddings read by row, types or CPUs
+  /// where packing does not pay, ModelParams::repack off). Forward uses it when present.
+  const kernels::PackedMatrix* packed = nullptr;
 
   bool present() const { return data != nullptr; }
   /// Row r as a byte pointer. r < ne1.
@@ -117,6 +121,19 @@ struct LayerWeights {
   Weight bo;            // granitehybrid attn_output.bias [n_embd] (optional)
 };
 
+/// How a model is loaded.
+struct ModelParams {
+  /// Repack the linear weights at load time into kernels::PackedMatrix (16-row interleaved
+  /// layout for the VNNI / AMX kernels; see mnemo/kernels.h), as llama.cpp's repacked CPU
+  /// buffers do. Costs one pass over the weights at load. The file's pages of a repacked tensor
+  /// are released (gguf::File::release_pages), so memory grows only by the packed copy of a
+  /// tied output matrix (the embedding rows are still read) and, for Q4_K / Q5_K / Q6_K, by the
+  /// 30-55% the packed form is larger. `--no-repack` turns it off.
+  bool repack = true;
+  /// Threads used for repacking (0: all hardware threads).
+  int n_threads = 0;
+};
+
 /// Loaded model: the mapped file, hyper-parameters and weights. Immutable after load, so one
 /// Model can be shared by several contexts and threads.
 class Model {
@@ -124,7 +141,8 @@ class Model {
   /// Opens and validates a GGUF model. NotFound / Corruption from the reader; NotSupported for an
   /// unknown architecture (the message lists the supported ones) or tensor type; InvalidArgument
   /// naming the tensor for a missing tensor or a wrong shape.
-  static Result<std::unique_ptr<Model>> load(const std::string& path);
+  static Result<std::unique_ptr<Model>> load(const std::string& path,
+                                             const ModelParams& params = {});
 
   const HParams& hparams() const { return hp_; }
   const gguf::File& file() const { return file_; }
@@ -136,7 +154,11 @@ class Model {
   uint64_t n_bytes() const;
   /// Number of parameters.
   uint64_t n_params() const;
-  /// A short description: "llama 30 blocks, 134.5 M params, Q4_1".
+  /// Bytes held by repacked copies of weights (0 when nothing was repacked).
+  uint64_t n_packed_bytes() const;
+  /// Number of repacked matrices (see ModelParams::repack).
+  size_t n_packed() const { return packed_.size(); }
+  /// A short description: "llama 30 blocks, 134.5 M params, 82.0 MiB (q4_1)".
   std::string describe() const;
 
  private:
@@ -145,11 +167,14 @@ class Model {
   Status bind_weights();
   Status load_ssm_hparams();  // mamba2 / granitehybrid (src/model/model_ssm.cc)
   Status bind_ssm_weights();
+  /// Repacks every linear weight (see ModelParams::repack).
+  void repack_weights(int n_threads);
 
   gguf::File file_;
   HParams hp_;
   Weight token_embd_, output_norm_, output_;
   std::vector<LayerWeights> layers_;
+  std::vector<std::unique_ptr<kernels::PackedMatrix>> packed_;  // owners of Weight::packed
 };
 
 }  // namespace mnemo

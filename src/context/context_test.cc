@@ -150,9 +150,11 @@ constexpr double kStrictTolerance = 1e-4;
 // least kNearTie, and the log-prob of the reference's top-1 token moves by at most kMaxLogprob
 // nats (mean at most kMeanLogprob). The bounds are those llama.cpp meets against itself on the
 // same file (tests/fixtures/logits_*.json "variants": mean 0.06-0.10, max 0.25-0.77 nats, top-1
-// flips at near-ties); measured here on random-token prompts: mean 0.065-0.076, near-ties up to
-// 0.21 nats.
-constexpr double kNearTie = 0.3;
+// flips at near-ties); measured here on random-token prompts: mean 0.036-0.076, max 0.21-0.39
+// nats (0.39 with repacked weights, whose rounding differs from the plain kernels'). A top-1
+// flip needs the two leading log-probs to move apart by the margin, so margins below 0.5 nats
+// (about what the measured moves allow, and less than llama.cpp's own 0.77) may flip.
+constexpr double kNearTie = 0.5;
 constexpr double kMaxLogprob = 0.6;
 constexpr double kMeanLogprob = 0.1;
 
@@ -187,6 +189,8 @@ void expect_close_logprobs(const LogitsBySeqPos& ref, const LogitsBySeqPos& got)
   }
   EXPECT_LE(max_d, kMaxLogprob);
   EXPECT_LE(sum_d / double(ref.size()), kMeanLogprob);
+  std::printf("[ log-prob of the reference top-1 ] max |diff| %.3f, mean %.3f nats\n", max_d,
+              sum_d / double(ref.size()));
 }
 
 void check_modes(const std::string& path, std::vector<int> lengths, bool strict) {
@@ -228,6 +232,26 @@ TEST(ContextTest, ModesAndUbatchSizesAgreeRealSmolLM2) {
   const std::string path = real_model_path();
   if (path.empty()) GTEST_SKIP() << "models/SmolLM2-135M-Instruct-Q4_1.gguf not fetched";
   check_modes(path, {10, 14, 6, 9}, false);
+}
+
+// Repacked weights (Model::load's default) against the GGUF layout: same model, other rounding.
+TEST(ContextTest, RepackedAndPlainWeightsAgreeRealSmolLM2) {
+  const std::string path = real_model_path();
+  if (path.empty()) GTEST_SKIP() << "models/SmolLM2-135M-Instruct-Q4_1.gguf not fetched";
+  ModelParams plain_params;
+  plain_params.repack = false;
+  auto plain = Model::load(path, plain_params);
+  auto packed = Model::load(path);
+  ASSERT_TRUE(plain.ok() && packed.ok());
+  EXPECT_EQ((*plain)->n_packed(), 0u);
+  EXPECT_EQ((*plain)->n_packed_bytes(), 0u);
+  if ((*packed)->n_packed() > 0) {
+    // Every linear weight of the 30 blocks (7 each) and the output matrix.
+    EXPECT_EQ((*packed)->n_packed(), 30u * 7u + 1u);
+    EXPECT_GT((*packed)->n_packed_bytes(), 0u);
+  }
+  const auto prompts = make_prompts((*plain)->hparams().n_vocab, {24, 9});
+  expect_close_logprobs(run_separately(**plain, prompts), run_separately(**packed, prompts));
 }
 
 // Snapshot of every stream's cell metadata, for byte-equality checks.

@@ -279,6 +279,19 @@ Result<File> File::open(const std::string& path) {
   return f;
 }
 
+void File::release_pages(const void* data, size_t n) const {
+  if (map_ == nullptr || n == 0) return;
+  const auto base = reinterpret_cast<uintptr_t>(map_);
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  if (begin < base || begin + n > base + map_size_ || begin + n < begin) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page;  // whole pages inside the range
+  const uintptr_t last = (begin + n) / page * page;
+  if (last <= first) return;
+  // Advice only: a failure leaves the pages where they are.
+  (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 Status File::parse() {
   Cursor c(bytes_);
 

@@ -151,19 +151,27 @@ HWY_INLINE hn::Vec<DF32> Widen16(const uint8_t* row, int64_t i) {
 template <GgmlType kType, int kQ>
 HWY_NOINLINE void FloatScoresT(const uint8_t* const* cells, int n_cells, int64_t hd,
                                const float* const* qf, float* y, int64_t y_stride) {
+  // The loops over r and j are unrolled (pragmas) so that acc and k live in registers; GCC
+  // otherwise keeps these arrays on the stack.
   const DF32 df;
   hn::Vec<DF32> acc[kQ][4];
+#pragma GCC unroll 4
   for (int r = 0; r < kQ; ++r) {
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
   }
   for (int64_t i = 0; i < hd; i += 16) {
     hn::Vec<DF32> k[4];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) k[j] = Widen16<kType>(cells[j], i);
+#pragma GCC unroll 4
     for (int r = 0; r < kQ; ++r) {
       const auto qv = hn::Load(df, qf[r] + i);
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < kQ; ++r) {
     if (n_cells == 4) {
       Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * y_stride);
@@ -198,8 +206,10 @@ HWY_NOINLINE void VAccT(const uint8_t* const* cells, int64_t n_cells, int64_t hd
                         int64_t p_stride, float* const* acc) {
   const DF32 df;
   for (int64_t d0 = 0; d0 < hd; d0 += 64) {  // 64 dimensions = 4 vectors per row in registers
-    hn::Vec<DF32> a[kQ][4];
+    hn::Vec<DF32> a[kQ][4];  // unrolled loops (pragmas): a and v stay in registers
+#pragma GCC unroll 4
     for (int r = 0; r < kQ; ++r) {
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) a[r][j] = hn::Load(df, acc[r] + d0 + 16 * j);
     }
     for (int64_t k = 0; k < n_cells; ++k) {
@@ -210,10 +220,12 @@ HWY_NOINLINE void VAccT(const uint8_t* const* cells, int64_t n_cells, int64_t hd
         const hn::Rebind<int8_t, DF32> d8;
         const hn::Rebind<int32_t, DF32> di;
         hn::Vec<DF32> v[4];
+#pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
           v[j] = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, b[j / 2].qs + 16 * (j % 2))));
         }
         const float s0 = F16ToF32(b[0].d), s1 = F16ToF32(b[1].d);
+#pragma GCC unroll 4
         for (int r = 0; r < kQ; ++r) {
           const float pk = p[r * p_stride + k];
           const auto w0 = hn::Set(df, pk * s0), w1 = hn::Set(df, pk * s1);
@@ -224,14 +236,19 @@ HWY_NOINLINE void VAccT(const uint8_t* const* cells, int64_t n_cells, int64_t hd
         }
       } else {
         hn::Vec<DF32> v[4];
+#pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) v[j] = Widen16<kType>(row, d0 + 16 * j);
+#pragma GCC unroll 4
         for (int r = 0; r < kQ; ++r) {
           const auto w = hn::Set(df, p[r * p_stride + k]);
+#pragma GCC unroll 4
           for (int j = 0; j < 4; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
         }
       }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < kQ; ++r) {
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) hn::Store(a[r][j], df, acc[r] + d0 + 16 * j);
     }
   }

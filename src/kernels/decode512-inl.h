@@ -336,9 +336,12 @@ template <class Dec, int kR, int kC>
 MNEMO_VNNI_ATTR HWY_NOINLINE void GemvTile(const uint8_t* const* rows, int n_rows, int64_t n_in,
                                            const int8_t* const* q, const float* const* dx,
                                            const float* const* aux, float* y, int64_t y_stride) {
+  // Loops over r / c / v are unrolled (pragmas) so that acc and w stay in registers.
   const Dec dec;
   __m512 acc[kR][kC];
+#pragma GCC unroll 4
   for (int r = 0; r < kR; ++r) {
+#pragma GCC unroll 4
     for (int c = 0; c < kC; ++c) acc[r][c] = _mm512_setzero_ps();
   }
   const DU8 du8;
@@ -348,14 +351,18 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void GemvTile(const uint8_t* const* rows, int n_row
     __m512i w[kR][Dec::kVecs];
     __m512 dw[kR][Dec::kVecs];
     __m512 cw[kR][Dec::kVecs];
+#pragma GCC unroll 4
     for (int r = 0; r < kR; ++r) dec.Load(rows[r], g, w[r], dw[r], cw[r]);
+#pragma GCC unroll 4
     for (int v = 0; v < Dec::kVecs; ++v) {
       const int64_t e = g * Dec::kElems + 64 * v;
+#pragma GCC unroll 4
       for (int c = 0; c < kC; ++c) {
         const hn::Vec<DI8> a{_mm512_loadu_si512(q[c] + e)};
         const __m512 dxv = _mm512_loadu_ps(dx[c] + e / 4);
         __m512 auxv = _mm512_setzero_ps();
         if constexpr (Dec::kOffset != Offset::kNone) auxv = _mm512_loadu_ps(aux[c] + e / 4);
+#pragma GCC unroll 4
         for (int r = 0; r < kR; ++r) {
           __m512i dot;
           if constexpr (Dec::kOffset == Offset::kInt && kVnni) {
@@ -381,6 +388,7 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void GemvTile(const uint8_t* const* rows, int n_row
     }
   }
   const DF32 df;
+#pragma GCC unroll 4
   for (int c = 0; c < kC; ++c) {
     if constexpr (kR == 4) {
       if (n_rows == 4) {

@@ -87,7 +87,11 @@ kernels::WeightMatrix Forward::matrix(const Weight& w) {
 }
 
 void Forward::matmul(const Weight& w, const float* x, int64_t n_tokens, float* y) {
-  kernels::matmul(matrix(w), x, n_tokens, y, pool_);
+  if (w.packed != nullptr) {
+    kernels::matmul(*w.packed, x, n_tokens, y, pool_);
+  } else {
+    kernels::matmul(matrix(w), x, n_tokens, y, pool_);
+  }
 }
 
 void Forward::add_bias(const Weight& b, float* y, int64_t n_tokens) {

@@ -2,10 +2,14 @@
 // llama.cpp's converter writes ("token_embd.weight", "blk.N.attn_q.weight", ...).
 #include "mnemo/model.h"
 
+#include "mnemo/thread_pool.h"
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <thread>
 
 namespace mnemo {
 namespace {
@@ -66,13 +70,44 @@ const float* Weight::f32() const {
   return reinterpret_cast<const float*>(data);
 }
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelParams& params) {
   auto file = gguf::File::open(path);
   if (!file.ok()) return file.status();
   std::unique_ptr<Model> m(new Model(std::move(file).value()));
   MNEMO_RETURN_IF_ERROR(m->load_hparams().with_context(path));
   MNEMO_RETURN_IF_ERROR(m->bind_weights().with_context(path));
+  if (params.repack) m->repack_weights(params.n_threads);
   return m;
+}
+
+void Model::repack_weights(int n_threads) {
+  if (n_threads <= 0) n_threads = std::max(1, int(std::thread::hardware_concurrency()));
+  ThreadPool pool(n_threads);
+  // Every weight the forward passes multiply with (Forward::matmul); the token embedding is
+  // read by rows (get_rows) and stays as it is, but a tied output matrix is repacked.
+  std::vector<Weight*> linear = {&output_};
+  for (LayerWeights& l : layers_) {
+    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
+                      &l.ssm_in, &l.ssm_out}) {
+      linear.push_back(w);
+    }
+  }
+  for (Weight* w : linear) {
+    if (!w->present() || w->ne1 < 2) continue;
+    const kernels::WeightMatrix src{w->type, w->data, w->ne1, w->ne0};
+    auto p = std::make_unique<kernels::PackedMatrix>(kernels::pack_matrix(src, &pool));
+    if (!p->is_packed()) continue;
+    w->packed = p.get();
+    packed_.push_back(std::move(p));
+    // The file's copy is not read any more (the embedding rows still are, when tied).
+    if (w->data != token_embd_.data) file_.release_pages(w->data, w->row_bytes * size_t(w->ne1));
+  }
+}
+
+uint64_t Model::n_packed_bytes() const {
+  uint64_t n = 0;
+  for (const auto& p : packed_) n += p->packed_bytes();
+  return n;
 }
 
 Status Model::load_hparams() {

@@ -17,8 +17,8 @@
 // Threads: httplib's pool runs the handlers (JSON, chat template, tokenization) and waits on a
 // TaskChannel for the engine's events. A streamed completion holds its pool thread while it
 // streams; a client that goes away makes a write fail, which cancels the request (the slot is
-// freed at the next step). A non-streamed completion that takes longer than a second is sent as
-// a chunked body that starts with whitespace written every second (valid JSON whitespace), so a
+// freed at the next step). A non-streamed completion that takes longer than kHeartbeat (250 ms) is
+// sent as a chunked body that starts with whitespace written every 250 ms (JSON whitespace), so a
 // disconnect is noticed there too; such a response has status 200 even if it ends in an error
 // object.
 #include <fmt/format.h>
@@ -49,7 +49,11 @@ using httplib::Request;
 using httplib::Response;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kPoll = std::chrono::milliseconds(1000);  // heartbeat / keep-alive interval
+constexpr auto kPoll = std::chrono::milliseconds(1000);  // stream keep-alive interval
+// Non-streamed completions: how long a quick answer may take before the body switches to
+// chunked, and the interval of the whitespace heartbeat after that. A closed connection fails
+// the second write after the close, so a client that leaves is noticed within ~3 heartbeats.
+constexpr auto kHeartbeat = std::chrono::milliseconds(250);
 
 // Set by stop_server(); the running server's watcher thread polls it (as it waits for signals).
 std::atomic<bool> g_stop_requested{false};
@@ -550,7 +554,7 @@ void Front::completion(const Request& req, Response& res, RequestLog& log, Api a
   }
 
   // Not streamed: a quick answer gets an exact status; a slow one switches to a chunked body.
-  const auto quick = Clock::now() + kPoll;
+  const auto quick = Clock::now() + kHeartbeat;
   while (!ex->finished && Clock::now() < quick) {
     auto ev = ex->channel->pop(std::chrono::duration_cast<std::chrono::milliseconds>(
         quick - Clock::now() + std::chrono::milliseconds(1)));
@@ -575,9 +579,9 @@ void Front::completion(const Request& req, Response& res, RequestLog& log, Api a
       [this, ex](size_t, DataSink& sink) {
         auto last_write = Clock::now();
         while (true) {
-          auto ev = ex->channel->pop(kPoll);
-          // A space every second, events or not: the only way to find out the client left.
-          if (Clock::now() - last_write >= kPoll) {
+          auto ev = ex->channel->pop(kHeartbeat);
+          // A space every heartbeat, events or not: the only way to find out the client left.
+          if (Clock::now() - last_write >= kHeartbeat) {
             if (!sink.write(" ", 1)) {
               ex->channel->cancel();
               return false;

@@ -86,7 +86,7 @@ int bench_main(BenchFlags& f) {
     fmt::print(stderr, "mnemo bench: -r must be >= 1 and -o md or json\n");
     return 2;
   }
-  auto lm = load_model(f.model.model_path);
+  auto lm = load_model(f.model);
   if (!lm.ok()) {
     fmt::print(stderr, "mnemo bench: {}\n", lm.status().to_string());
     return 1;

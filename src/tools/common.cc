@@ -1,5 +1,7 @@
 #include "tools/common.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 
 namespace mnemo::tools {
@@ -20,6 +22,9 @@ void ModelFlags::add_to(CLI::App& app, bool with_parallel) {
                  "recurrent models: checkpoint each sequence's state every N tokens (0: never)");
   app.add_option("--rs-ckpts", ctx.rs_n_checkpoints,
                  "recurrent models: checkpoints kept per sequence (prompt cache, rollback)");
+  app.add_flag("--no-repack", no_repack,
+               "keep weights in the file's layout (default: repack linear weights at load for "
+               "the VNNI / AMX kernels)");
   if (with_parallel) app.add_option("--parallel", ctx.n_seq_max, "parallel sequences (slots)");
 }
 
@@ -50,10 +55,14 @@ double now_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
-Result<LoadedModel> load_model(const std::string& path) {
+Result<LoadedModel> load_model(const ModelFlags& flags) {
+  const std::string& path = flags.model_path;
   LoadedModel lm;
   const double t0 = now_ms();
-  auto model = Model::load(path);
+  ModelParams mp;
+  mp.repack = !flags.no_repack;
+  mp.n_threads = flags.ctx.n_threads;
+  auto model = Model::load(path, mp);
   if (!model.ok()) return model.status();
   lm.model = std::move(model).value();
   auto tok = Tokenizer::from_gguf(lm.model->file());
@@ -61,6 +70,12 @@ Result<LoadedModel> load_model(const std::string& path) {
   lm.tokenizer = std::make_unique<Tokenizer>(std::move(tok).value());
   lm.load_ms = now_ms() - t0;
   return lm;
+}
+
+std::string repack_summary(const Model& model) {
+  if (model.n_packed() == 0) return "";
+  return fmt::format("{} weight matrices repacked ({:.1f} MiB)", model.n_packed(),
+                     model.n_packed_bytes() / 1048576.0);
 }
 
 }  // namespace mnemo::tools

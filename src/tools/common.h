@@ -19,6 +19,7 @@ struct ModelFlags {
   ContextParams ctx;
   std::string type_k = "f16";
   std::string type_v = "f16";
+  bool no_repack = false;
 
   /// Registers -m, -c, -b, -ub, -t, -ctk, -ctv, -kvu (and -np when with_parallel).
   void add_to(CLI::App& app, bool with_parallel);
@@ -37,8 +38,11 @@ struct LoadedModel {
   double load_ms = 0;
 };
 
-/// Loads the model file and its tokenizer; errors name the file.
-Result<LoadedModel> load_model(const std::string& path);
+/// Loads flags.model_path and its tokenizer, repacking weights unless --no-repack (with
+/// flags.ctx.n_threads threads); errors name the file.
+Result<LoadedModel> load_model(const ModelFlags& flags);
+/// One line on the repacked weights for the tools' load message ("" when none).
+std::string repack_summary(const Model& model);
 
 /// Wall-clock milliseconds since an arbitrary start (steady clock).
 double now_ms();

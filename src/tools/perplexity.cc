@@ -98,7 +98,7 @@ int ppl_main(PplFlags& f) {
     fmt::print(stderr, "mnemo perplexity: {}\n", text.status().message());
     return 1;
   }
-  auto lm = load_model(f.model.model_path);
+  auto lm = load_model(f.model);
   if (!lm.ok()) {
     fmt::print(stderr, "mnemo perplexity: {}\n", lm.status().to_string());
     return 1;

@@ -63,7 +63,7 @@ int run_main(RunFlags& f) {
     fmt::print(stderr, "mnemo run: {}\n", st.message());
     return 2;
   }
-  auto lm = load_model(f.model.model_path);
+  auto lm = load_model(f.model);
   if (!lm.ok()) {
     fmt::print(stderr, "mnemo run: {}\n", lm.status().to_string());
     return 1;
@@ -71,6 +71,7 @@ int run_main(RunFlags& f) {
   const Model& model = *lm->model;
   const Tokenizer& tok = *lm->tokenizer;
   fmt::print(stderr, "mnemo run: {} (loaded in {:.0f} ms)\n", model.describe(), lm->load_ms);
+  if (std::string r = repack_summary(model); !r.empty()) fmt::print(stderr, "mnemo run: {}\n", r);
 
   if (f.model.ctx.n_ctx > model.hparams().n_ctx_train && model.hparams().n_ctx_train > 0) {
     fmt::print(stderr, "mnemo run: note: n_ctx {} exceeds the model's training context {}\n",

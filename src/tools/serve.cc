@@ -27,12 +27,13 @@ int serve_main(ServeFlags& f) {
     fmt::print(stderr, "mnemo serve: {}\n", st.message());
     return 2;
   }
-  auto lm = load_model(f.model.model_path);
+  auto lm = load_model(f.model);
   if (!lm.ok()) {
     fmt::print(stderr, "mnemo serve: {}\n", lm.status().to_string());
     return 1;
   }
   fmt::print(stderr, "mnemo serve: {} (loaded in {:.0f} ms)\n", lm->model->describe(), lm->load_ms);
+  if (std::string r = repack_summary(*lm->model); !r.empty()) fmt::print(stderr, "mnemo serve: {}\n", r);
   f.server.model_path = f.model.model_path;
   f.server.ctx = f.model.ctx;
   Status st = server::run_server(*lm->model, *lm->tokenizer, f.server);

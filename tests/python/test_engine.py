@@ -12,9 +12,11 @@ Bounds, and why:
   as f16; the numpy twin works in float64 on the same dequantized weights. A wrong RoPE pair
   layout, norm, mask or bias changes logits by O(1), far above the bound.
 - real models vs llama.cpp (measured on both models, 6 prompts, 39-105 tokens):
-  * top-1 equal at every position where llama.cpp's top-1 beats its runner-up by >= 0.15 nats;
-    below that margin the two are a near-tie (we measured disagreements only at margins
-    0.003-0.127, at most 4 per prompt);
+  * top-1 equal at every position where llama.cpp's top-1 beats its runner-up by >= 0.26 nats;
+    below that margin the two are a near-tie. llama.cpp's own repacked path (the fixtures'
+    "variants") picks another top-1 than its plain path at margins up to 0.253; we measured
+    disagreements at margins 0.003-0.127 with the plain kernels and up to 0.231 with repacked
+    weights (the default), at most 4 per prompt;
   * |our log-prob - llama.cpp's| of llama.cpp's top-1 token <= 0.5 nats at every position
     (measured max 0.33, mean 0.04-0.06);
   * mean |difference| over llama.cpp's top-20 tokens <= 0.3 nats (measured 0.09-0.23).
@@ -34,6 +36,9 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# Largest margin (nats) between llama.cpp's top-1 and runner-up at which our top-1 may differ:
+# just above the 0.253 at which llama.cpp's repacked path differs from its plain one (docstring).
+NEAR_TIE = 0.26
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 import forward  # noqa: E402
 
@@ -106,7 +111,7 @@ def test_real_model_logits_match_llama_cpp(build_dir, models_dir, key, model_fil
             ref_lp = prompt["top_logprobs"][i]
             margin = ref_lp[0] - ref_lp[1]
             if row["top_ids"][0] != ref_ids[0]:
-                assert margin < 0.15, (
+                assert margin < NEAR_TIE, (
                     f"{key}/{prompt['name']} pos {i}: top-1 {row['top_ids'][0]} vs llama.cpp "
                     f"{ref_ids[0]} (margin {margin:.3f})")
                 near_ties += 1
