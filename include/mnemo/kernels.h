@@ -264,7 +264,7 @@ bool attention_supports(GgmlType type);
 /// read in place in their cache type, never copied whole. For quantized K, Q is quantized once
 /// per call to 8 bits per 32 elements and scores use integer dot products; V rows are
 /// dequantized on the fly, one row at a time. Threads split heads, tokens and, when there are
-/// few of those (decoding), ranges of 256+ cells whose partial results are merged; the split
+/// few of those (decoding), ranges of 128+ cells whose partial results are merged; the split
 /// depends on the shapes only, so the result is the same for any number of threads.
 void attention(const AttentionParams& p, const float* q, const KvView& kv, const float* mask,
                int64_t mask_stride, float* out, ThreadPool* pool);

@@ -56,9 +56,10 @@ inline constexpr int64_t kCellTile = 64;
 /// Query rows per task (tokens x heads of one group) in the prompt path.
 inline constexpr int64_t kRowsPerTask = 32;
 /// Cell ranges: calls with fewer (head, token-chunk) tasks than this (decoding) also split the
-/// cells into up to kMaxSplits ranges of at least kMinCellsPerSplit cells.
+/// cells into up to kMaxSplits ranges of at least kMinCellsPerSplit cells (128: a 1024-cell
+/// sliding-window cache still gives 8 ranges to balance over the threads).
 inline constexpr int64_t kSplitBelowTasks = 16;
-inline constexpr int64_t kMinCellsPerSplit = 256;
+inline constexpr int64_t kMinCellsPerSplit = 128;
 inline constexpr int64_t kMaxSplits = 16;
 
 /// How one K or V head segment becomes dot-ready / float.
