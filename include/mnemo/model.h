@@ -126,9 +126,9 @@ struct ModelParams {
   /// Repack the linear weights at load time into kernels::PackedMatrix (16-row interleaved
   /// layout for the VNNI / AMX kernels; see mnemo/kernels.h), as llama.cpp's repacked CPU
   /// buffers do. Costs one pass over the weights at load. The file's pages of a repacked tensor
-  /// are released (gguf::File::release_pages), so memory grows only by the packed copy of a
-  /// tied output matrix (the embedding rows are still read) and, for Q4_K / Q5_K / Q6_K, by the
-  /// 30-55% the packed form is larger. `--no-repack` turns it off.
+  /// are released (gguf::File::release_pages; for a tied output matrix the embedding rows that
+  /// get_rows reads fault back in from the file), so memory grows only, for Q4_K / Q5_K / Q6_K,
+  /// by the 30-55% the packed form is larger. `--no-repack` turns it off.
   bool repack = true;
   /// Threads used for repacking (0: all hardware threads).
   int n_threads = 0;

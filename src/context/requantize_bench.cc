@@ -2,8 +2,8 @@
 // without requantization: reload with another -ctk/-ctv and decode the prompt again). Results in
 // docs/benchmarks.md, "State save / restore and requantization".
 //
-//   MNEMO_MODEL=models/SmolLM2-135M-Instruct-Q4_1.gguf MNEMO_BENCH_TOKENS=16384 \
-//     build-state/src/context/requantize_bench
+//   MNEMO_MODEL=models/SmolLM2-135M-Instruct-Q4_1.gguf MNEMO_BENCH_TOKENS=16384
+//     build-state/src/context/requantize_bench   (one command line)
 //
 // Times are wall-clock (manual timing): both sides use every thread of the machine (the
 // conversion splits layers over threads, the forward pass its matmuls and attention).

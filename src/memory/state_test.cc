@@ -231,7 +231,9 @@ TEST(StateTest, TypeConversionAllPairs) {
         ASSERT_TRUE(state_seq_set_data(*dst, test_fingerprint(), state, 1).ok());
         const std::string what = std::string(type_name(a)) + " -> " + std::string(type_name(b)) +
                                  " rotation " + std::to_string(rot);
-        if (a == b) EXPECT_EQ(seq_bytes(*dst, 1), seq_bytes(*src, 0)) << what;
+        if (a == b) {
+          EXPECT_EQ(seq_bytes(*dst, 1), seq_bytes(*src, 0)) << what;
+        }
         const auto vals = testing::seq_values(*dst, 1);
         ASSERT_EQ(vals.size(), 6u) << what;
         for (uint32_t i = 0; i < 6; ++i) {
@@ -486,7 +488,9 @@ TEST(StateTest, FixturesOfEveryVersionRestore) {
     Result<StateInfo> info = state_inspect(&src);
     ASSERT_TRUE(info.ok()) << info.status().to_string();
     EXPECT_EQ(info->version, fx.version);
-    if (fx.version == state_format::kVersion) EXPECT_EQ(fresh, bytes) << fx.file;
+    if (fx.version == state_format::kVersion) {
+      EXPECT_EQ(fresh, bytes) << fx.file;
+    }
 
     auto dst = fixture_memory(which, false);
     SpanSource src2(bytes);

@@ -99,8 +99,9 @@ void Model::repack_weights(int n_threads) {
     if (!p->is_packed()) continue;
     w->packed = p.get();
     packed_.push_back(std::move(p));
-    // The file's copy is not read any more (the embedding rows still are, when tied).
-    if (w->data != token_embd_.data) file_.release_pages(w->data, w->row_bytes * size_t(w->ne1));
+    // The file's copy is not read any more. A tied output matrix is also the token embedding,
+    // whose rows get_rows still reads: those few pages fault back in from the file on use.
+    file_.release_pages(w->data, w->row_bytes * size_t(w->ne1));
   }
 }
 

@@ -113,10 +113,18 @@ int bench_main(BenchFlags& f) {
   std::vector<TestResult> results;
   for (int d : f.n_depth) {
     for (int p : f.n_prompt) {
-      if (p > 0) results.push_back({p, 0, d});
+      if (p > 0) {
+        results.emplace_back();
+        results.back().n_prompt = p;
+        results.back().n_depth = d;
+      }
     }
     for (int g : f.n_gen) {
-      if (g > 0) results.push_back({0, g, d});
+      if (g > 0) {
+        results.emplace_back();
+        results.back().n_gen = g;
+        results.back().n_depth = d;
+      }
     }
   }
   for (TestResult& r : results) {
