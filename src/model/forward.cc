@@ -55,8 +55,9 @@ void write_cache_row(GgmlType type, const float* src, uint8_t* dst, int64_t n, u
     std::memcpy(dst, src, size_t(n) * sizeof(float));
     return;
   }
-  Status st = quantize_row(type, src, dst, n);
-  CHECK(st.ok()) << st.to_string();  // types and widths were validated when the cache was made
+  // SIMD, byte-identical to quant's quantize_row; types and widths were validated when the
+  // cache was made.
+  kernels::quantize_rows(type, src, n, 1, n, dst, row_size(type, n), nullptr);
 }
 
 bool rows_contiguous(const std::vector<uint32_t>& rows) {
