@@ -140,7 +140,7 @@ class Model {
  public:
   /// Opens and validates a GGUF model. NotFound / Corruption from the reader; NotSupported for an
   /// unknown architecture (the message lists the supported ones) or tensor type; InvalidArgument
-  /// naming the tensor for a missing tensor or a wrong shape.
+  /// naming the tensor for a missing tensor or a wrong shape. `params`: repacking (ModelParams).
   static Result<std::unique_ptr<Model>> load(const std::string& path,
                                              const ModelParams& params = {});
 
