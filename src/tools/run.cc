@@ -115,12 +115,15 @@ int run_main(RunFlags& f) {
   Sampler sampler(f.sampling);
   for (TokenId t : prompt) sampler.accept(t);
 
-  // Prompt processing in n_batch chunks, with a progress line for long prompts.
+  // Prompt processing one forward pass (n_ubatch tokens, at most n_batch) per decode call: the
+  // same ubatches decode() would cut from one big batch of this sequence, with a progress line
+  // after each when the prompt takes more than one.
   const double t_pp0 = now_ms();
-  const bool progress = prompt.size() > ctx.params().n_batch;
+  const size_t chunk = std::min(ctx.params().n_batch, ctx.params().n_ubatch);
+  const bool progress = prompt.size() > chunk;
   Batch batch;
-  for (size_t i = 0; i < prompt.size(); i += ctx.params().n_batch) {
-    const size_t end = std::min(prompt.size(), i + ctx.params().n_batch);
+  for (size_t i = 0; i < prompt.size(); i += chunk) {
+    const size_t end = std::min(prompt.size(), i + chunk);
     batch.clear();
     for (size_t j = i; j < end; ++j) batch.add(prompt[j], Pos(j), {0}, j + 1 == prompt.size());
     if (Status st = ctx.decode(batch); !st.ok()) {

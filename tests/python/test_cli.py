@@ -106,3 +106,19 @@ def test_bench_markdown_table(mnemo, smollm2):
     assert "t/s" in lines[0] and "test" in lines[0]
     assert any("pp8" in l and "q8_0" in l for l in lines)
     assert any("tg2" in l for l in lines)
+
+
+def test_run_shows_progress_for_a_long_prompt(mnemo, smollm2):
+    """A prompt that takes several forward passes (here -ub 64) prints "prompt: done/total"
+    after each; the generated text follows the prompt as usual."""
+    prompt = " ".join(f"item {i}," for i in range(80))  # ~240 tokens
+    r = run(mnemo, "run", "-m", smollm2, "-p", prompt, "-n", 2, "--temp", 0, "-c", 512,
+            "-ub", 64)
+    assert r.returncode == 0, r.stderr
+    steps = [l for l in r.stderr.replace("\r", "\n").splitlines() if l.startswith("prompt: ")]
+    assert len(steps) >= 4, r.stderr
+    done = [int(l.split()[1].split("/")[0]) for l in steps]
+    total = {int(l.split()[1].split("/")[1]) for l in steps}
+    assert len(total) == 1 and done == sorted(done) and done[-1] == total.pop()
+    assert all(d % 64 == 0 for d in done[:-1])
+    assert r.stdout.startswith(prompt)
