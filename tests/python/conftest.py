@@ -30,3 +30,21 @@ def build_dir() -> Path:
 def models_dir() -> Path:
     """Where scripts/fetch-model puts the real GGUF models (may lack some: tests skip then)."""
     return REPO_ROOT / "models"
+
+
+@pytest.fixture(scope="session")
+def binary(build_dir) -> Path:
+    """The mnemo executable under test."""
+    b = build_dir / "mnemo"
+    if not b.exists():
+        pytest.fail(f"{b} is missing: build the mnemo target")
+    return b
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(models_dir) -> Path:
+    """The default real model (skips the test when it has not been fetched)."""
+    m = models_dir / "SmolLM2-135M-Instruct-Q4_1.gguf"
+    if not m.exists():
+        pytest.skip(f"{m} missing: run scripts/fetch-model")
+    return m

@@ -7,23 +7,15 @@ import subprocess
 
 import pytest
 
-SMOLLM2 = "SmolLM2-135M-Instruct-Q4_1.gguf"
+
+@pytest.fixture(scope="module")
+def mnemo(binary):
+    return binary
 
 
 @pytest.fixture(scope="module")
-def mnemo(build_dir):
-    exe = build_dir / "mnemo"
-    if not exe.exists():
-        pytest.fail(f"{exe} not built")
-    return exe
-
-
-@pytest.fixture(scope="module")
-def smollm2(models_dir):
-    path = models_dir / SMOLLM2
-    if not path.exists():
-        pytest.skip(f"{SMOLLM2} absent (run scripts/fetch-model)")
-    return path
+def smollm2(smollm2_model):
+    return smollm2_model
 
 
 def run(mnemo, *args, timeout=120):

@@ -62,14 +62,6 @@ CKPT_EVERY = 64
 
 
 @pytest.fixture(scope="module")
-def binary(build_dir):
-    b = build_dir / "mnemo"
-    if not b.exists():
-        pytest.fail(f"{b} is missing: build the mnemo target")
-    return b
-
-
-@pytest.fixture(scope="module")
 def tiny(build_dir, tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny_ssm_server")
     out = {}

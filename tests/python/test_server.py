@@ -73,19 +73,9 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def binary(build_dir):
-    b = build_dir / "mnemo"
-    if not b.exists():
-        pytest.fail(f"{b} is missing: build the mnemo target")
-    return b
-
-
-@pytest.fixture(scope="module")
-def model(models_dir):
-    m = models_dir / MODEL
-    if not m.exists():
-        pytest.skip(f"{m} missing: run scripts/fetch-model smollm2")
-    return m
+def model(smollm2_model):
+    assert smollm2_model.name == MODEL
+    return smollm2_model
 
 
 @pytest.fixture(scope="module")
