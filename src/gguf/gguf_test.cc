@@ -302,6 +302,30 @@ TEST(GgufRoundTrip, OpenFromPathAndMove) {
   std::remove(path.c_str());
 }
 
+// release_pages drops pages from memory, never contents: a mapped file reads the same after it
+// (pages fault back in from the file), and a File made from memory is left untouched.
+TEST(GgufRoundTrip, ReleasePagesKeepsContents) {
+  Writer w = sample_writer(4096);
+  for (const auto& t : sample_tensors())
+    ASSERT_TRUE(w.add_tensor(t.name, t.dims, t.type, t.data).ok());
+  const std::vector<uint8_t> bytes = w.serialize();
+  const std::string path = temp_path("release.gguf");
+  ASSERT_TRUE(w.write(path).ok());
+  {
+    File mapped = File::open(path).value();
+    File in_memory = File::from_memory(bytes).value();
+    for (const File* f : {&mapped, &in_memory}) {
+      for (const TensorInfo& t : f->tensors()) f->release_pages(t.data, t.n_bytes);
+      // The in-memory buffer whole (for the mapped file: a range outside its mapping) and an
+      // empty range: no-ops.
+      f->release_pages(bytes.data(), bytes.size());
+      f->release_pages(nullptr, 0);
+      check_tensors(*f, 4096);
+    }
+  }
+  std::remove(path.c_str());
+}
+
 TEST(GgufRoundTrip, OpenErrors) {
   auto missing = File::open(temp_path("does_not_exist.gguf"));
   ASSERT_FALSE(missing.ok());
