@@ -114,7 +114,8 @@ class PackedMatrix {
   std::unique_ptr<void, Free> data_;
   size_t bytes_ = 0;
   int format_ = 0;           // internal packed-format id (kernels/packed-inl.h)
-  int64_t group_bytes_ = 0;  // bytes per group of 16 rows
+  int64_t group_bytes_ = 0;  // bytes per group of 16 (or 8) rows
+  int layout_ = 0;           // internal layout id (kernels/internal.h PackedLayoutKind)
 };
 
 /// Packs `w` (see PackedMatrix); threads split the row groups. Cost: one pass over the weights.

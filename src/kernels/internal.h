@@ -123,6 +123,12 @@ bool amx_available();
 /// Tests: with true, amx_available() answers false (to cover the non-AMX prompt path).
 void set_amx_disabled_for_test(bool disabled);
 
+/// The packed layouts (PackedMatrix::layout_): kRows16 is the 16-row VNNI layout of
+/// packed-inl.h (AVX3_DL), kRows8 the 8-row layout of packed256-inl.h (AVX2, AVX3).
+enum class PackedLayoutKind : int { kNone = 0, kRows16 = 1, kRows8 = 2 };
+/// The layout the dispatched target's packed kernels read (kNone: no packed kernels).
+PackedLayoutKind packed_layout_kind();
+
 /// Whether the dispatched target has packed kernels (else matmul(PackedMatrix) reads the
 /// source).
 bool packed_kernels_active();

@@ -5,12 +5,64 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/packed-inl.h"
+#include "kernels/packed256-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace mnemo::kernels::HWY_NAMESPACE {
 
 int PackFormatForTarget(GgmlType type) { return static_cast<int>(PackedFormatFor(type)); }
-bool PackedActive() { return HWY_TARGET == HWY_AVX3_DL; }
+/// The packed layout this target's kernels read (internal::PackedLayoutKind).
+int PackLayoutForTarget() {
+#if HWY_TARGET == HWY_AVX3_DL
+  return static_cast<int>(internal::PackedLayoutKind::kRows16);
+#elif MNEMO_HAVE_PACKED256
+  return static_cast<int>(internal::PackedLayoutKind::kRows8);
+#else
+  return static_cast<int>(internal::PackedLayoutKind::kNone);
+#endif
+}
+/// Bytes of one 8-row group of a matrix of `type` with rows of n_in elements; 0 where the type
+/// has no 8-row format (or the target has no 8-row kernels).
+int64_t Pack8GroupBytes(GgmlType type, int64_t n_in) {
+#if MNEMO_HAVE_PACKED256
+  p8::Fmt f;
+  if (!p8::FormatOf(type, &f)) return 0;
+  return n_in / f.sub * p8::RecordBytes(f);
+#else
+  (void)type;
+  (void)n_in;
+  return 0;
+#endif
+}
+void Pack8All(const internal::MatmulArgs& w, uint8_t* out, ThreadPool* pool) {
+#if MNEMO_HAVE_PACKED256
+  p8::Fmt f;
+  CHECK(p8::FormatOf(w.type, &f));
+  const int64_t group_bytes = w.n_in / f.sub * p8::RecordBytes(f);
+  const int64_t n_groups = internal::ceil_div(w.n_out, 8);
+  constexpr int64_t kGroupsPerTask = 16;
+  internal::parallel_for(pool, internal::ceil_div(n_groups, kGroupsPerTask),
+                         [&](int64_t task, int) {
+                           const int64_t g0 = task * kGroupsPerTask;
+                           const int64_t g1 = std::min(n_groups, g0 + kGroupsPerTask);
+                           p8::PackGroups(w, f, g0, g1, out + g0 * group_bytes);
+                         });
+#else
+  (void)w;
+  (void)out;
+  (void)pool;
+  CHECK(false) << "8-row packing runs on the AVX2 and AVX3 targets only";
+#endif
+}
+void Packed8MatmulOp(const internal::MatmulArgs& a, const uint8_t* data) {
+#if MNEMO_HAVE_PACKED256
+  p8::Matmul(a, data);
+#else
+  (void)a;
+  (void)data;
+  CHECK(false) << "8-row packed matmul runs on the AVX2 and AVX3 targets only";
+#endif
+}
 /// Packs every group of w, threads splitting the groups (one dispatch for the whole matrix).
 void PackAll(const internal::MatmulArgs& w, int format, const internal::PackedLayout& layout,
              uint8_t* out, ThreadPool* pool) {
@@ -49,7 +101,10 @@ HWY_AFTER_NAMESPACE();
 namespace mnemo::kernels {
 
 HWY_EXPORT(PackFormatForTarget);
-HWY_EXPORT(PackedActive);
+HWY_EXPORT(PackLayoutForTarget);
+HWY_EXPORT(Pack8GroupBytes);
+HWY_EXPORT(Pack8All);
+HWY_EXPORT(Packed8MatmulOp);
 HWY_EXPORT(PackAll);
 HWY_EXPORT(PackedMatmulOp);
 
@@ -119,7 +174,11 @@ PackedLayout packed_layout(PackedFormat f, int64_t n_in) {
   return l;
 }
 
-bool packed_kernels_active() { return HWY_DYNAMIC_DISPATCH(PackedActive)(); }
+PackedLayoutKind packed_layout_kind() {
+  return static_cast<PackedLayoutKind>(HWY_DYNAMIC_DISPATCH(PackLayoutForTarget)());
+}
+
+bool packed_kernels_active() { return packed_layout_kind() != PackedLayoutKind::kNone; }
 
 namespace {
 std::atomic<bool> g_amx_disabled_for_test{false};
@@ -168,26 +227,46 @@ PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
   CHECK(w.n_in > 0 && w.n_in % block_size(w.type) == 0) << "pack_matrix: bad n_in " << w.n_in;
   PackedMatrix pm;
   pm.source_ = w;
-  const auto format =
-      static_cast<internal::PackedFormat>(HWY_DYNAMIC_DISPATCH(PackFormatForTarget)(w.type));
-  if (format == internal::PackedFormat::kNone || w.n_out == 0) return pm;
-  const internal::PackedLayout layout = internal::packed_layout(format, w.n_in);
-  const int64_t n_groups = internal::ceil_div(w.n_out, 16);
-  const size_t bytes = static_cast<size_t>(n_groups * layout.group_bytes);
-  void* data = std::aligned_alloc(64, bytes);
-  CHECK(data != nullptr) << "pack_matrix: out of memory for " << bytes << " bytes";
-  pm.data_.reset(data);
-  pm.bytes_ = bytes;
-  pm.format_ = static_cast<int>(format);
-  pm.group_bytes_ = layout.group_bytes;
-  HWY_DYNAMIC_DISPATCH(PackAll)
-  (args_of(w), static_cast<int>(format), layout, static_cast<uint8_t*>(data), pool);
+  if (w.n_out == 0) return pm;
+  const internal::PackedLayoutKind kind = internal::packed_layout_kind();
+  if (kind == internal::PackedLayoutKind::kRows16) {
+    const auto format =
+        static_cast<internal::PackedFormat>(HWY_DYNAMIC_DISPATCH(PackFormatForTarget)(w.type));
+    if (format == internal::PackedFormat::kNone) return pm;
+    const internal::PackedLayout layout = internal::packed_layout(format, w.n_in);
+    const int64_t n_groups = internal::ceil_div(w.n_out, 16);
+    const size_t bytes = static_cast<size_t>(n_groups * layout.group_bytes);
+    void* data = std::aligned_alloc(64, bytes);
+    CHECK(data != nullptr) << "pack_matrix: out of memory for " << bytes << " bytes";
+    pm.data_.reset(data);
+    pm.bytes_ = bytes;
+    pm.format_ = static_cast<int>(format);
+    pm.group_bytes_ = layout.group_bytes;
+    pm.layout_ = static_cast<int>(kind);
+    HWY_DYNAMIC_DISPATCH(PackAll)
+    (args_of(w), static_cast<int>(format), layout, static_cast<uint8_t*>(data), pool);
+  } else if (kind == internal::PackedLayoutKind::kRows8) {
+    const int64_t group_bytes = HWY_DYNAMIC_DISPATCH(Pack8GroupBytes)(w.type, w.n_in);
+    if (group_bytes == 0) return pm;
+    const int64_t n_groups = internal::ceil_div(w.n_out, 8);
+    const size_t bytes =
+        static_cast<size_t>(internal::round_up(n_groups * group_bytes, 64));
+    void* data = std::aligned_alloc(64, bytes);
+    CHECK(data != nullptr) << "pack_matrix: out of memory for " << bytes << " bytes";
+    pm.data_.reset(data);
+    pm.bytes_ = bytes;
+    pm.group_bytes_ = group_bytes;
+    pm.layout_ = static_cast<int>(kind);
+    HWY_DYNAMIC_DISPATCH(Pack8All)(args_of(w), static_cast<uint8_t*>(data), pool);
+  }
   return pm;
 }
 
 void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, ThreadPool* pool) {
-  if (!w.is_packed() || !internal::packed_kernels_active()) {
+  // Packed data is read only by the kernels of the layout it was packed for (the dispatch
+  // target can change after packing: MNEMO_SIMD, tests); otherwise the source is used.
+  if (!w.is_packed() || static_cast<int>(internal::packed_layout_kind()) != w.layout_) {
     return matmul(w.source_, x, x_stride, n_tokens, y, y_stride, pool);
   }
   const WeightMatrix& s = w.source_;
@@ -201,6 +280,9 @@ void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_t
   a.y = y;
   a.y_stride = y_stride;
   a.pool = pool;
+  if (w.layout_ == static_cast<int>(internal::PackedLayoutKind::kRows8)) {
+    return HWY_DYNAMIC_DISPATCH(Packed8MatmulOp)(a, static_cast<const uint8_t*>(w.data_.get()));
+  }
   const auto format = static_cast<internal::PackedFormat>(w.format_);
   HWY_DYNAMIC_DISPATCH(PackedMatmulOp)
   (a, w.format_, internal::packed_layout(format, s.n_in),
