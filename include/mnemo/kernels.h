@@ -229,6 +229,10 @@ void rope_shift(const RopeParams& p, GgmlType type, void* rows, size_t row_strid
 
 /// K and V of n_kv cache cells. Cell c's K row (n_head_kv * head_dim elements of k_type, head h
 /// at element h * head_dim) starts at k + c * k_stride bytes; likewise V. Non-owning.
+/// order (optional, n_order entries, each in [0, n_kv), no repeats): the cells attention visits,
+/// in this order; cells not listed are not seen by any row. The memory lists the occupied
+/// cells by position (KvCacheContext::build_order), which makes a row's result independent of
+/// where its cells lie in the cache. Null: cells 0, 1, ..., n_kv - 1.
 struct KvView {
   GgmlType k_type = GgmlType::F16;
   const void* k = nullptr;
@@ -237,6 +241,8 @@ struct KvView {
   const void* v = nullptr;
   size_t v_stride = 0;
   int64_t n_kv = 0;
+  const int32_t* order = nullptr;
+  int64_t n_order = 0;
 };
 
 /// Shapes and constants of one attention call.
@@ -260,13 +266,13 @@ bool attention_supports(GgmlType type);
 ///         -inf in practice (causal, sequence and window masks from the memory context). Cells
 ///         that are -inf are skipped without reading K or V. Null: every cell is visible.
 ///   out:  [n_tokens x n_head x head_dim] float. A row whose cells are all masked gets zeros.
-/// One pass over the cells with an online softmax (Milakov & Gimelshein 2018, "Online
-/// normalizer calculation for softmax"), tiled as in FlashAttention (Dao et al. 2022): K/V are
-/// read in place in their cache type, never copied whole. For quantized K, Q is quantized once
-/// per call to 8 bits per 32 elements and scores use integer dot products; V rows are
-/// dequantized on the fly, one row at a time. Threads split heads, tokens and, when there are
-/// few of those (decoding), ranges of 128+ cells whose partial results are merged; the split
-/// depends on the shapes only, so the result is the same for any number of threads.
+/// K/V are read in place in their cache type, never copied whole. For quantized K, Q is
+/// quantized once per call to 8 bits per 32 elements and scores use integer dot products; V rows
+/// are dequantized exactly to float, a tile at a time. Softmax with the row's exact maximum
+/// (scores kept per row, then weights exp(s - max)), and the weighted sum of V as one sequential
+/// chain per output element in visiting order: a row's output is bit-identical whatever the
+/// other rows of the call, the cells other sequences hold, or the thread count (the split of
+/// the work never changes an element's arithmetic; kernels/attention-inl.h).
 void attention(const AttentionParams& p, const float* q, const KvView& kv, const float* mask,
                int64_t mask_stride, float* out, ThreadPool* pool);
 

@@ -149,6 +149,12 @@ class KvCacheContext final : public MemoryContext {
   /// Dense mask for placement()[i], after apply(): [rows.size(), n_kv(stream)] row-major floats,
   /// 0 where the row may attend, -INFINITY where it may not. Resizes *out.
   void build_mask(size_t i, std::vector<float>* out) const;
+  /// Visiting order for placement()[i], after apply(): the occupied cells of [0, n_kv(stream)),
+  /// ascending by position (ties by cell index). Attention visits a row's cells in this order
+  /// (kernels::KvView::order), so its result depends on the positions a sequence holds, not on
+  /// where in the cache they lie (unified or split, ring reuse of a sliding window, restores).
+  /// O(n_kv), or O(n_kv log n_kv) when the cells are not already in position order. Resizes *out.
+  void build_order(size_t i, std::vector<int32_t>* out) const;
 
   /// Update contexts: the streams with pending shifts (empty otherwise).
   const std::vector<StreamShifts>& shifts() const { return shifts_; }

@@ -1,24 +1,24 @@
-// Per-target attention over KV-cache rows: an online-softmax loop over tiles of cells
-// (FlashAttention-style), K and V read in their cache type. Included (through
+// Per-target attention over KV-cache rows, K and V read in their cache type. Included (through
 // foreach_target.h) only by attention.cc; toggle guard below.
 //
-// One task = one K/V head g, a chunk of query tokens, and a range of cells. Its query rows are
-// every (token, head) of the chunk whose head uses g (grouped-query attention), so each K / V
-// row is unpacked once and used by all of them. Per tile of kCellTile cells:
-//   1. the cells that some row of the task can see (mask != -inf) are listed; the rest are
-//      skipped without touching K or V;
-//   2. K rows of those cells -> the dot-friendly form (integer unpack for quantized K, with Q
-//      quantized once per call; float for F32 / F16 / BF16), scores by the matmul
-//      micro-kernels;
-//   3. scale, soft-cap, mask, then the online-softmax update of each row's running max m, sum
-//      l and accumulator (rescaled by exp(m_old - m_new) when the max grows);
-//   4. V rows dequantized to float, one at a time per cell, and accumulated with the weights.
-// When there are too few (head, token-chunk) tasks for the threads (decoding), the cells are
-// split into ranges too; each range leaves (m, l, acc) and a merge pass combines them.
-// Decoding on AVX-512 (at most 4 query rows per K/V head, head_dim % 64 == 0) replaces steps 2
-// and 4 with fused kernels (namespace fast_attn below): K blocks go through the matmul decoders
-// straight into registers, and each V row is widened once per 64 dimensions into accumulators
-// that stay in registers; nothing passes through scratch.
+// The arithmetic of one output row (a query token and head) is fixed by the cells it sees and
+// their visiting order (KvView::order: by position), never by the other rows of the call, the
+// ubatch size, the cache layout or the thread split (batch-invariant numerics,
+// docs/numerics.md). With c_0, c_1, ... the row's visible cells in visiting order:
+//   1. s_k = softcap(scale * q . k_{c_k}) + mask; each dot product in the matmul micro-kernels
+//      (IntTile for quantized K with Q quantized to 8 bits per 32, FloatTile otherwise), whose
+//      per-element arithmetic does not depend on the tile;
+//   2. m = max_k s_k (exact), p_k = exp(s_k - m) (elementwise);
+//   3. l = p_0 + p_1 + ... and acc[d] = fma(p_k, v_{c_k}[d], acc[d]), each one sequential chain
+//      from 0 in visiting order, V dequantized exactly to float;
+//   4. out[d] = acc[d] * (1 / l).
+// Cells a row does not see either are skipped or enter with p = 0, which adds exactly nothing.
+// Two schedules compute this:
+//   - tasks of one K/V head x a chunk of query tokens (prompts): the task lists the cells some
+//     token of the chunk sees, scores them all (K rows unpacked once per tile of kCellTile cells
+//     and shared by the chunk's rows), then accumulates V tile by tile;
+//   - for few such tasks (decoding) two phases: scores over ranges of cells into a call-wide
+//     matrix, then softmax and V over ranges of 32 output dimensions.
 
 #if defined(MNEMO_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef MNEMO_KERNELS_ATTENTION_INL_H_
@@ -30,10 +30,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "kernels/decode512-inl.h"
 #include "kernels/internal.h"
 #include "kernels/matmul-inl.h"
 #include "kernels/quant_unpack-inl.h"
@@ -104,243 +104,6 @@ class Carver {
 
 }  // namespace attn_detail
 
-#if MNEMO_HAVE_FAST512
-// ---- AVX-512 fast path for few query rows (decoding) -----------------------------------------
-// Scores: K rows go through the fused decoders of decode512-inl.h (quantized K) or are widened
-// on the fly (F16 / BF16 / F32 K), 4 cells x up to 4 query rows per register tile, no scratch.
-// V: each V row is widened once per 64 dimensions and multiply-added into the query rows'
-// accumulators, which stay in registers across the tile's cells.
-
-namespace fast_attn {
-
-/// Scores of n_cells (<= 4) cells for n_q (<= 4) query rows: y[r * y_stride + j].
-using ScoreFn = void (*)(const uint8_t* const* cells, int n_cells, int64_t hd,
-                         const int8_t* const* q8, const float* const* dx, const float* const* aux,
-                         const float* const* qf, int n_q, float* y, int64_t y_stride);
-
-template <class Dec>
-void DecoderScores(const uint8_t* const* cells, int n_cells, int64_t hd, const int8_t* const* q8,
-                   const float* const* dx, const float* const* aux, const float* const*, int n_q,
-                   float* y, int64_t y_stride) {
-  switch (n_q) {
-    case 1:
-      return fast512::GemvTile<Dec, 4, 1>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
-    case 2:
-      return fast512::GemvTile<Dec, 4, 2>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
-    case 3:
-      return fast512::GemvTile<Dec, 4, 3>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
-    default:
-      return fast512::GemvTile<Dec, 4, 4>(cells, n_cells, hd, q8, dx, aux, y, y_stride);
-  }
-}
-
-/// 16 elements of a float-type row widened to f32.
-template <GgmlType kType>
-HWY_INLINE hn::Vec<DF32> Widen16(const uint8_t* row, int64_t i) {
-  const DF32 df;
-  if constexpr (kType == GgmlType::F32) {
-    return hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
-  } else if constexpr (kType == GgmlType::F16) {
-    const hn::Rebind<hwy::float16_t, DF32> dh;
-    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
-  } else {
-    const hn::Rebind<hwy::bfloat16_t, DF32> dh;
-    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + i));
-  }
-}
-
-template <GgmlType kType, int kQ>
-HWY_NOINLINE void FloatScoresT(const uint8_t* const* cells, int n_cells, int64_t hd,
-                               const float* const* qf, float* y, int64_t y_stride) {
-  // The loops over r and j are unrolled (pragmas) so that acc and k live in registers; GCC
-  // otherwise keeps these arrays on the stack.
-  const DF32 df;
-  hn::Vec<DF32> acc[kQ][4];
-#pragma GCC unroll 4
-  for (int r = 0; r < kQ; ++r) {
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
-  }
-  for (int64_t i = 0; i < hd; i += 16) {
-    hn::Vec<DF32> k[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) k[j] = Widen16<kType>(cells[j], i);
-#pragma GCC unroll 4
-    for (int r = 0; r < kQ; ++r) {
-      const auto qv = hn::Load(df, qf[r] + i);
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < kQ; ++r) {
-    if (n_cells == 4) {
-      Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * y_stride);
-    } else {
-      for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = ReduceSum(df, acc[r][j]);
-    }
-  }
-}
-
-template <GgmlType kType>
-void FloatScores(const uint8_t* const* cells, int n_cells, int64_t hd, const int8_t* const*,
-                 const float* const*, const float* const*, const float* const* qf, int n_q,
-                 float* y, int64_t y_stride) {
-  switch (n_q) {
-    case 1:
-      return FloatScoresT<kType, 1>(cells, n_cells, hd, qf, y, y_stride);
-    case 2:
-      return FloatScoresT<kType, 2>(cells, n_cells, hd, qf, y, y_stride);
-    case 3:
-      return FloatScoresT<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
-    default:
-      return FloatScoresT<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
-  }
-}
-
-/// acc[r][0, hd) += sum_k p[r * p_stride + k] * v_k for the n_cells V rows, r < n_q.
-using VAccFn = void (*)(const uint8_t* const* cells, int64_t n_cells, int64_t hd, const float* p,
-                        int64_t p_stride, int n_q, float* const* acc);
-
-template <GgmlType kType, int kQ>
-HWY_NOINLINE void VAccT(const uint8_t* const* cells, int64_t n_cells, int64_t hd, const float* p,
-                        int64_t p_stride, float* const* acc) {
-  const DF32 df;
-  for (int64_t d0 = 0; d0 < hd; d0 += 64) {  // 64 dimensions = 4 vectors per row in registers
-    hn::Vec<DF32> a[kQ][4];  // unrolled loops (pragmas): a and v stay in registers
-#pragma GCC unroll 4
-    for (int r = 0; r < kQ; ++r) {
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) a[r][j] = hn::Load(df, acc[r] + d0 + 16 * j);
-    }
-    for (int64_t k = 0; k < n_cells; ++k) {
-      const uint8_t* row = cells[k];
-      if constexpr (kType == GgmlType::Q8_0) {
-        // Two blocks of 32: the block scale is folded into each row's weight.
-        const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + d0 / 32;
-        const hn::Rebind<int8_t, DF32> d8;
-        const hn::Rebind<int32_t, DF32> di;
-        hn::Vec<DF32> v[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          v[j] = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, b[j / 2].qs + 16 * (j % 2))));
-        }
-        const float s0 = F16ToF32(b[0].d), s1 = F16ToF32(b[1].d);
-#pragma GCC unroll 4
-        for (int r = 0; r < kQ; ++r) {
-          const float pk = p[r * p_stride + k];
-          const auto w0 = hn::Set(df, pk * s0), w1 = hn::Set(df, pk * s1);
-          a[r][0] = hn::MulAdd(w0, v[0], a[r][0]);
-          a[r][1] = hn::MulAdd(w0, v[1], a[r][1]);
-          a[r][2] = hn::MulAdd(w1, v[2], a[r][2]);
-          a[r][3] = hn::MulAdd(w1, v[3], a[r][3]);
-        }
-      } else {
-        hn::Vec<DF32> v[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) v[j] = Widen16<kType>(row, d0 + 16 * j);
-#pragma GCC unroll 4
-        for (int r = 0; r < kQ; ++r) {
-          const auto w = hn::Set(df, p[r * p_stride + k]);
-#pragma GCC unroll 4
-          for (int j = 0; j < 4; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
-        }
-      }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < kQ; ++r) {
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) hn::Store(a[r][j], df, acc[r] + d0 + 16 * j);
-    }
-  }
-}
-
-template <GgmlType kType>
-void VAcc(const uint8_t* const* cells, int64_t n_cells, int64_t hd, const float* p,
-          int64_t p_stride, int n_q, float* const* acc) {
-  switch (n_q) {
-    case 1:
-      return VAccT<kType, 1>(cells, n_cells, hd, p, p_stride, acc);
-    case 2:
-      return VAccT<kType, 2>(cells, n_cells, hd, p, p_stride, acc);
-    case 3:
-      return VAccT<kType, 3>(cells, n_cells, hd, p, p_stride, acc);
-    default:
-      return VAccT<kType, 4>(cells, n_cells, hd, p, p_stride, acc);
-  }
-}
-
-/// The fast path of a K/V type pair; null members where a stage has none.
-struct Plan {
-  ScoreFn score = nullptr;
-  bool quantize_q = false;  // score reads Q quantized (QuantizeRowsAux with aux_mode)
-  int aux_mode = 0;
-  VAccFn vacc = nullptr;
-};
-
-template <class Dec>
-constexpr int AuxMode() {
-  return Dec::kOffset == fast512::Offset::kInt     ? Dec::kIntOffset
-         : Dec::kOffset == fast512::Offset::kFloat ? -1
-                                                   : 0;
-}
-
-inline Plan MakePlan(GgmlType k_type, GgmlType v_type, int64_t hd) {
-  Plan pl;
-  if (hd % 64 != 0) return pl;
-  switch (k_type) {
-    case GgmlType::Q8_0:
-      pl = {&DecoderScores<fast512::DecQ8_0>, true, AuxMode<fast512::DecQ8_0>()};
-      break;
-    case GgmlType::Q4_0:
-      pl = {&DecoderScores<fast512::DecQ4_0>, true, AuxMode<fast512::DecQ4_0>()};
-      break;
-    case GgmlType::Q4_1:
-      pl = {&DecoderScores<fast512::DecQ4_1>, true, AuxMode<fast512::DecQ4_1>()};
-      break;
-    case GgmlType::Q5_0:
-      pl = {&DecoderScores<fast512::DecQ5_0>, true, AuxMode<fast512::DecQ5_0>()};
-      break;
-    case GgmlType::Q5_1:
-      pl = {&DecoderScores<fast512::DecQ5_1>, true, AuxMode<fast512::DecQ5_1>()};
-      break;
-    case GgmlType::IQ4_NL:
-      pl = {&DecoderScores<fast512::DecIQ4_NL>, true, AuxMode<fast512::DecIQ4_NL>()};
-      break;
-    case GgmlType::F16:
-      pl.score = &FloatScores<GgmlType::F16>;
-      break;
-    case GgmlType::BF16:
-      pl.score = &FloatScores<GgmlType::BF16>;
-      break;
-    case GgmlType::F32:
-      pl.score = &FloatScores<GgmlType::F32>;
-      break;
-    default:
-      break;
-  }
-  switch (v_type) {
-    case GgmlType::Q8_0:
-      pl.vacc = &VAcc<GgmlType::Q8_0>;
-      break;
-    case GgmlType::F16:
-      pl.vacc = &VAcc<GgmlType::F16>;
-      break;
-    case GgmlType::BF16:
-      pl.vacc = &VAcc<GgmlType::BF16>;
-      break;
-    case GgmlType::F32:
-      pl.vacc = &VAcc<GgmlType::F32>;
-      break;
-    default:
-      break;
-  }
-  return pl;
-}
-
-}  // namespace fast_attn
-#endif  // MNEMO_HAVE_FAST512
-
 /// Dequantizes one head segment of a V row to float: n elements -> out[n_pad] (zero tail).
 /// tmp8 / tmpf: scratch for the unpacked form (n_pad bytes, n_pad / 4 + n_pad floats).
 HWY_INLINE void DequantSegment(const attn_detail::RowCodec& codec, const uint8_t* seg, int64_t n,
@@ -366,370 +129,459 @@ HWY_INLINE void DequantSegment(const attn_detail::RowCodec& codec, const uint8_t
   codec.fu(codec.type, seg, n, n_pad, out);
 }
 
+namespace attn_detail {
+
+/// What one call shares with its tasks.
+struct Call {
+  AttentionParams p;
+  KvView kv;
+  const float* mask = nullptr;
+  int64_t mask_stride = 0;
+  int64_t hd = 0, hd_pad = 0, gqa = 0;
+  RowCodec kc, vc;
+  const int32_t* cells = nullptr;  // the visiting order: cells[j], j < n_cells
+  int64_t n_cells = 0;
+  int64_t n_off = 0;
+#if MNEMO_INT_DOT
+  QuantRows qr;  // Q quantized (integer K scores)
+#endif
+  const float* qf = nullptr;  // Q padded to hd_pad (float K scores)
+};
+
+/// Scratch for the K rows of one tile of cells in the form the score tiles read.
+struct KScratch {
+  uint8_t* k8 = nullptr;
+  float* kdw = nullptr;
+  float* kcw = nullptr;
+  float* kf = nullptr;
+};
+
+inline int64_t KScratchBytes(const Call& c) {
+  return c.kc.use_int ? kCellTile * (2 * c.hd_pad + 4 * c.n_off) + 3 * 64
+                      : 4 * kCellTile * c.hd_pad + 64;
+}
+
+inline KScratch TakeKScratch(const Call& c, Carver& carver) {
+  KScratch ks;
+  if (c.kc.use_int) {
+    ks.k8 = carver.take<uint8_t>(kCellTile * c.hd_pad);
+    ks.kdw = carver.take<float>(kCellTile * c.hd_pad / 4);
+    ks.kcw = carver.take<float>(std::max<int64_t>(1, kCellTile * c.n_off));
+  } else {
+    ks.kf = carver.take<float>(kCellTile * c.hd_pad);
+  }
+  return ks;
+}
+
+/// Growable per-thread buffers of the attention call (contents undefined on entry).
+inline std::vector<int32_t>& ActScratch() {
+  thread_local std::vector<int32_t> v;
+  return v;
+}
+inline std::vector<int32_t>& TaskActScratch() {
+  thread_local std::vector<int32_t> v;
+  return v;
+}
+inline std::vector<float>& ScoreScratch() {
+  thread_local std::vector<float> v;
+  return v;
+}
+inline float* ScoreTileScratch(int64_t n) {
+  thread_local std::vector<float> v;
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+/// Whether some token in [t0, t1) may attend to `cell`.
+HWY_INLINE bool VisibleToAny(const Call& c, int64_t t0, int64_t t1, int32_t cell) {
+  if (c.mask == nullptr) return true;
+  for (int64_t t = t0; t < t1; ++t) {
+    if (c.mask[t * c.mask_stride + cell] != -INFINITY) return true;
+  }
+  return false;
+}
+
+/// Scores of the query rows qrows[0, n_rows) (row indexes into Q: token * n_head + head; all of
+/// K/V head g) against the cells act[0, n_act), n_act <= kCellTile:
+///   s[i * s_stride + k] = softcap(scale * q_i . k_{act[k]}) + mask[token of i][act[k]]
+/// (-inf where masked). The value of one (row, cell) does not depend on the other rows and cells
+/// of the call: the dot products run in the matmul micro-kernels, whose per-element arithmetic
+/// is fixed, and everything after is elementwise.
+inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_rows,
+                      const int32_t* act, int64_t n_act, const KScratch& ks, float* s,
+                      int64_t s_stride) {
+  const int64_t hd = c.hd, hd_pad = c.hd_pad;
+  const uint8_t* kbase = static_cast<const uint8_t*>(c.kv.k) + row_size(c.kv.k_type, g * hd);
+  if (c.kc.use_int) {
+#if MNEMO_INT_DOT
+    for (int64_t k = 0; k < n_act; ++k) {
+      c.kc.ik.unpack(kbase + act[k] * c.kv.k_stride, hd, hd_pad, c.n_off, ks.k8 + k * hd_pad,
+                     ks.kdw + k * (hd_pad / 4), ks.kcw + k * c.n_off);
+    }
+    IntTileArgs ta;
+    ta.n_pad = hd_pad;
+    ta.n_off = c.n_off;
+    ta.y_stride = s_stride;
+    for (int64_t k = 0; k < n_act; k += kTileRows) {
+      ta.n_rows = static_cast<int>(std::min<int64_t>(kTileRows, n_act - k));
+      for (int j = 0; j < kTileRows; ++j) {
+        const int64_t kj = std::min<int64_t>(k + j, n_act - 1);
+        ta.w[j] = ks.k8 + kj * hd_pad;
+        ta.dw[j] = ks.kdw + kj * (hd_pad / 4);
+        ta.cw[j] = ks.kcw + kj * c.n_off;
+      }
+      for (int64_t i = 0; i < n_rows; i += kTileCols) {
+        ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
+        for (int j = 0; j < kTileCols; ++j) {
+          const int64_t qrow = qrows[std::min<int64_t>(i + j, n_rows - 1)];
+          ta.a[j] = c.qr.q + qrow * hd_pad;
+          ta.dx[j] = c.qr.dx + qrow * (hd_pad / 4);
+          ta.sx[j] = c.qr.sx + qrow * c.n_off;
+        }
+        ta.y = s + i * s_stride + k;
+        IntTile(ta, c.kc.ik.format.is_signed);
+      }
+    }
+#endif
+  } else {
+    for (int64_t k = 0; k < n_act; ++k) {
+      c.kc.fu(c.kv.k_type, kbase + act[k] * c.kv.k_stride, hd, hd_pad, ks.kf + k * hd_pad);
+    }
+    FloatTileArgs ta;
+    ta.n_pad = hd_pad;
+    ta.y_stride = s_stride;
+    for (int64_t k = 0; k < n_act; k += kTileRows) {
+      ta.n_rows = static_cast<int>(std::min<int64_t>(kTileRows, n_act - k));
+      for (int j = 0; j < kTileRows; ++j) ta.w[j] = ks.kf + std::min<int64_t>(k + j, n_act - 1) * hd_pad;
+      for (int64_t i = 0; i < n_rows; i += kTileCols) {
+        ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
+        for (int j = 0; j < kTileCols; ++j) {
+          ta.x[j] = c.qf + qrows[std::min<int64_t>(i + j, n_rows - 1)] * hd_pad;
+        }
+        ta.y = s + i * s_stride + k;
+        FloatTile(ta);
+      }
+    }
+  }
+  // Scale, soft-cap, mask (elementwise).
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  const auto vscale = hn::Set(df, c.p.scale);
+  for (int64_t i = 0; i < n_rows; ++i) {
+    float* si = s + i * s_stride;
+    for (int64_t k = 0; k < n_act; k += nf) {
+      auto v = hn::Mul(hn::LoadU(df, si + k), vscale);
+      if (c.p.softcap > 0.0f) {
+        v = hn::Mul(hn::Set(df, c.p.softcap),
+                    hn::Tanh(df, hn::Mul(v, hn::Set(df, 1.0f / c.p.softcap))));
+      }
+      hn::StoreU(v, df, si + k);
+    }
+    if (c.mask != nullptr) {
+      const float* mrow = c.mask + (qrows[i] / c.p.n_head) * c.mask_stride;
+      for (int64_t k = 0; k < n_act; ++k) si[k] += mrow[act[k]];
+    }
+  }
+}
+
+/// Row maximum of s[0, n) (n a multiple of the vector length; -inf when every entry is).
+HWY_INLINE float RowMax(const float* s, int64_t n) {
+  const hn::ScalableTag<float> df;
+  auto vmax = hn::Set(df, -INFINITY);
+  for (int64_t k = 0; k < n; k += static_cast<int64_t>(hn::Lanes(df))) {
+    vmax = hn::Max(vmax, hn::LoadU(df, s + k));
+  }
+  return hn::GetLane(hn::MaxOfLanes(df, vmax));
+}
+
+/// p[k] = exp(s[k] - m) for k < n (n a multiple of the vector length); exp(-inf) = 0.
+HWY_INLINE void ExpShifted(const float* s, float m, int64_t n, float* p) {
+  const hn::ScalableTag<float> df;
+  const auto vm = hn::Set(df, m);
+  for (int64_t k = 0; k < n; k += static_cast<int64_t>(hn::Lanes(df))) {
+    hn::StoreU(hn::Exp(df, hn::Sub(hn::LoadU(df, s + k), vm)), df, p + k);
+  }
+}
+
+/// The canonical accumulation: for k < n in order, l += p[k] (when l is not null) and
+/// acc[d] = fma(p[k], v_k[d], acc[d]) for d < width (a multiple of the vector length), with
+/// v_k = v + k * v_stride. One sequential chain per output element.
+HWY_INLINE void AccumulateV(const float* p, int64_t n, const float* v, int64_t v_stride,
+                            int64_t width, float* acc, float* l) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  if (l != nullptr) {
+    float sum = *l;
+    for (int64_t k = 0; k < n; ++k) sum += p[k];
+    *l = sum;
+  }
+  int64_t d = 0;
+  for (; d + 4 * nf <= width; d += 4 * nf) {
+    auto a0 = hn::Load(df, acc + d), a1 = hn::Load(df, acc + d + nf);
+    auto a2 = hn::Load(df, acc + d + 2 * nf), a3 = hn::Load(df, acc + d + 3 * nf);
+    for (int64_t k = 0; k < n; ++k) {
+      const auto pk = hn::Set(df, p[k]);
+      const float* vk = v + k * v_stride + d;
+      a0 = hn::MulAdd(pk, hn::Load(df, vk), a0);
+      a1 = hn::MulAdd(pk, hn::Load(df, vk + nf), a1);
+      a2 = hn::MulAdd(pk, hn::Load(df, vk + 2 * nf), a2);
+      a3 = hn::MulAdd(pk, hn::Load(df, vk + 3 * nf), a3);
+    }
+    hn::Store(a0, df, acc + d);
+    hn::Store(a1, df, acc + d + nf);
+    hn::Store(a2, df, acc + d + 2 * nf);
+    hn::Store(a3, df, acc + d + 3 * nf);
+  }
+  for (; d < width; d += nf) {
+    auto a0 = hn::Load(df, acc + d);
+    for (int64_t k = 0; k < n; ++k) {
+      a0 = hn::MulAdd(hn::Set(df, p[k]), hn::Load(df, v + k * v_stride + d), a0);
+    }
+    hn::Store(a0, df, acc + d);
+  }
+}
+
+}  // namespace attn_detail
+
 void Attention(const AttentionParams& p, const float* q, const KvView& kv, const float* mask,
                int64_t mask_stride, float* out, ThreadPool* pool) {
   using namespace attn_detail;  // NOLINT(build/namespaces)
-  const int64_t hd = p.head_dim;
-  const int64_t hd_pad = round_up(hd, kPadElems);
-  const int64_t gqa = p.n_head / p.n_head_kv;
-  const int64_t n_rows_all = p.n_tokens * p.n_head;
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  Call c;
+  c.p = p;
+  c.kv = kv;
+  c.mask = mask;
+  c.mask_stride = mask_stride;
+  c.hd = p.head_dim;
+  c.hd_pad = round_up(c.hd, kPadElems);
+  c.gqa = p.n_head / p.n_head_kv;
+  c.kc = MakeCodec(kv.k_type, /*allow_int=*/true);
+  c.vc = MakeCodec(kv.v_type, /*allow_int=*/false);
+  const int64_t hd = c.hd, hd_pad = c.hd_pad, gqa = c.gqa;
+  const int64_t n_rows_all = p.n_tokens * p.n_head;
 
-  const RowCodec kc = MakeCodec(kv.k_type, /*allow_int=*/true);
-  const RowCodec vc = MakeCodec(kv.v_type, /*allow_int=*/false);
+  // Work split: tasks = K/V heads x token chunks. When there are few of them (decoding), the
+  // call runs in two phases instead: scores over ranges of cells, then the softmax and V
+  // accumulation over ranges of output dimensions. Either way every output element is computed
+  // by the same sequence of operations (the header comment), so the split changes nothing.
+  const int64_t tokens_per_task = std::max<int64_t>(1, kRowsPerTask / gqa);
+  const int64_t n_chunks = ceil_div(p.n_tokens, tokens_per_task);
+  const int64_t base_tasks = p.n_head_kv * n_chunks;
 
-  // Decoding (few query rows per K/V head) on AVX-512 takes the fused fast path.
-#if MNEMO_HAVE_FAST512
-  const fast_attn::Plan fp = fast_attn::MakePlan(kv.k_type, kv.v_type, hd);
-  const bool fast = fp.score != nullptr && gqa <= 4 && p.n_tokens * gqa <= 4;
-#else
-  const bool fast = false;
-#endif
-
-  // ---- plan: tasks = K/V heads x token chunks x cell ranges ----
-  const int64_t tokens_per_task =
-      fast ? std::max<int64_t>(1, 4 / gqa) : std::max<int64_t>(1, kRowsPerTask / gqa);
-  const int64_t n_token_chunks = ceil_div(p.n_tokens, tokens_per_task);
-  const int64_t base_tasks = p.n_head_kv * n_token_chunks;
-  // The split depends on the shapes only, never on the thread count, so results are the same
-  // bits for any number of threads.
-  int64_t n_split = 1;
-  if (base_tasks < kSplitBelowTasks) {
-    n_split = std::clamp<int64_t>(kv.n_kv / kMinCellsPerSplit, 1, kMaxSplits);
-  }
-  const int64_t cells_per_split = round_up(ceil_div(kv.n_kv, n_split), kCellTile);
-  n_split = std::max<int64_t>(1, ceil_div(kv.n_kv, cells_per_split));
-
-  // ---- per call: Q in the form the score kernel reads; partial results when split ----
+  // ---- per call: the visiting order, Q in the form the score tiles read ----
   [[maybe_unused]] int group = 0;
-  int64_t n_off = 0;
 #if MNEMO_INT_DOT
-  if (kc.use_int) {
-    group = kc.ik.format.group;
-    n_off = OffsetLen(hd_pad, group);
+  if (c.kc.use_int) {
+    group = c.kc.ik.format.group;
+    c.n_off = OffsetLen(hd_pad, group);
   }
 #endif
-  const int64_t part_stride = hd_pad + 2;  // acc[hd_pad], m, l
-  const int64_t call_bytes =
-      n_rows_all * (hd_pad * 4 + hd_pad + hd_pad + n_off * 4 + 2 * hd_pad + hd_pad) +
-      (n_split > 1 ? n_split * n_rows_all * part_stride * 4 : 0) + 8 * 64;
+  const int64_t n_list = kv.order != nullptr ? kv.n_order : kv.n_kv;
+  const int64_t call_bytes = n_list * 4 + n_rows_all * (hd_pad * 4 + hd_pad + hd_pad + c.n_off * 4) +
+                             8 * 64;
   Carver call(static_cast<uint8_t*>(
       internal::thread_scratch(internal::kSlotCall).get(static_cast<size_t>(call_bytes))));
-  float* qf = nullptr;
-  int8_t* fq8 = nullptr;  // fast path: Q quantized for the decoders, with lane sums
-  [[maybe_unused]] float* fdx = nullptr;
-  [[maybe_unused]] float* faux = nullptr;
-#if MNEMO_HAVE_FAST512
-  if (fast && fp.quantize_q) {
-    fq8 = call.take<int8_t>(n_rows_all * hd_pad);
-    fdx = call.take<float>(n_rows_all * hd_pad / 4);
-    faux = call.take<float>(n_rows_all * hd_pad / 4);
-    QuantizeRowsAux(q, hd, n_rows_all, hd, hd_pad, fp.aux_mode, fq8, fdx, faux);
+  if (kv.order != nullptr) {
+    c.cells = kv.order;
+  } else {
+    int32_t* ident = call.take<int32_t>(n_list);
+    for (int64_t j = 0; j < n_list; ++j) ident[j] = static_cast<int32_t>(j);
+    c.cells = ident;
   }
-#endif
+  c.n_cells = n_list;
 #if MNEMO_INT_DOT
-  QuantRows qr;
-  if (kc.use_int && !fast) {
-    qr.q = call.take<int8_t>(n_rows_all * hd_pad);
-    qr.dx = call.take<float>(n_rows_all * hd_pad / 4);
-    qr.sx = call.take<float>(std::max<int64_t>(1, n_rows_all * n_off));
-    qr.n_pad = hd_pad;
-    qr.n_off = n_off;
-    qr.group = group;
-    QuantizeRows(q, hd, n_rows_all, hd, qr);
+  if (c.kc.use_int) {
+    c.qr.q = call.take<int8_t>(n_rows_all * hd_pad);
+    c.qr.dx = call.take<float>(n_rows_all * hd_pad / 4);
+    c.qr.sx = call.take<float>(std::max<int64_t>(1, n_rows_all * c.n_off));
+    c.qr.n_pad = hd_pad;
+    c.qr.n_off = c.n_off;
+    c.qr.group = group;
+    QuantizeRows(q, hd, n_rows_all, hd, c.qr);
   }
 #endif
-  if (!kc.use_int || (fast && !fq8)) {
-    qf = call.take<float>(n_rows_all * hd_pad);
+  if (!c.kc.use_int) {
+    float* qf = call.take<float>(n_rows_all * hd_pad);
     for (int64_t r = 0; r < n_rows_all; ++r) {
       std::memcpy(qf + r * hd_pad, q + r * hd, hd * sizeof(float));
       std::memset(qf + r * hd_pad + hd, 0, (hd_pad - hd) * sizeof(float));
     }
+    c.qf = qf;
   }
-  float* partials = n_split > 1 ? call.take<float>(n_split * n_rows_all * part_stride) : nullptr;
 
-  const float neg_inf = -INFINITY;
-  const int64_t n_tasks = base_tasks * n_split;
-  internal::parallel_for(pool, n_tasks, [&](int64_t task, int) {
-    // K/V head fastest: consecutive tasks (on one thread, or on the threads in step) read the
-    // other heads of the same cache rows while those are still in cache; a row holds all heads.
-    const int64_t g = task % p.n_head_kv;
-    const int64_t rest = task / p.n_head_kv;
-    const int64_t split = rest % n_split;
-    const int64_t t0 = (rest / n_split) * tokens_per_task;
-    const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
-    const int64_t c0 = split * cells_per_split;
-    const int64_t c1 = std::min(kv.n_kv, c0 + cells_per_split);
-    const int64_t n_rows = (t1 - t0) * gqa;  // row i: token t0 + i / gqa, head g * gqa + i % gqa
-    const int64_t s_stride = round_up(kCellTile, nf);
+  // The cells some token of the call may see, in visiting order.
+  std::vector<int32_t>& act_all = ActScratch();
+  act_all.clear();
+  for (int64_t j = 0; j < n_list; ++j) {
+    if (VisibleToAny(c, 0, p.n_tokens, c.cells[j])) act_all.push_back(c.cells[j]);
+  }
+  const int64_t n_act_all = static_cast<int64_t>(act_all.size());
+  if (n_act_all == 0) {
+    std::fill(out, out + n_rows_all * hd, 0.0f);
+    return;
+  }
 
-    // Task scratch: row state, scores, unpacked K, dequantized V.
-    const int64_t k_bytes =
-        kc.use_int ? kCellTile * (2 * hd_pad + 4 * n_off) + 64 : 4 * kCellTile * hd_pad;
-    const int64_t task_bytes = 4 * n_rows * (hd_pad + 2 + s_stride) + 9 * n_rows + 8 * kCellTile +
-                               4 * kCellTile * hd_pad + k_bytes + 9 * hd_pad +
-                               16 * 64;  // + alignment slack of every take below
-    Carver ts(static_cast<uint8_t*>(
-        internal::thread_scratch(internal::kSlotTask).get(static_cast<size_t>(task_bytes))));
-    float* acc = ts.take<float>(n_rows * hd_pad);
-    float* m = ts.take<float>(n_rows);
-    float* l = ts.take<float>(n_rows);
-    float* s = ts.take<float>(n_rows * s_stride);
-    int64_t* act = ts.take<int64_t>(kCellTile);
-    bool* row_live = ts.take<bool>(n_rows);
-    float* vbuf = ts.take<float>(kCellTile * hd_pad);
-    float* kf = nullptr;
-    [[maybe_unused]] uint8_t* k8 = nullptr;
-    [[maybe_unused]] float* kdw = nullptr;
-    [[maybe_unused]] float* kcw = nullptr;
-    if (kc.use_int) {
-      k8 = ts.take<uint8_t>(kCellTile * hd_pad);
-      kdw = ts.take<float>(kCellTile * hd_pad / 4);
-      kcw = ts.take<float>(std::max<int64_t>(1, kCellTile * n_off));
-    } else {
-      kf = ts.take<float>(kCellTile * hd_pad);
-    }
-    uint8_t* tmp8 = ts.take<uint8_t>(hd_pad);
-    float* tmpf = ts.take<float>(2 * hd_pad);
-    int64_t* qrows = ts.take<int64_t>(n_rows);  // row i -> index of its (token, head) in q
-    for (int64_t i = 0; i < n_rows; ++i) {
-      qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
-    }
-    std::fill(acc, acc + n_rows * hd_pad, 0.0f);
-    std::fill(m, m + n_rows, neg_inf);
-    std::fill(l, l + n_rows, 0.0f);
-
-    const uint8_t* kbase = static_cast<const uint8_t*>(kv.k) + row_size(kv.k_type, g * hd);
-    const uint8_t* vbase = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
-    for (int64_t cb = c0; cb < c1; cb += kCellTile) {
-      const int64_t ce = std::min(c1, cb + kCellTile);
-      // 1. Cells visible to some token of the task.
-      int64_t n_act = 0;
-      for (int64_t c = cb; c < ce; ++c) {
-        bool visible = mask == nullptr;
-        for (int64_t t = t0; t < t1 && !visible; ++t)
-          visible = mask[t * mask_stride + c] != neg_inf;
-        if (visible) act[n_act++] = c;
-      }
-      if (n_act == 0) continue;
-
-      // 2. Scores s[i][k] = q_i . k_{act[k]} for every row i.
-      if (fast) {
-#if MNEMO_HAVE_FAST512
-        const int8_t* q8p[4];
-        const float* dxp[4];
-        const float* auxp[4];
-        const float* qfp[4];
-        for (int64_t i = 0; i < 4; ++i) {
-          const int64_t ij = std::min<int64_t>(i, n_rows - 1);
-          const int64_t qrow = qrows[ij];
-          q8p[i] = fq8 ? fq8 + qrow * hd_pad : nullptr;
-          dxp[i] = fdx ? fdx + qrow * (hd_pad / 4) : nullptr;
-          auxp[i] = faux ? faux + qrow * (hd_pad / 4) : nullptr;
-          qfp[i] = qf ? qf + qrow * hd_pad : nullptr;
-        }
-        for (int64_t k = 0; k < n_act; k += 4) {
-          const uint8_t* cells[4];
-          const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
-          for (int j = 0; j < 4; ++j) {
-            cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * kv.k_stride;
-          }
-          fp.score(cells, n_cells, hd, q8p, dxp, auxp, qfp, static_cast<int>(n_rows), s + k,
-                   s_stride);
-        }
-#endif
-      } else if (kc.use_int) {
-#if MNEMO_INT_DOT
-        for (int64_t k = 0; k < n_act; ++k) {
-          kc.ik.unpack(kbase + act[k] * kv.k_stride, hd, hd_pad, n_off, k8 + k * hd_pad,
-                       kdw + k * (hd_pad / 4), kcw + k * n_off);
-        }
-        IntTileArgs ta;
-        ta.n_pad = hd_pad;
-        ta.n_off = n_off;
-        ta.y_stride = s_stride;
-        for (int64_t k = 0; k < n_act; k += kTileRows) {
-          ta.n_rows = static_cast<int>(std::min<int64_t>(kTileRows, n_act - k));
-          for (int j = 0; j < kTileRows; ++j) {
-            const int64_t kj = std::min<int64_t>(k + j, n_act - 1);
-            ta.w[j] = k8 + kj * hd_pad;
-            ta.dw[j] = kdw + kj * (hd_pad / 4);
-            ta.cw[j] = kcw + kj * n_off;
-          }
-          for (int64_t i = 0; i < n_rows; i += kTileCols) {
-            ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
-            for (int j = 0; j < kTileCols; ++j) {
-              const int64_t ij = std::min<int64_t>(i + j, n_rows - 1);
-              const int64_t qrow = qrows[ij];
-              ta.a[j] = qr.q + qrow * hd_pad;
-              ta.dx[j] = qr.dx + qrow * (hd_pad / 4);
-              ta.sx[j] = qr.sx + qrow * n_off;
-            }
-            ta.y = s + i * s_stride + k;
-            IntTile(ta, kc.ik.format.is_signed);
-          }
-        }
-#endif
-      } else {
-        for (int64_t k = 0; k < n_act; ++k) {
-          kc.fu(kv.k_type, kbase + act[k] * kv.k_stride, hd, hd_pad, kf + k * hd_pad);
-        }
-        FloatTileArgs ta;
-        ta.n_pad = hd_pad;
-        ta.y_stride = s_stride;
-        for (int64_t k = 0; k < n_act; k += kTileRows) {
-          ta.n_rows = static_cast<int>(std::min<int64_t>(kTileRows, n_act - k));
-          for (int j = 0; j < kTileRows; ++j) {
-            ta.w[j] = kf + std::min<int64_t>(k + j, n_act - 1) * hd_pad;
-          }
-          for (int64_t i = 0; i < n_rows; i += kTileCols) {
-            ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
-            for (int j = 0; j < kTileCols; ++j) {
-              const int64_t ij = std::min<int64_t>(i + j, n_rows - 1);
-              const int64_t qrow = qrows[ij];
-              ta.x[j] = qf + qrow * hd_pad;
-            }
-            ta.y = s + i * s_stride + k;
-            FloatTile(ta);
-          }
+  if (base_tasks < kSplitBelowTasks && n_act_all >= 2 * kMinCellsPerSplit) {
+    // ---- decoding: phase 1, scores [n_rows_all x s_stride] over ranges of cells ----
+    const int64_t s_stride = round_up(n_act_all, nf);
+    std::vector<float>& scores = ScoreScratch();
+    scores.resize(static_cast<size_t>(n_rows_all * s_stride));
+    const int64_t n_split = std::clamp<int64_t>(n_act_all / kMinCellsPerSplit, 1, kMaxSplits);
+    const int64_t cells_per_split = round_up(ceil_div(n_act_all, n_split), kCellTile);
+    const int64_t n_ranges = ceil_div(n_act_all, cells_per_split);
+    internal::parallel_for(pool, base_tasks * n_ranges, [&](int64_t task, int) {
+      const int64_t g = task % p.n_head_kv;
+      const int64_t rest = task / p.n_head_kv;
+      const int64_t range = rest % n_ranges;
+      const int64_t t0 = (rest / n_ranges) * tokens_per_task;
+      const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
+      const int64_t n_rows = (t1 - t0) * gqa;
+      Carver ts(static_cast<uint8_t*>(internal::thread_scratch(internal::kSlotTask)
+                                          .get(static_cast<size_t>(KScratchBytes(c) + 8 * n_rows + 2 * 64))));
+      const KScratch ks = TakeKScratch(c, ts);
+      int64_t* qrows = ts.take<int64_t>(n_rows);
+      for (int64_t i = 0; i < n_rows; ++i) qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
+      const int64_t c0 = range * cells_per_split;
+      const int64_t c1 = std::min(n_act_all, c0 + cells_per_split);
+      // Each tile of cells is scored for all the task's rows into a small buffer, then copied
+      // into the rows' places in the call-wide score matrix.
+      float* tile = ScoreTileScratch(n_rows * kCellTile);
+      for (int64_t k0 = c0; k0 < c1; k0 += kCellTile) {
+        const int64_t n = std::min(kCellTile, c1 - k0);
+        ScoreTile(c, g, qrows, n_rows, act_all.data() + k0, n, ks, tile, kCellTile);
+        for (int64_t i = 0; i < n_rows; ++i) {
+          std::memcpy(scores.data() + qrows[i] * s_stride + k0, tile + i * kCellTile,
+                      n * sizeof(float));
         }
       }
-
-      // 3. Scale, soft-cap, mask; online softmax update; s becomes the weights p.
-      const int64_t n_act_v = round_up(n_act, nf);
-      for (int64_t i = 0; i < n_rows; ++i) {
-        float* si = s + i * s_stride;
-        const auto vscale = hn::Set(df, p.scale);
-        for (int64_t k = 0; k < n_act; k += nf) {
-          auto v = hn::Mul(hn::Load(df, si + k), vscale);
-          if (p.softcap > 0.0f) {
-            v = hn::Mul(hn::Set(df, p.softcap),
-                        hn::Tanh(df, hn::Mul(v, hn::Set(df, 1.0f / p.softcap))));
-          }
-          hn::Store(v, df, si + k);
+      if (c1 == n_act_all) {
+        for (int64_t i = 0; i < n_rows; ++i) {
+          float* si = scores.data() + qrows[i] * s_stride;
+          for (int64_t k = n_act_all; k < s_stride; ++k) si[k] = -INFINITY;
         }
-        for (int64_t k = n_act; k < n_act_v; ++k) si[k] = neg_inf;  // lanes past the last cell
-        const int64_t t = t0 + i / gqa;
-        if (mask != nullptr) {
-          const float* mrow = mask + t * mask_stride;
-          for (int64_t k = 0; k < n_act; ++k) si[k] += mrow[act[k]];
-        }
-        auto vmax = hn::Set(df, neg_inf);
-        for (int64_t k = 0; k < n_act_v; k += nf) vmax = hn::Max(vmax, hn::Load(df, si + k));
-        const float tile_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
-        row_live[i] = tile_max != neg_inf;
-        if (!row_live[i]) {
-          std::fill(si, si + n_act, 0.0f);  // weights 0 for the fused V accumulation
-          continue;
-        }
-        const float m_new = std::max(m[i], tile_max);
-        const float alpha = std::exp(m[i] - m_new);  // 0 while m[i] is -inf (acc is 0 then)
-        const auto vm = hn::Set(df, m_new);
-        auto vsum = hn::Zero(df);
-        for (int64_t k = 0; k < n_act_v; k += nf) {
-          const auto e = hn::Exp(df, hn::Sub(hn::Load(df, si + k), vm));  // exp(-inf) = 0
-          hn::Store(e, df, si + k);
-          vsum = hn::Add(vsum, e);
-        }
-        l[i] = l[i] * alpha + hn::GetLane(hn::SumOfLanes(df, vsum));
-        m[i] = m_new;
-        if (alpha != 1.0f) {
-          float* ai = acc + i * hd_pad;
-          const auto va = hn::Set(df, alpha);
-          for (int64_t d = 0; d < hd_pad; d += nf) {
-            hn::Store(hn::Mul(hn::Load(df, ai + d), va), df, ai + d);
-          }
-        }
-      }
-
-      // 4. acc_i += sum_k p[i][k] * v_{act[k]}.
-#if MNEMO_HAVE_FAST512
-      if (fast && fp.vacc != nullptr) {
-        const uint8_t* vcells[kCellTile];
-        for (int64_t k = 0; k < n_act; ++k) vcells[k] = vbase + act[k] * kv.v_stride;
-        float* accp[4];
-        for (int64_t i = 0; i < n_rows; ++i) accp[i] = acc + i * hd_pad;
-        fp.vacc(vcells, n_act, hd, s, s_stride, static_cast<int>(n_rows), accp);
-        continue;
-      }
-#endif
-      for (int64_t k = 0; k < n_act; ++k) {
-        DequantSegment(vc, vbase + act[k] * kv.v_stride, hd, hd_pad, vbuf + k * hd_pad, tmp8, tmpf);
-      }
-      for (int64_t i = 0; i < n_rows; ++i) {
-        if (!row_live[i]) continue;
-        const float* si = s + i * s_stride;
-        float* ai = acc + i * hd_pad;
-        int64_t d = 0;
-        for (; d + 4 * nf <= hd_pad; d += 4 * nf) {
-          auto a0 = hn::Load(df, ai + d), a1 = hn::Load(df, ai + d + nf);
-          auto a2 = hn::Load(df, ai + d + 2 * nf), a3 = hn::Load(df, ai + d + 3 * nf);
-          for (int64_t k = 0; k < n_act; ++k) {
-            const auto pk = hn::Set(df, si[k]);
-            const float* vk = vbuf + k * hd_pad + d;
-            a0 = hn::MulAdd(pk, hn::Load(df, vk), a0);
-            a1 = hn::MulAdd(pk, hn::Load(df, vk + nf), a1);
-            a2 = hn::MulAdd(pk, hn::Load(df, vk + 2 * nf), a2);
-            a3 = hn::MulAdd(pk, hn::Load(df, vk + 3 * nf), a3);
-          }
-          hn::Store(a0, df, ai + d);
-          hn::Store(a1, df, ai + d + nf);
-          hn::Store(a2, df, ai + d + 2 * nf);
-          hn::Store(a3, df, ai + d + 3 * nf);
-        }
-        for (; d < hd_pad; d += nf) {
-          auto a0 = hn::Load(df, ai + d);
-          for (int64_t k = 0; k < n_act; ++k) {
-            a0 = hn::MulAdd(hn::Set(df, si[k]), hn::Load(df, vbuf + k * hd_pad + d), a0);
-          }
-          hn::Store(a0, df, ai + d);
-        }
-      }
-    }
-
-    // Results: final rows, or this range's (acc, m, l) for the merge.
-    for (int64_t i = 0; i < n_rows; ++i) {
-      const int64_t row = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
-      const float* ai = acc + i * hd_pad;
-      if (n_split == 1) {
-        float* o = out + row * hd;
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        for (int64_t d = 0; d < hd; ++d) o[d] = ai[d] * inv;
-      } else {
-        float* part = partials + (split * n_rows_all + row) * part_stride;
-        std::memcpy(part, ai, hd * sizeof(float));
-        part[hd_pad] = m[i];
-        part[hd_pad + 1] = l[i];
-      }
-    }
-  });
-
-  if (n_split > 1) {
-    // Merge the ranges: m = max m_s, l = sum l_s e^(m_s - m), out = sum acc_s e^(m_s - m) / l.
-    internal::parallel_for(pool, ceil_div(n_rows_all, 16), [&](int64_t task, int) {
-      const int64_t r1 = std::min(n_rows_all, (task + 1) * 16);
-      for (int64_t row = task * 16; row < r1; ++row) {
-        float mx = neg_inf;
-        for (int64_t sp = 0; sp < n_split; ++sp) {
-          mx = std::max(mx, partials[(sp * n_rows_all + row) * part_stride + hd_pad]);
-        }
-        float* o = out + row * hd;
-        std::fill(o, o + hd, 0.0f);
-        if (mx == neg_inf) continue;
-        float lsum = 0.0f;
-        for (int64_t sp = 0; sp < n_split; ++sp) {
-          const float* part = partials + (sp * n_rows_all + row) * part_stride;
-          if (part[hd_pad] == neg_inf) continue;
-          const float w = std::exp(part[hd_pad] - mx);
-          lsum += part[hd_pad + 1] * w;
-          for (int64_t d = 0; d < hd; ++d) o[d] += part[d] * w;
-        }
-        const float inv = 1.0f / lsum;
-        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
       }
     });
+    // ---- phase 2: softmax and V over ranges of output dimensions ----
+    const int64_t width = hd % 32 == 0 ? 32 : hd;
+    const int64_t n_dblocks = hd / width;
+    const int64_t v_stride = round_up(width, kPadElems);
+    internal::parallel_for(pool, base_tasks * n_dblocks, [&](int64_t task, int) {
+      const int64_t g = task % p.n_head_kv;
+      const int64_t rest = task / p.n_head_kv;
+      const int64_t db = rest % n_dblocks;
+      const int64_t t0 = (rest / n_dblocks) * tokens_per_task;
+      const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
+      const int64_t n_rows = (t1 - t0) * gqa;
+      const int64_t task_bytes = 4 * (n_rows * (v_stride + 2 + kCellTile) + kCellTile * v_stride) +
+                                 8 * n_rows + 3 * v_stride + 8 * 64;
+      Carver ts(static_cast<uint8_t*>(
+          internal::thread_scratch(internal::kSlotTask).get(static_cast<size_t>(task_bytes))));
+      float* acc = ts.take<float>(n_rows * v_stride);
+      float* m = ts.take<float>(n_rows);
+      float* l = ts.take<float>(n_rows);
+      float* pt = ts.take<float>(n_rows * kCellTile);
+      float* vbuf = ts.take<float>(kCellTile * v_stride);
+      uint8_t* tmp8 = ts.take<uint8_t>(v_stride);
+      float* tmpf = ts.take<float>(2 * v_stride);
+      int64_t* qrows = ts.take<int64_t>(n_rows);
+      for (int64_t i = 0; i < n_rows; ++i) {
+        qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
+        m[i] = RowMax(scores.data() + qrows[i] * s_stride, s_stride);
+        l[i] = 0.0f;
+      }
+      std::fill(acc, acc + n_rows * v_stride, 0.0f);
+      const size_t v_offset = row_size(kv.v_type, g * hd + db * width);
+      const uint8_t* vbase = static_cast<const uint8_t*>(kv.v) + v_offset;
+      for (int64_t k0 = 0; k0 < n_act_all; k0 += kCellTile) {
+        const int64_t n = std::min(kCellTile, n_act_all - k0);
+        const int64_t n_v = round_up(n, nf);
+        for (int64_t k = 0; k < n; ++k) {
+          DequantSegment(c.vc, vbase + act_all[k0 + k] * kv.v_stride, width, v_stride,
+                         vbuf + k * v_stride, tmp8, tmpf);
+        }
+        for (int64_t i = 0; i < n_rows; ++i) {
+          if (m[i] == -INFINITY) continue;
+          float* pi = pt + i * kCellTile;
+          ExpShifted(scores.data() + qrows[i] * s_stride + k0, m[i], n_v, pi);
+          AccumulateV(pi, n, vbuf, v_stride, round_up(width, nf), acc + i * v_stride, &l[i]);
+        }
+      }
+      for (int64_t i = 0; i < n_rows; ++i) {
+        float* o = out + qrows[i] * hd + db * width;
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        for (int64_t d = 0; d < width; ++d) o[d] = acc[i * v_stride + d] * inv;
+      }
+    });
+    return;
   }
+
+  // ---- tasks = K/V heads x token chunks, each whole ----
+  internal::parallel_for(pool, base_tasks, [&](int64_t task, int) {
+    const int64_t g = task % p.n_head_kv;
+    const int64_t t0 = (task / p.n_head_kv) * tokens_per_task;
+    const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
+    const int64_t n_rows = (t1 - t0) * gqa;  // row i: token t0 + i / gqa, head g * gqa + i % gqa
+    // The cells some token of the task may see, in visiting order (a subsequence of the call's:
+    // the cells left out have weight 0 for every row of the task, adding nothing).
+    std::vector<int32_t>& act = TaskActScratch();
+    act.clear();
+    for (int64_t j = 0; j < n_act_all; ++j) {
+      if (VisibleToAny(c, t0, t1, act_all[j])) act.push_back(act_all[j]);
+    }
+    const int64_t n_act = static_cast<int64_t>(act.size());
+    const int64_t s_stride = round_up(std::max<int64_t>(1, n_act), nf);
+    const int64_t task_bytes = KScratchBytes(c) +
+                               4 * (n_rows * (hd_pad + 2 + s_stride) + kCellTile * hd_pad +
+                                    3 * hd_pad) +
+                               8 * n_rows + 10 * 64;
+    Carver ts(static_cast<uint8_t*>(
+        internal::thread_scratch(internal::kSlotTask).get(static_cast<size_t>(task_bytes))));
+    const KScratch ks = TakeKScratch(c, ts);
+    float* acc = ts.take<float>(n_rows * hd_pad);
+    float* l = ts.take<float>(n_rows);
+    float* m = ts.take<float>(n_rows);
+    float* s = ts.take<float>(n_rows * s_stride);
+    float* vbuf = ts.take<float>(kCellTile * hd_pad);
+    uint8_t* tmp8 = ts.take<uint8_t>(hd_pad);
+    float* tmpf = ts.take<float>(2 * hd_pad);
+    int64_t* qrows = ts.take<int64_t>(n_rows);
+    for (int64_t i = 0; i < n_rows; ++i) qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
+
+    // 1. Scores of every row over every cell of the task.
+    for (int64_t k0 = 0; k0 < n_act; k0 += kCellTile) {
+      ScoreTile(c, g, qrows, n_rows, act.data() + k0, std::min(kCellTile, n_act - k0), ks, s + k0,
+                s_stride);
+    }
+    // 2. Row maxima (exact, order-free) and weights exp(s - max).
+    for (int64_t i = 0; i < n_rows; ++i) {
+      float* si = s + i * s_stride;
+      for (int64_t k = n_act; k < s_stride; ++k) si[k] = -INFINITY;
+      m[i] = RowMax(si, s_stride);
+      if (m[i] != -INFINITY) ExpShifted(si, m[i], s_stride, si);
+      l[i] = 0.0f;
+    }
+    std::fill(acc, acc + n_rows * hd_pad, 0.0f);
+    // 3. acc_i = sum_k p_ik v_k and l_i = sum_k p_ik, in visiting order.
+    const uint8_t* vbase = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
+    for (int64_t k0 = 0; k0 < n_act; k0 += kCellTile) {
+      const int64_t n = std::min(kCellTile, n_act - k0);
+      for (int64_t k = 0; k < n; ++k) {
+        DequantSegment(c.vc, vbase + act[k0 + k] * kv.v_stride, hd, hd_pad, vbuf + k * hd_pad,
+                       tmp8, tmpf);
+      }
+      for (int64_t i = 0; i < n_rows; ++i) {
+        if (m[i] == -INFINITY) continue;
+        AccumulateV(s + i * s_stride + k0, n, vbuf, hd_pad, round_up(hd, nf), acc + i * hd_pad,
+                    &l[i]);
+      }
+    }
+    for (int64_t i = 0; i < n_rows; ++i) {
+      float* o = out + qrows[i] * hd;
+      const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+      for (int64_t d = 0; d < hd; ++d) o[d] = acc[i * hd_pad + d] * inv;
+    }
+  });
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)

@@ -82,12 +82,6 @@ struct QuantRows {
 void QuantizeRows(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in,
                   const QuantRows& out);
 
-/// QuantizeRows for the fused decode path (decode512-inl.h): q[n_pad] and dx[n_pad / 4] per row
-/// as above, plus aux[n_pad / 4] per row from the lane sums ls (sum of the 4 q of each lane):
-/// aux_mode k > 0: int32 -k * ls (stored in the float array's bits); -1: float dx * ls; 0: none.
-void QuantizeRowsAux(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in, int64_t n_pad,
-                     int aux_mode, int8_t* q, float* dx, float* aux);
-
 /// Register tile of integer dot products, for the unpacked rows w (weights) and quantized
 /// rows a (tokens):
 ///   y[c * y_stride + r] = sum_lanes dw[r] * dx[c] * dot4(w[r], a[c]) + sum_g cw[r][g] sx[c][g]

@@ -95,23 +95,28 @@ inline Plan MakePlan(int64_t n_out, int64_t n_tokens, int n_threads) {
 
 }  // namespace core_detail
 
-/// y[c * y_stride + r] = sum of the lanes of acc[r][c], for r < n_rows, c < n_cols.
+/// y[c * y_stride + r] = sum of the lanes of acc[r][c], for r < n_rows, c < n_cols. Always the
+/// same reduction tree (Reduce4's; rows past n_rows hold copies of valid rows and are dropped),
+/// so an element's sum does not depend on how many rows share its tile.
 template <int kC, class D>
 HWY_INLINE void StoreTile(D d, const hn::Vec<D> (&acc)[kTileRows][kC], int n_rows, int n_cols,
                           float* y, int64_t y_stride) {
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (kTileRows == 4) {
+  static_assert(kTileRows == 4, "the reduction tree takes 4 rows");
+  for (int c = 0; c < n_cols; ++c) {
     if (n_rows == 4) {
-      for (int c = 0; c < n_cols; ++c) {
-        Reduce4(d, acc[0][c], acc[1][c], acc[2][c], acc[3][c], y + c * y_stride);
-      }
-      return;
+      Reduce4(d, acc[0][c], acc[1][c], acc[2][c], acc[3][c], y + c * y_stride);
+    } else {
+      float tmp[4];
+      Reduce4(d, acc[0][c], acc[1][c], acc[2][c], acc[3][c], tmp);
+      for (int r = 0; r < n_rows; ++r) y[c * y_stride + r] = tmp[r];
     }
   }
-#endif
+#else
   for (int c = 0; c < n_cols; ++c) {
     for (int r = 0; r < n_rows; ++r) y[c * y_stride + r] = ReduceSum(d, acc[r][c]);
   }
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -263,43 +268,6 @@ void QuantizeRows(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in
       std::memset(dx + n_in / 4, 0, (n_pad - n_in) / 4 * sizeof(float));
     }
   }
-}
-
-// A template so that the VNNI attribute stays inside this translation unit: GCC treats a
-// non-template function whose definition adds target attributes as a separate version with
-// its own symbol (function multi-versioning).
-template <int kUnused>
-MNEMO_VNNI_ATTR HWY_NOINLINE void LaneSums(int64_t n_rows, int64_t n_pad, int aux_mode,
-                                           const int8_t* q, const float* dx, float* aux) {
-  const DU8 du8;
-  const DI8 di8;
-  const DI32 di32;
-  const DF32 df;
-  const auto ones = hn::Set(du8, 1);
-  const auto neg_k = hn::Set(di32, -aux_mode);
-  const int64_t n8 = static_cast<int64_t>(hn::Lanes(du8));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    for (int64_t i = 0; i < n_pad; i += n8) {
-      const auto ls = DotQuads<false>(ones, hn::Load(di8, q + r * n_pad + i));
-      float* out = aux + r * (n_pad / 4) + i / 4;
-      if (aux_mode > 0) {
-        hn::Store(hn::Mul(ls, neg_k), di32, reinterpret_cast<int32_t*>(out));
-      } else {
-        hn::Store(hn::Mul(hn::ConvertTo(df, ls), hn::Load(df, dx + r * (n_pad / 4) + i / 4)), df,
-                  out);
-      }
-    }
-  }
-}
-
-void QuantizeRowsAux(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_in, int64_t n_pad,
-                     int aux_mode, int8_t* q, float* dx, float* aux) {
-  QuantRows qr;
-  qr.q = q;
-  qr.dx = dx;
-  qr.n_pad = n_pad;
-  QuantizeRows(x, x_stride, n_rows, n_in, qr);
-  if (aux_mode != 0) LaneSums<0>(n_rows, n_pad, aux_mode, q, dx, aux);
 }
 
 // ---------------------------------------------------------------------------------------------

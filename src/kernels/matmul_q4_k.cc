@@ -5,7 +5,6 @@
 #define HWY_TARGET_INCLUDE "kernels/matmul_q4_k.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/decode512-inl.h"
 #include "kernels/matmul-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -19,11 +18,6 @@ void UnpackRowQ4_K(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_of
 #endif
 
 void MatmulQ4_K(const internal::MatmulArgs& args) {
-#if MNEMO_HAVE_FAST512
-  if (fast512::FusedApplies<fast512::DecQ4_K>(args)) {
-    return fast512::MatmulFused<fast512::DecQ4_K>(args);
-  }
-#endif
 #if MNEMO_INT_DOT
   IntKernel kernel;
   GetIntKernel(GgmlType::Q4_K, &kernel);

@@ -5,7 +5,6 @@
 #define HWY_TARGET_INCLUDE "kernels/matmul_q6_k.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/decode512-inl.h"
 #include "kernels/matmul-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -19,11 +18,6 @@ void UnpackRowQ6_K(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_of
 #endif
 
 void MatmulQ6_K(const internal::MatmulArgs& args) {
-#if MNEMO_HAVE_FAST512
-  if (fast512::FusedApplies<fast512::DecQ6_K>(args)) {
-    return fast512::MatmulFused<fast512::DecQ6_K>(args);
-  }
-#endif
 #if MNEMO_INT_DOT
   IntKernel kernel;
   GetIntKernel(GgmlType::Q6_K, &kernel);

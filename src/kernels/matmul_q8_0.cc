@@ -5,8 +5,6 @@
 #define HWY_TARGET_INCLUDE "kernels/matmul_q8_0.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/decode256-inl.h"
-#include "kernels/decode512-inl.h"
 #include "kernels/matmul-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -20,16 +18,6 @@ void UnpackRowQ8_0(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_of
 #endif
 
 void MatmulQ8_0(const internal::MatmulArgs& args) {
-#if MNEMO_HAVE_FAST512
-  if (fast512::FusedApplies<fast512::DecQ8_0>(args)) {
-    return fast512::MatmulFused<fast512::DecQ8_0>(args);
-  }
-#endif
-#if MNEMO_HAVE_FAST256
-  if (fast256::FusedApplies<fast256::DecQ8_0>(args)) {
-    return fast256::MatmulFused<fast256::DecQ8_0>(args);
-  }
-#endif
 #if MNEMO_INT_DOT
   IntKernel kernel;
   GetIntKernel(GgmlType::Q8_0, &kernel);

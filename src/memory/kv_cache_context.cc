@@ -1,6 +1,8 @@
 // KvCacheContext: the per-batch transaction of a KvCache (apply / rollback, placement, masks).
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "memory/kv_journal.h"
@@ -133,6 +135,25 @@ void KvCacheContext::build_mask(size_t i, std::vector<float>* out) const {
       if ((cfg.causal && pc > p) || is_masked_swa(cfg.swa_type, cfg.n_swa, pc, p)) continue;
       dst[cell] = 0.0f;
     }
+  }
+}
+
+void KvCacheContext::build_order(size_t i, std::vector<int32_t>* out) const {
+  const StreamSlots& slots = placement()[i];
+  const uint32_t n_kv = this->n_kv(slots.stream);
+  const KvCells& c = cache_->cells(slots.stream);
+  out->clear();
+  bool sorted = true;
+  Pos last = std::numeric_limits<Pos>::min();
+  for (uint32_t cell = 0; cell < n_kv; ++cell) {
+    if (c.is_empty(cell)) continue;
+    sorted = sorted && c.pos(cell) >= last;
+    last = c.pos(cell);
+    out->push_back(static_cast<int32_t>(cell));
+  }
+  if (!sorted) {
+    std::stable_sort(out->begin(), out->end(),
+                     [&](int32_t a, int32_t b) { return c.pos(a) < c.pos(b); });
   }
 }
 

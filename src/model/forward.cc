@@ -123,6 +123,15 @@ const std::vector<float>& Forward::mask_for(const KvCacheContext& kv, size_t pla
   return m;
 }
 
+const std::vector<int32_t>& Forward::order_for(const KvCacheContext& kv, size_t placement_index) {
+  auto key = std::make_pair(&kv, placement_index);
+  auto it = orders_.find(key);
+  if (it != orders_.end()) return it->second;
+  std::vector<int32_t>& o = orders_[key];
+  kv.build_order(placement_index, &o);
+  return o;
+}
+
 void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* q,
                         const float* k, const float* v, float* out) {
   const int64_t n_embd_k = hp_.n_embd_k_gqa();
@@ -149,6 +158,7 @@ void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
     const int64_t n = int64_t(ss.rows.size());
     const uint32_t n_kv = kv.n_kv(ss.stream);
     const std::vector<float>& mask = mask_for(kv, i);
+    const std::vector<int32_t>& order = order_for(kv, i);
     const KvView kview = kv.k_view(il, ss.stream);
     const KvView vview = kv.v_view(il, ss.stream);
 
@@ -174,6 +184,8 @@ void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
     kvv.v = vview.data;
     kvv.v_stride = vview.row_bytes;
     kvv.n_kv = n_kv;
+    kvv.order = order.data();
+    kvv.n_order = int64_t(order.size());
     kernels::AttentionParams p;
     p.n_tokens = n;
     p.n_head = hp_.n_head;
@@ -197,6 +209,7 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
   CHECK_EQ(out_rows.size(), size_t(ub.n_outputs()));
   n_tokens_ = uint32_t(T);
   masks_.clear();
+  orders_.clear();
 
   // Embeddings.
   if (!ub.token.empty()) {
