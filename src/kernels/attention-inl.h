@@ -32,6 +32,7 @@
 #include <cstring>
 #include <vector>
 
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/internal.h"
@@ -131,6 +132,227 @@ HWY_INLINE void DequantSegment(const attn_detail::RowCodec& codec, const uint8_t
 
 namespace attn_detail {
 
+/// Whether float-type rows (F32 / F16 / BF16) and Q8_0 V rows are read in place by the direct
+/// kernels below (no unpacked copy).
+inline bool IsDirectFloat(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+/// nf elements of a float-type row at element i, widened to f32.
+template <GgmlType kType>
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> Widen(const uint8_t* row, int64_t i) {
+  const hn::ScalableTag<float> df;
+  if constexpr (kType == GgmlType::F32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (kType == GgmlType::F16) {
+    const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + i));
+  }
+}
+
+/// Scores of kQ query rows qf[r] (float, hd elements) against 4 float-type K rows (cells;
+/// repeats past n_cells are computed and dropped): y[r * y_stride + j]. Per (row, cell) the same
+/// operations as FloatTile over unpacked rows: lane chains acc = fma(k_i, q_i, acc) over i in
+/// vectors, then the Reduce4 tree. hd is a multiple of the vector length.
+template <GgmlType kType, int kQ>
+HWY_NOINLINE void FloatScores(const uint8_t* const* cells, int n_cells, int64_t hd,
+                              const float* const* qf, float* y, int64_t y_stride) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  hn::Vec<decltype(df)> acc[kQ][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
+  }
+  for (int64_t i = 0; i < hd; i += nf) {
+    hn::Vec<decltype(df)> k[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) k[j] = Widen<kType>(cells[j], i);
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ; ++r) {
+      const auto qv = hn::LoadU(df, qf[r] + i);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
+    }
+  }
+#if HWY_TARGET != HWY_SCALAR
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    float tmp[4];
+    Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
+    for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
+  }
+#else
+  for (int r = 0; r < kQ; ++r) {
+    for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = ReduceSum(df, acc[r][j]);
+  }
+#endif
+}
+
+/// Query rows per pass of the direct kernels: their accumulators and the operands fit the
+/// register file (16 vector registers below AVX-512, 32 with it).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr int kDirectRows = 4;
+#else
+inline constexpr int kDirectRows = 3;
+#endif
+
+template <GgmlType kType>
+void FloatScoresRows(const uint8_t* const* cells, int n_cells, int64_t hd, const float* const* qf,
+                     int n_q, float* y, int64_t y_stride) {
+  switch (n_q) {
+    case 1:
+      return FloatScores<kType, 1>(cells, n_cells, hd, qf, y, y_stride);
+    case 2:
+      return FloatScores<kType, 2>(cells, n_cells, hd, qf, y, y_stride);
+    case 3:
+      return FloatScores<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
+    default:
+      if constexpr (kDirectRows >= 4) return FloatScores<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
+      CHECK(false) << "bad row count " << n_q;
+  }
+}
+
+/// kV vectors of dimensions [d, d + kV nf) of a V row, as float: F32 / F16 / BF16 widened,
+/// Q8_0 as d_block * q (the exact value DequantQ8_0Direct gives).
+template <GgmlType kType, int kV>
+HWY_INLINE void LoadV(const uint8_t* row, int64_t d, hn::Vec<hn::ScalableTag<float>> (&v)[kV]) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  if constexpr (kType == GgmlType::Q8_0) {
+    const hn::Rebind<int32_t, decltype(df)> di;
+    const hn::Rebind<int8_t, decltype(df)> d8;
+    const block_q8_0* blocks = reinterpret_cast<const block_q8_0*>(row);
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) {
+      const int64_t e = d + j * nf;
+      const block_q8_0& b = blocks[e / 32];
+      const auto q = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, b.qs + e % 32)));
+      v[j] = hn::Mul(q, hn::Set(df, F16ToF32(b.d)));
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) v[j] = Widen<kType>(row, d + j * nf);
+  }
+}
+
+/// For rows r < kQ: acc_r[j nf, (j + 1) nf) over j < kV, chained over the cells k < n in order:
+/// acc = fma(p_r[k], v_k, acc), v_k = dimensions [d, d + kV nf) of V row rows[k]; and, when l is
+/// given, l[r] += p_r[k] in the same order. The same operations as AccumulateV on dequantized
+/// rows.
+template <GgmlType kType, int kQ, int kV>
+HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
+                       float* const* acc, float* l) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  hn::Vec<decltype(df)> a[kQ][kV];
+  float ls[kQ];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    ls[r] = l != nullptr ? l[r] : 0.0f;
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) a[r][j] = hn::LoadU(df, acc[r] + j * nf);
+  }
+  // V rows are read at the cache-row stride: fetch the bytes of row k + kAhead's range ahead.
+  constexpr int64_t kAhead = 8;
+  const int64_t span0 = kType == GgmlType::Q8_0 ? d / 32 * 34
+                        : kType == GgmlType::F32 ? d * 4
+                                                 : d * 2;
+  const int64_t span1 = kType == GgmlType::Q8_0 ? ((d + kV * nf - 1) / 32 + 1) * 34
+                        : kType == GgmlType::F32 ? (d + kV * nf) * 4
+                                                 : (d + kV * nf) * 2;
+  for (int64_t k = 0; k < n; ++k) {
+    if (k + kAhead < n) {
+      hwy::Prefetch(rows[k + kAhead] + span0);
+      hwy::Prefetch(rows[k + kAhead] + span1 - 1);
+    }
+    hn::Vec<decltype(df)> v[kV];
+    LoadV<kType, kV>(rows[k], d, v);
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ; ++r) {
+      const float pk = p[r][k];
+      const auto w = hn::Set(df, pk);
+      ls[r] += pk;
+#pragma GCC unroll 4
+      for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    if (l != nullptr) l[r] = ls[r];
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) hn::StoreU(a[r][j], df, acc[r] + j * nf);
+  }
+}
+
+template <GgmlType kType, int kQ>
+void VAccVecs(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
+              float* const* acc, float* l) {
+  switch (n_vec) {
+    case 1:
+      return VAcc<kType, kQ, 1>(rows, n, d, p, acc, l);
+    case 2:
+      return VAcc<kType, kQ, 2>(rows, n, d, p, acc, l);
+    case 3:
+      return VAcc<kType, kQ, 3>(rows, n, d, p, acc, l);
+    default:
+      return VAcc<kType, kQ, 4>(rows, n, d, p, acc, l);
+  }
+}
+
+template <GgmlType kType>
+void VAccRows(int n_q, int n_vec, const uint8_t* const* rows, int64_t n, int64_t d,
+              const float* const* p, float* const* acc, float* l) {
+  switch (n_q) {
+    case 1:
+      return VAccVecs<kType, 1>(n_vec, rows, n, d, p, acc, l);
+    case 2:
+      return VAccVecs<kType, 2>(n_vec, rows, n, d, p, acc, l);
+    case 3:
+      return VAccVecs<kType, 3>(n_vec, rows, n, d, p, acc, l);
+    default:
+      if constexpr (kDirectRows >= 4) return VAccVecs<kType, 4>(n_vec, rows, n, d, p, acc, l);
+      CHECK(false) << "bad row count " << n_q;
+  }
+}
+
+using FloatScoresFn = void (*)(const uint8_t* const*, int, int64_t, const float* const*, int,
+                               float*, int64_t);
+using VAccFn = void (*)(int, int, const uint8_t* const*, int64_t, int64_t, const float* const*,
+                        float* const*, float*);
+
+inline FloatScoresFn GetFloatScores(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return &FloatScoresRows<GgmlType::F32>;
+    case GgmlType::F16:
+      return &FloatScoresRows<GgmlType::F16>;
+    case GgmlType::BF16:
+      return &FloatScoresRows<GgmlType::BF16>;
+    default:
+      return nullptr;
+  }
+}
+
+inline VAccFn GetVAcc(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return &VAccRows<GgmlType::F32>;
+    case GgmlType::F16:
+      return &VAccRows<GgmlType::F16>;
+    case GgmlType::BF16:
+      return &VAccRows<GgmlType::BF16>;
+    case GgmlType::Q8_0:
+      return &VAccRows<GgmlType::Q8_0>;
+    default:
+      return nullptr;
+  }
+}
+
 /// What one call shares with its tasks.
 struct Call {
   AttentionParams p;
@@ -146,6 +368,8 @@ struct Call {
   QuantRows qr;  // Q quantized (integer K scores)
 #endif
   const float* qf = nullptr;  // Q padded to hd_pad (float K scores)
+  FloatScoresFn fscore = nullptr;  // direct float-K scores (null: unpack + FloatTile)
+  VAccFn vacc = nullptr;           // direct V accumulation (null: dequantize + AccumulateV)
 };
 
 /// Scratch for the K rows of one tile of cells in the form the score tiles read.
@@ -214,7 +438,12 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
   const uint8_t* kbase = static_cast<const uint8_t*>(c.kv.k) + row_size(c.kv.k_type, g * hd);
   if (c.kc.use_int) {
 #if MNEMO_INT_DOT
+    const size_t k_seg_bytes = row_size(c.kv.k_type, hd);
     for (int64_t k = 0; k < n_act; ++k) {
+      if (k + 8 < n_act) {  // rows at the cache-row stride: fetch ahead
+        const uint8_t* ahead = kbase + act[k + 8] * c.kv.k_stride;
+        for (size_t b = 0; b < k_seg_bytes; b += 64) hwy::Prefetch(ahead + b);
+      }
       c.kc.ik.unpack(kbase + act[k] * c.kv.k_stride, hd, hd_pad, c.n_off, ks.k8 + k * hd_pad,
                      ks.kdw + k * (hd_pad / 4), ks.kcw + k * c.n_off);
     }
@@ -243,6 +472,24 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
       }
     }
 #endif
+  } else if (c.fscore != nullptr) {
+    const size_t k_seg_bytes = row_size(c.kv.k_type, hd);
+    for (int64_t k = 0; k < n_act; k += 4) {
+      const uint8_t* cells[4];
+      const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
+      for (int j = 0; j < 4; ++j) cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
+      // K rows are read at the cache-row stride, head segment by head segment: fetch ahead.
+      for (int64_t j = k + 16; j < std::min(n_act, k + 20); ++j) {
+        const uint8_t* row = kbase + act[j] * c.kv.k_stride;
+        for (size_t b = 0; b < k_seg_bytes; b += 64) hwy::Prefetch(row + b);
+      }
+      for (int64_t i = 0; i < n_rows; i += kDirectRows) {
+        const int n_q = static_cast<int>(std::min<int64_t>(kDirectRows, n_rows - i));
+        const float* qp[kDirectRows];
+        for (int r = 0; r < n_q; ++r) qp[r] = c.qf + qrows[i + r] * hd_pad;
+        c.fscore(cells, n_cells, hd, qp, n_q, s + i * s_stride + k, s_stride);
+      }
+    }
   } else {
     for (int64_t k = 0; k < n_act; ++k) {
       c.kc.fu(c.kv.k_type, kbase + act[k] * c.kv.k_stride, hd, hd_pad, ks.kf + k * hd_pad);
@@ -341,6 +588,54 @@ HWY_INLINE void AccumulateV(const float* p, int64_t n, const float* v, int64_t v
   }
 }
 
+
+/// V scratch of one task: a tile of dequantized rows and the unpack temporaries.
+struct VScratch {
+  float* vbuf = nullptr;  // kCellTile x v_stride
+  int64_t v_stride = 0;
+  uint8_t* tmp8 = nullptr;
+  float* tmpf = nullptr;
+};
+
+/// For rows i < n_rows: acc_i[0, width) += sum over k < n (in order) of p_i[k] * V[cells[k]][d0 +
+/// .], one fma chain per element, and l_i += p_i[k] when l is given; p_i = p + i * p_stride,
+/// acc_i = acc + i * acc_stride, l_i = l[i]. The V rows' head g segment starts at vhead +
+/// cell * v_stride. Direct kernels read F32 / F16 / BF16 / Q8_0 rows in place; other types are
+/// dequantized into the scratch first; the arithmetic per element is the same.
+inline void AccumulateTile(const Call& c, const uint8_t* vhead, const int32_t* cells, int64_t n,
+                           int64_t d0, int64_t width, const float* p, int64_t p_stride,
+                           int64_t n_rows, float* acc, int64_t acc_stride, float* l,
+                           const VScratch& vs) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  if (c.vacc != nullptr) {
+    const uint8_t* rows[kCellTile];
+    for (int64_t k = 0; k < n; ++k) rows[k] = vhead + cells[k] * c.kv.v_stride;
+    for (int64_t i = 0; i < n_rows; i += kDirectRows) {
+      const int n_q = static_cast<int>(std::min<int64_t>(kDirectRows, n_rows - i));
+      const float* pp[kDirectRows];
+      float* ap[kDirectRows];
+      for (int64_t d = 0; d < width; d += 4 * nf) {
+        const int n_vec = static_cast<int>(std::min<int64_t>(4, (width - d) / nf));
+        for (int r = 0; r < n_q; ++r) {
+          pp[r] = p + (i + r) * p_stride;
+          ap[r] = acc + (i + r) * acc_stride + d;
+        }
+        c.vacc(n_q, n_vec, rows, n, d0 + d, pp, ap, d == 0 && l != nullptr ? l + i : nullptr);
+      }
+    }
+    return;
+  }
+  const size_t seg_offset = row_size(c.kv.v_type, d0);
+  for (int64_t k = 0; k < n; ++k) {
+    DequantSegment(c.vc, vhead + cells[k] * c.kv.v_stride + seg_offset, width, vs.v_stride,
+                   vs.vbuf + k * vs.v_stride, vs.tmp8, vs.tmpf);
+  }
+  for (int64_t i = 0; i < n_rows; ++i) {
+    AccumulateV(p + i * p_stride, n, vs.vbuf, vs.v_stride, round_up(width, nf),
+                acc + i * acc_stride, l != nullptr ? l + i : nullptr);
+  }
+}
 }  // namespace attn_detail
 
 void Attention(const AttentionParams& p, const float* q, const KvView& kv, const float* mask,
@@ -360,6 +655,8 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
   c.vc = MakeCodec(kv.v_type, /*allow_int=*/false);
   const int64_t hd = c.hd, hd_pad = c.hd_pad, gqa = c.gqa;
   const int64_t n_rows_all = p.n_tokens * p.n_head;
+  if (!c.kc.use_int && hd % nf == 0) c.fscore = GetFloatScores(kv.k_type);
+  if (hd % nf == 0) c.vacc = GetVAcc(kv.v_type);
 
   // Work split: tasks = K/V heads x token chunks. When there are few of them (decoding), the
   // call runs in two phases instead: scores over ranges of cells, then the softmax and V
@@ -481,9 +778,11 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       float* m = ts.take<float>(n_rows);
       float* l = ts.take<float>(n_rows);
       float* pt = ts.take<float>(n_rows * kCellTile);
-      float* vbuf = ts.take<float>(kCellTile * v_stride);
-      uint8_t* tmp8 = ts.take<uint8_t>(v_stride);
-      float* tmpf = ts.take<float>(2 * v_stride);
+      VScratch vs;
+      vs.vbuf = ts.take<float>(kCellTile * v_stride);
+      vs.v_stride = v_stride;
+      vs.tmp8 = ts.take<uint8_t>(v_stride);
+      vs.tmpf = ts.take<float>(2 * v_stride);
       int64_t* qrows = ts.take<int64_t>(n_rows);
       for (int64_t i = 0; i < n_rows; ++i) {
         qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
@@ -491,21 +790,20 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
         l[i] = 0.0f;
       }
       std::fill(acc, acc + n_rows * v_stride, 0.0f);
-      const size_t v_offset = row_size(kv.v_type, g * hd + db * width);
-      const uint8_t* vbase = static_cast<const uint8_t*>(kv.v) + v_offset;
+      const uint8_t* vhead = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
       for (int64_t k0 = 0; k0 < n_act_all; k0 += kCellTile) {
         const int64_t n = std::min(kCellTile, n_act_all - k0);
         const int64_t n_v = round_up(n, nf);
-        for (int64_t k = 0; k < n; ++k) {
-          DequantSegment(c.vc, vbase + act_all[k0 + k] * kv.v_stride, width, v_stride,
-                         vbuf + k * v_stride, tmp8, tmpf);
-        }
         for (int64_t i = 0; i < n_rows; ++i) {
-          if (m[i] == -INFINITY) continue;
           float* pi = pt + i * kCellTile;
-          ExpShifted(scores.data() + qrows[i] * s_stride + k0, m[i], n_v, pi);
-          AccumulateV(pi, n, vbuf, v_stride, round_up(width, nf), acc + i * v_stride, &l[i]);
+          if (m[i] == -INFINITY) {
+            std::fill(pi, pi + n_v, 0.0f);
+          } else {
+            ExpShifted(scores.data() + qrows[i] * s_stride + k0, m[i], n_v, pi);
+          }
         }
+        AccumulateTile(c, vhead, act_all.data() + k0, n, db * width, width, pt, kCellTile, n_rows,
+                       acc, v_stride, l, vs);
       }
       for (int64_t i = 0; i < n_rows; ++i) {
         float* o = out + qrows[i] * hd + db * width;
@@ -542,9 +840,11 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     float* l = ts.take<float>(n_rows);
     float* m = ts.take<float>(n_rows);
     float* s = ts.take<float>(n_rows * s_stride);
-    float* vbuf = ts.take<float>(kCellTile * hd_pad);
-    uint8_t* tmp8 = ts.take<uint8_t>(hd_pad);
-    float* tmpf = ts.take<float>(2 * hd_pad);
+    VScratch vs;
+    vs.vbuf = ts.take<float>(kCellTile * hd_pad);
+    vs.v_stride = hd_pad;
+    vs.tmp8 = ts.take<uint8_t>(hd_pad);
+    vs.tmpf = ts.take<float>(2 * hd_pad);
     int64_t* qrows = ts.take<int64_t>(n_rows);
     for (int64_t i = 0; i < n_rows; ++i) qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
 
@@ -558,23 +858,19 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       float* si = s + i * s_stride;
       for (int64_t k = n_act; k < s_stride; ++k) si[k] = -INFINITY;
       m[i] = RowMax(si, s_stride);
-      if (m[i] != -INFINITY) ExpShifted(si, m[i], s_stride, si);
+      if (m[i] != -INFINITY) {
+        ExpShifted(si, m[i], s_stride, si);
+      } else {
+        std::fill(si, si + s_stride, 0.0f);
+      }
       l[i] = 0.0f;
     }
     std::fill(acc, acc + n_rows * hd_pad, 0.0f);
     // 3. acc_i = sum_k p_ik v_k and l_i = sum_k p_ik, in visiting order.
-    const uint8_t* vbase = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
+    const uint8_t* vhead = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
     for (int64_t k0 = 0; k0 < n_act; k0 += kCellTile) {
-      const int64_t n = std::min(kCellTile, n_act - k0);
-      for (int64_t k = 0; k < n; ++k) {
-        DequantSegment(c.vc, vbase + act[k0 + k] * kv.v_stride, hd, hd_pad, vbuf + k * hd_pad,
-                       tmp8, tmpf);
-      }
-      for (int64_t i = 0; i < n_rows; ++i) {
-        if (m[i] == -INFINITY) continue;
-        AccumulateV(s + i * s_stride + k0, n, vbuf, hd_pad, round_up(hd, nf), acc + i * hd_pad,
-                    &l[i]);
-      }
+      AccumulateTile(c, vhead, act.data() + k0, std::min(kCellTile, n_act - k0), 0, hd, s + k0,
+                     s_stride, n_rows, acc, hd_pad, l, vs);
     }
     for (int64_t i = 0; i < n_rows; ++i) {
       float* o = out + qrows[i] * hd;
