@@ -21,6 +21,24 @@ function(mnemo_add_test name)
     PROPERTIES ENVIRONMENT "MNEMO_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
+# mnemo_add_simd_variants(NAME TARGETS ...): runs test binary NAME once more per SIMD target
+# (MNEMO_SIMD=TARGET, kernels.h set_simd_cap), as tests named "<test>@TARGET". A variant skips
+# itself where the CPU lacks the target or where it is the CPU's best (the plain run covers that):
+# a machine tests every path it can run, e.g. an AVX-512 machine its AVX2 and SSE4 paths too.
+function(mnemo_add_simd_variants name)
+  if(NOT MNEMO_BUILD_TESTS OR NOT TARGET ${name})
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "TARGETS" ${ARGN})
+  target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/tools/simd_variant.cc)
+  foreach(simd ${ARG_TARGETS})
+    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_SUFFIX "@${simd}"
+      PROPERTIES ENVIRONMENT "MNEMO_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+                 ENVIRONMENT_MODIFICATION "MNEMO_SIMD=set:${simd}"
+                 SKIP_REGULAR_EXPRESSION "this CPU has no|the plain run covers it")
+  endforeach()
+endfunction()
+
 # mnemo_add_bench(NAME SOURCES ... DEPS ...): a Google Benchmark binary (not run by ctest).
 function(mnemo_add_bench name)
   if(NOT MNEMO_BUILD_BENCH)

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "mnemo/quant.h"
 
@@ -33,6 +34,14 @@ namespace kernels {
 /// Name of the Highway target the kernels dispatch to now: "AVX3_DL", "AVX3", "AVX2", "SSE4",
 /// "SCALAR" (or another Highway target name on other architectures).
 const char* simd_target();
+
+/// Caps the dispatch at a target: the kernels then use the best target the CPU supports that
+/// is not better than `name` ("AVX3_DL", "AVX3", "AVX2", "SSE4", "SCALAR"; any case). Returns
+/// false (and changes nothing) for another name. The environment variable MNEMO_SIMD=NAME does
+/// this when the program starts, so one machine can run (and test) every path below its best,
+/// e.g. MNEMO_SIMD=AVX2 on an AVX-512 CPU. Call it before any kernel runs: weights packed for
+/// one target are read through their source on another (slower, same results as unpacked).
+bool set_simd_cap(std::string_view name);
 
 // ---------------------------------------------------------------------------------------------
 // Matrix multiplication

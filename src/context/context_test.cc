@@ -14,6 +14,9 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <vector>
+
+#include <unistd.h>
 
 #include "mnemo/kv_cache.h"
 #include "tiny_model.h"
@@ -26,12 +29,23 @@ namespace fs = std::filesystem;
 // Logits keyed by (sequence, position).
 using LogitsBySeqPos = std::map<std::pair<int, int>, std::vector<float>>;
 
-// all_f32: weights in f32, so matmuls run in float without quantizing activations.
+// all_f32: weights in f32, so matmuls run in float without quantizing activations. One file
+// per process: ctest runs test processes in parallel, and rewriting a file another process has
+// mapped would pull its pages away (SIGBUS).
 std::string tiny_model_path(const std::string& arch, bool all_f32) {
   const fs::path p = fs::temp_directory_path() /
-                     ("mnemo_context_test_" + arch + (all_f32 ? "_f32" : "") + ".gguf");
+                     ("mnemo_context_test_" + std::to_string(::getpid()) + "_" + arch +
+                      (all_f32 ? "_f32" : "") + ".gguf");
   Status st = testing::write_tiny_model(arch, p.string(), 11, all_f32);
   EXPECT_TRUE(st.ok()) << st.to_string();
+  // Removed when the process ends (loaded models keep their mappings until then).
+  static struct Cleanup {
+    std::vector<fs::path> paths;
+    ~Cleanup() {
+      for (const fs::path& q : paths) fs::remove(q);
+    }
+  } cleanup;
+  cleanup.paths.push_back(p);
   return p.string();
 }
 
