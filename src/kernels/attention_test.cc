@@ -210,5 +210,99 @@ TEST(AttentionTest, NoMaskAndEmptyCache) {
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
+// Batch-invariant numerics (docs/numerics.md): a query row's output is the same bits whatever
+// else the call holds (other tokens, alone or in a batch, decode or prompt schedule), the
+// thread count, and where its cells lie in the cache, as long as the visiting order lists them
+// in the same sequence. Other sequences' cells (masked) interleaved in the cache, or the cells
+// stored in another order with `order` listing them as before, change nothing.
+TEST(AttentionTest, RowsAreBatchInvariant) {
+  std::mt19937 rng(45);
+  const std::vector<std::pair<GgmlType, GgmlType>> types = {
+      {GgmlType::F16, GgmlType::F16},   {GgmlType::Q8_0, GgmlType::Q8_0},
+      {GgmlType::Q4_0, GgmlType::Q5_1}, {GgmlType::F32, GgmlType::BF16},
+      {GgmlType::BF16, GgmlType::Q4_1}};
+  const int64_t n_head = 6, n_head_kv = 2, hd = 64, n_kv = 300, n_tokens = 20;
+  const int64_t n_elems = n_head_kv * hd;
+  for (const auto& [kt, vt] : types) {
+    SCOPED_TRACE(std::string("K ") + std::string(type_name(kt)) + " V " +
+                 std::string(type_name(vt)));
+    std::vector<float> kd, vd;
+    const std::vector<uint8_t> k = make_rows(kt, n_kv, n_elems, rng, kd);
+    const std::vector<uint8_t> v = make_rows(vt, n_kv, n_elems, rng, vd);
+    const size_t kb = row_size(kt, n_elems), vb = row_size(vt, n_elems);
+    const KvView kv{kt, k.data(), kb, vt, v.data(), vb, n_kv};
+    const AttentionParams p{n_tokens, n_head, n_head_kv, hd, 0.125f, 0.0f};
+    const std::vector<float> q = random_floats(rng, n_tokens * n_head * hd, 1.0f, 17);
+    // Token t sees cells [0, n_kv - n_tokens + t] (causal), the first a few holes.
+    std::vector<float> mask(n_tokens * n_kv, 0.0f);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t c = n_kv - n_tokens + t + 1; c < n_kv; ++c) mask[t * n_kv + c] = -INFINITY;
+      if (t == 0) mask[5] = mask[17] = -INFINITY;
+    }
+    // The same cells interleaved with another sequence's (masked) cells, and in reverse order
+    // with `order` listing them forwards.
+    std::vector<float> kdummy, vdummy;
+    const std::vector<uint8_t> k_other = make_rows(kt, n_kv, n_elems, rng, kdummy);
+    const std::vector<uint8_t> v_other = make_rows(vt, n_kv, n_elems, rng, vdummy);
+    std::vector<uint8_t> k2(2 * n_kv * kb), v2(2 * n_kv * vb), k3(n_kv * kb), v3(n_kv * vb);
+    std::vector<float> mask2(n_tokens * 2 * n_kv, -INFINITY), mask3(n_tokens * n_kv);
+    std::vector<int32_t> order2(2 * n_kv), order3(n_kv);
+    for (int64_t c = 0; c < n_kv; ++c) {
+      std::memcpy(&k2[(2 * c + 1) * kb], &k[c * kb], kb);
+      std::memcpy(&v2[(2 * c + 1) * vb], &v[c * vb], vb);
+      std::memcpy(&k2[2 * c * kb], &k_other[c * kb], kb);
+      std::memcpy(&v2[2 * c * vb], &v_other[c * vb], vb);
+      const int64_t r = n_kv - 1 - c;  // reversed storage
+      std::memcpy(&k3[r * kb], &k[c * kb], kb);
+      std::memcpy(&v3[r * vb], &v[c * vb], vb);
+      order2[2 * c] = static_cast<int32_t>(2 * c);
+      order2[2 * c + 1] = static_cast<int32_t>(2 * c + 1);
+      order3[c] = static_cast<int32_t>(r);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        mask2[t * 2 * n_kv + 2 * c + 1] = mask[t * n_kv + c];
+        mask3[t * n_kv + r] = mask[t * n_kv + c];
+      }
+    }
+    KvView kv2{kt, k2.data(), kb, vt, v2.data(), vb, 2 * n_kv};
+    kv2.order = order2.data();
+    kv2.n_order = 2 * n_kv;
+    KvView kv3{kt, k3.data(), kb, vt, v3.data(), vb, n_kv};
+    kv3.order = order3.data();
+    kv3.n_order = n_kv;
+
+    ThreadPool pool2(2);
+    ThreadPool pool3(3);
+    const size_t row = n_head * hd;
+    for_each_target([&] {
+      std::vector<float> full(n_tokens * row, NAN);
+      attention(p, q.data(), kv, mask.data(), n_kv, full.data(), &pool2);
+      std::vector<float> got(n_tokens * row, NAN);
+      attention(p, q.data(), kv2, mask2.data(), 2 * n_kv, got.data(), &pool3);
+      ASSERT_EQ(0, std::memcmp(full.data(), got.data(), got.size() * sizeof(float)))
+          << "interleaved with another sequence";
+      attention(p, q.data(), kv3, mask3.data(), n_kv, got.data(), nullptr);
+      ASSERT_EQ(0, std::memcmp(full.data(), got.data(), got.size() * sizeof(float)))
+          << "stored in reverse, visited by order";
+      // Each token alone (the decode schedule), and the last 3 tokens as a batch.
+      AttentionParams one = p;
+      one.n_tokens = 1;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+          std::vector<float> o(row, NAN);
+          attention(one, q.data() + t * row, kv, mask.data() + t * n_kv, n_kv, o.data(), tp);
+          ASSERT_EQ(0, std::memcmp(o.data(), full.data() + t * row, row * sizeof(float)))
+              << "token " << t << " alone";
+        }
+      }
+      AttentionParams three = p;
+      three.n_tokens = 3;
+      std::vector<float> o(3 * row, NAN);
+      const int64_t t0 = n_tokens - 3;
+      attention(three, q.data() + t0 * row, kv, mask.data() + t0 * n_kv, n_kv, o.data(), &pool2);
+      ASSERT_EQ(0, std::memcmp(o.data(), full.data() + t0 * row, o.size() * sizeof(float)));
+    });
+  }
+}
+
 }  // namespace
 }  // namespace mnemo::kernels

@@ -103,7 +103,8 @@ struct PackedFormatInfo {
   int offset = 0;          // > 0: element = d (u - offset); -1: d u + c (c stored); 0: d u
 };
 
-/// The packed format of a weight type, kNone where there is none.
+/// The packed format of a weight type, kNone where there is none (in either layout: the 8-row
+/// layout packs the same types).
 PackedFormat packed_format_of(GgmlType type);
 PackedFormatInfo packed_format_info(PackedFormat f);
 

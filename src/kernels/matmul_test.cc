@@ -13,7 +13,8 @@
 //   (b) Against the exact float reference: Q + 2e-5 * M.
 //   Float paths (F32 / F16 / BF16 weights, and every type on the scalar fallback): only float
 //   rounding: 1e-5 * sum_i |w_i x_i|.
-//   Thread counts and tile shapes must not change a single bit (same arithmetic per element).
+//   Thread counts, tile shapes and the other tokens of a call must not change a single bit (same
+//   arithmetic per element: batch-invariant numerics, docs/numerics.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -111,18 +112,6 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
 
   ThreadPool pool2(2);
   ThreadPool pool3(3);
-  const PackedMatrix packed = pack_matrix(w, &pool2);
-  if (internal::packed_format_of(type) != internal::PackedFormat::kNone &&
-      internal::packed_kernels_active()) {
-    EXPECT_TRUE(packed.is_packed());
-    // The size of the GGUF rows (legacy types keep their fp16 scales) plus the padding of the
-    // last 16-row group; K-quants store f32 scale products (and Q6_K whole bytes): more.
-    const double growth = block_size(type) == 256 ? 1.6 : 1.0;
-    const int64_t n_groups = (s.n_out + 15) / 16;
-    EXPECT_LE(packed.packed_bytes(),
-              growth * row_size(type, s.n_in) * 16 * n_groups + 64 * n_groups)
-        << type_name(type);  // + each group rounded up to 64 bytes
-  }
   for_each_target([&] {
     const bool int_path = internal::int_dot_active() && !is_float_type(type);
     std::vector<float> y(s.n_tokens * s.n_out, NAN);
@@ -163,9 +152,21 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
             << "vs exact reference, t=" << t << " r=" << r;
       }
     }
-    // Packed weights: the same bounds (the float arithmetic differs from the unpacked path).
-    // Packed under the best target; on targets without packed kernels this exercises the
-    // fallback to the source.
+    // Packed weights (packed for this target): the same bounds (the float arithmetic differs
+    // from the unpacked path). On targets without packed kernels this exercises the fallback to
+    // the source.
+    const PackedMatrix packed = pack_matrix(w, &pool2);
+    if (internal::packed_kernels_active() &&
+        internal::packed_format_of(type) != internal::PackedFormat::kNone) {
+      EXPECT_TRUE(packed.is_packed());
+      // The size of the GGUF rows (legacy types keep their fp16 scales) plus the padding of the
+      // last row group; K-quants store f32 scale products (and Q6_K whole bytes): more.
+      const double growth = block_size(type) == 256 ? 1.6 : 1.0;
+      const int64_t n_groups = (s.n_out + 15) / 16;
+      EXPECT_LE(packed.packed_bytes(),
+                growth * row_size(type, s.n_in) * 16 * n_groups + 64 * n_groups)
+          << type_name(type);  // + each group rounded up to 64 bytes
+    }
     // On AMX CPUs prompts take the tile path; the last pass covers the AVX-512 one instead.
     struct Run {
       ThreadPool* pool;
@@ -199,16 +200,25 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
       ASSERT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * sizeof(float)))
           << "threads=" << pool->n_threads();
     }
-    // One token at a time (the decode path, which may fold offsets into the integer dot)
-    // agrees with the batch (prompt tiles) to float rounding: both are within the rounding
-    // bound of the same reference.
-    std::vector<float> y1(s.n_out);
+    // Batch invariance: a token computed alone, or in a batch behind other tokens, gets the
+    // same bits as in the full batch, packed or not (docs/numerics.md).
+    std::vector<float> y1(s.n_out), yp_all(s.n_tokens * s.n_out);
+    matmul(packed, x.data(), s.n_in, s.n_tokens, yp_all.data(), s.n_out, &pool2);
     for (int64_t t = 0; t < s.n_tokens; ++t) {
       matmul(w, x.data() + t * s.n_in, 1, y1.data(), &pool2);
-      for (int64_t r = 0; r < s.n_out; ++r) {
-        const size_t o = t * s.n_out + r;
-        ASSERT_NEAR(y1[r], y[o], 2 * rounding_bound[o]) << "token " << t << " alone, r=" << r;
-      }
+      ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + t * s.n_out, s.n_out * sizeof(float)))
+          << "token " << t << " alone";
+      matmul(packed, x.data() + t * s.n_in, s.n_in, 1, y1.data(), s.n_out, &pool3);
+      ASSERT_EQ(0, std::memcmp(y1.data(), yp_all.data() + t * s.n_out, s.n_out * sizeof(float)))
+          << "packed, token " << t << " alone";
+    }
+    if (s.n_tokens > 2) {  // the last tokens as a batch of their own (other tile positions)
+      const int64_t t0 = 1, n = s.n_tokens - 1;
+      std::vector<float> yt(n * s.n_out);
+      matmul(w, x.data() + t0 * s.n_in, n, yt.data(), nullptr);
+      ASSERT_EQ(0, std::memcmp(yt.data(), y.data() + t0 * s.n_out, yt.size() * sizeof(float)));
+      matmul(packed, x.data() + t0 * s.n_in, s.n_in, n, yt.data(), s.n_out, &pool2);
+      ASSERT_EQ(0, std::memcmp(yt.data(), yp_all.data() + t0 * s.n_out, yt.size() * sizeof(float)));
     }
   });
 }

@@ -13,9 +13,10 @@
 //       its low nibble and element 8j+4+i in its high nibble.
 //   U5 (Q5_0, Q5_1, Q5_K): the U4 units, then 32 bytes of fifth bits: byte 4r+i, bit 2j is the
 //       fifth bit of element 8j+i of row r, bit 2j+1 that of element 8j+4+i.
-//   U6 (Q6_K) and S8 (Q8_0, IQ4_NL): S/4 units; lane r of unit k holds elements 4k..4k+3 of row
-//       r as bytes (unsigned 0..63 for U6, int8 for S8).
-// d and c: fp16 where the GGUF value is fp16 (exact: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), f32
+//   U6 (Q6_K) and S8 (Q8_0): S/4 units; lane r of unit k holds elements 4k..4k+3 of row r as
+//       bytes (unsigned 0..63 for U6, int8 for S8).
+// IQ4_NL (not in the models we ship for) is not packed: as bytes it would double in size.
+// d and c: fp16 where the GGUF value is fp16 (exact: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), f32
 // for K-quants (products of two scales). Element = d u + c (float offset), d (u - k) (integer
 // offset k: 8 for Q4_0, 16 for Q5_0, 32 for Q6_K), or d u (S8). Sizes equal the GGUF rows for the
 // 32-element types; Q4_K / Q5_K are 37% / 14% larger, Q6_K 52%.
@@ -88,7 +89,6 @@ inline bool FormatOf(GgmlType type, Fmt* f) {
       *f = {kU5, 32, true, -1};
       return true;
     case GgmlType::Q8_0:
-    case GgmlType::IQ4_NL:
       *f = {kS8, 32, true, 0};
       return true;
     case GgmlType::Q4_K:
@@ -389,7 +389,6 @@ inline Tiles GetTiles(GgmlType type) {
     case GgmlType::Q5_1:
       return MakeTiles<kU5, 32, true, -1>();
     case GgmlType::Q8_0:
-    case GgmlType::IQ4_NL:
       return MakeTiles<kS8, 32, true, 0>();
     case GgmlType::Q4_K:
       return MakeTiles<kU4, 32, false, -1>();

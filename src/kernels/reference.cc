@@ -145,6 +145,9 @@ void attention(const AttentionParams& p, const float* q, const KvView& kv, const
     k[c] = dequantize(kv.k_type, static_cast<const uint8_t*>(kv.k) + c * kv.k_stride, n_kv_elems);
     v[c] = dequantize(kv.v_type, static_cast<const uint8_t*>(kv.v) + c * kv.v_stride, n_kv_elems);
   }
+  // Cells outside kv.order (when given) are seen by no row.
+  std::vector<bool> listed(kv.n_kv, kv.order == nullptr);
+  for (int64_t j = 0; kv.order != nullptr && j < kv.n_order; ++j) listed[kv.order[j]] = true;
   std::vector<float> qh(d);
   std::vector<double> s(kv.n_kv);
   for (int64_t t = 0; t < p.n_tokens; ++t) {
@@ -159,7 +162,7 @@ void attention(const AttentionParams& p, const float* q, const KvView& kv, const
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t c = 0; c < kv.n_kv; ++c) {
         const float m = mask ? mask[t * mask_stride + c] : 0.0f;
-        if (std::isinf(m) && m < 0) {
+        if ((std::isinf(m) && m < 0) || !listed[c]) {
           s[c] = -std::numeric_limits<double>::infinity();
           continue;
         }
