@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "mnemo/kernels.h"
 #include "tools/commands.h"
 
 namespace {
@@ -39,7 +40,10 @@ std::vector<std::string> rewrite_aliases(int argc, char** argv) {
 int main(int argc, char** argv) {
   CLI::App app{"mnemo: LLM inference engine and server built around its memory subsystem"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("mnemo 0.1.0"));
+  // The SIMD target the kernels dispatch to (after any MNEMO_SIMD cap): scripts/test reads it
+  // to run the real-model tests under every target this CPU has.
+  app.set_version_flag("--version", std::string("mnemo 0.1.0 (SIMD ") +
+                                        mnemo::kernels::simd_target() + ")");
 
   std::map<const CLI::App*, mnemo::tools::RunFn> runs;
   auto add = [&](const char* name, const char* help, auto reg) {
