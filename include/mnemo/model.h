@@ -156,6 +156,10 @@ class Model {
   uint64_t n_params() const;
   /// Bytes held by repacked copies of weights (0 when nothing was repacked).
   uint64_t n_packed_bytes() const;
+  /// Bytes of weights one token's forward pass reads: every matrix it multiplies with (its
+  /// repacked copy where there is one, else the GGUF tensor) plus one embedding row and the
+  /// f32 vectors (norms, biases, SSM parameters). For `mnemo bench --bandwidth`.
+  uint64_t n_decode_bytes() const;
   /// Number of repacked matrices (see ModelParams::repack).
   size_t n_packed() const { return packed_.size(); }
   /// A short description: "llama 30 blocks, 134.5 M params, 82.0 MiB (q4_1)".

@@ -105,6 +105,27 @@ void Model::repack_weights(int n_threads) {
   }
 }
 
+uint64_t Model::n_decode_bytes() const {
+  auto bytes = [](const Weight& w) -> uint64_t {
+    if (!w.present()) return 0;
+    if (w.packed != nullptr) return w.packed->packed_bytes();
+    return uint64_t(w.row_bytes) * uint64_t(std::max<int64_t>(1, w.ne1));
+  };
+  uint64_t n = bytes(output_norm_) + (token_embd_.present() ? token_embd_.row_bytes : 0);
+  // A tied output matrix is the token embedding itself (output_ is bound to it): counted once.
+  n += bytes(output_);
+  for (const LayerWeights& l : layers_) {
+    for (const Weight* w :
+         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.attn_q_norm,
+          &l.attn_k_norm, &l.post_attn_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
+          &l.post_ffn_norm, &l.ssm_in, &l.ssm_conv1d, &l.ssm_conv1d_b, &l.ssm_dt_b, &l.ssm_a,
+          &l.ssm_d, &l.ssm_norm, &l.ssm_out, &l.bo}) {
+      n += bytes(*w);
+    }
+  }
+  return n;
+}
+
 uint64_t Model::n_packed_bytes() const {
   uint64_t n = 0;
   for (const auto& p : packed_) n += p->packed_bytes();

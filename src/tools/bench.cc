@@ -5,10 +5,18 @@
 // filled with DEPTH tokens (not timed); pp times decoding n_prompt tokens in n_batch chunks, tg
 // times n_gen single-token decodes; each test runs -r times after one warm-up, and reports the
 // mean and standard deviation of tokens/s over the repetitions.
+//
+// --bandwidth also measures how close generation comes to the machine's memory bandwidth: the
+// bytes one generated token reads (the weights of every matmul, repacked copies where there are
+// some, plus the K/V rows attention reads at that depth) times tokens/s, next to the read
+// bandwidth of the same number of threads streaming a buffer far larger than the caches.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ctime>
+#include <thread>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -28,6 +36,7 @@ struct BenchFlags {
   std::vector<int> n_depth{0};
   int reps = 5;
   std::string output = "md";
+  bool bandwidth = false;
 };
 
 struct TestResult {
@@ -69,6 +78,56 @@ Result<double> run_once(Context& ctx, std::mt19937& rng, int n_prompt, int n_gen
   if (n_prompt > 0) MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, n_prompt, &pos));
   for (int i = 0; i < n_gen; ++i) MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, 1, &pos));
   return (now_ms() - t0) * 1e6;
+}
+
+// Read bandwidth of n_threads threads, in bytes/s: each sums its slice of a 1 GiB buffer (far
+// past any cache); the best of 3 passes.
+double measure_read_bandwidth(int n_threads) {
+  const size_t n_words = (size_t(1) << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n_words);
+  for (size_t i = 0; i < n_words; ++i) buf[i] = i;
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<uint64_t> sums(static_cast<size_t>(n_threads), 0);
+    const double t0 = now_ms();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n_threads; ++t) {
+      threads.emplace_back([&, t] {
+        const size_t b = n_words * size_t(t) / size_t(n_threads);
+        const size_t e = n_words * size_t(t + 1) / size_t(n_threads);
+        uint64_t a[8] = {};
+        size_t i = b;
+        for (; i + 8 <= e; i += 8) {
+          for (int j = 0; j < 8; ++j) a[j] += buf[i + size_t(j)];
+        }
+        for (; i < e; ++i) a[0] += buf[i];
+        uint64_t s = 0;
+        for (uint64_t v : a) s += v;
+        sums[size_t(t)] = s;
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    const double ms = now_ms() - t0;
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    if (total == 1) fmt::print(stderr, " ");  // keeps the sums alive
+    best = std::max(best, double(n_words * sizeof(uint64_t)) / (ms * 1e-3));
+  }
+  return best;
+}
+
+// Bytes of K and V one generated token reads at `depth` cells: every attention layer's rows of
+// the cells it attends to (a sliding-window layer at most its window).
+double kv_bytes_per_token(const Model& model, const ContextParams& cp, double depth) {
+  const HParams& hp = model.hparams();
+  double n = 0;
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    if (hp.is_recurrent_layer(il)) continue;
+    const double cells = hp.is_swa_layer(il) ? std::min<double>(depth, hp.n_swa) : depth;
+    n += cells * double(row_size(cp.type_k, hp.n_embd_k_gqa()) +
+                        row_size(cp.type_v, hp.n_embd_v_gqa()));
+  }
+  return n;
 }
 
 std::string test_name(const TestResult& r) {
@@ -150,6 +209,15 @@ int bench_main(BenchFlags& f) {
                r.stddev_ts);
   }
 
+  // Bytes per generated token and the machine's read bandwidth (--bandwidth).
+  double read_bw = 0;
+  if (f.bandwidth) read_bw = measure_read_bandwidth(ctx.params().n_threads);
+  auto token_bytes = [&](const TestResult& r) {
+    // Token i of a tg test attends to depth + i cells (+1 for itself): the mean over the test.
+    return double(model.n_decode_bytes()) +
+           kv_bytes_per_token(model, cp, r.n_depth + (r.n_gen + 1) / 2.0);
+  };
+
   const std::string model_type = model.describe();
   const std::string ctk(type_name(cp.type_k)), ctv(type_name(cp.type_v));
   if (f.output == "json") {
@@ -186,6 +254,11 @@ int bench_main(BenchFlags& f) {
                      {"stddev_ts", r.stddev_ts},
                      {"samples_ns", r.samples_ns},
                      {"samples_ts", r.samples_ts}});
+      if (f.bandwidth && r.n_gen > 0 && r.n_prompt == 0) {
+        out.back()["bytes_per_token"] = token_bytes(r);
+        out.back()["read_bytes_per_s"] = token_bytes(r) * r.avg_ts;
+        out.back()["bandwidth_bytes_per_s"] = read_bw;
+      }
     }
     fmt::print("{}\n", out.dump(2));
   } else {
@@ -199,6 +272,19 @@ int bench_main(BenchFlags& f) {
                  model_type.substr(0, 30), model.n_bytes() / 1048576.0, model.n_params() / 1e6,
                  "CPU", ctx.params().n_threads, ctk, ctv, test_name(r),
                  fmt::format("{:.2f} ± {:.2f}", r.avg_ts, r.stddev_ts));
+    }
+    if (f.bandwidth) {
+      fmt::print("\nread bandwidth, {} threads: {:.2f} GB/s\n", ctx.params().n_threads,
+                 read_bw / 1e9);
+      for (const TestResult& r : results) {
+        if (r.n_gen == 0 || r.n_prompt > 0) continue;
+        const double b = token_bytes(r);
+        fmt::print("{}: {:.1f} MB per token (weights {:.1f}, K/V {:.1f}) x {:.2f} t/s = {:.2f} "
+                   "GB/s, {:.0f}% of the read bandwidth\n",
+                   test_name(r), b / 1e6, model.n_decode_bytes() / 1e6,
+                   (b - double(model.n_decode_bytes())) / 1e6, r.avg_ts, b * r.avg_ts / 1e9,
+                   100.0 * b * r.avg_ts / read_bw);
+      }
     }
   }
   return 0;
@@ -214,6 +300,8 @@ RunFn register_bench(CLI::App& app) {
   app.add_option("-d,--n-depth", f->n_depth, "tokens already in the context")->delimiter(',');
   app.add_option("-r,--repetitions", f->reps, "repetitions of each test");
   app.add_option("-o,--output", f->output, "md or json");
+  app.add_flag("--bandwidth", f->bandwidth,
+               "also measure the read bandwidth and report bytes read per generated token");
   return [f]() { return bench_main(*f); };
 }
 
