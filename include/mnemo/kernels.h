@@ -70,33 +70,37 @@ bool matmul_supports(GgmlType type);
 /// SSE4), one float multiply-add per 32 elements. This is the approach of ggml's
 /// vec_dot_q*_q8_*; the relative error it adds is about 1/254 per block of x (half a
 /// quantization step of x). F32 / F16 / BF16 weights multiply in float (FMA).
-/// Up to 4 tokens (decoding) on AVX-512: each weight block is unpacked straight into registers
-/// and used at once. More tokens (prompts): rows are unpacked once per task into a dot-friendly
-/// form kept in L2 and register tiles of 4 rows x 4 tokens stream over it, 64 tokens at a time.
-/// Threads split the rows (and, for narrow outputs, the tokens). Results do not depend on the
-/// number of threads (bit for bit); a token computed alone and in a batch agree to float
-/// rounding.
+/// Rows are unpacked per task into a dot-friendly form (in L1 for few tokens, L2 for prompts)
+/// and register tiles of rows x tokens stream over it, 64 tokens at a time. Threads split the
+/// rows (and, for narrow outputs, the tokens). A token's outputs are bit-identical for any number
+/// of threads and whatever other tokens the call holds: every tile computes an element with the
+/// same operations (docs/numerics.md).
 void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, ThreadPool* pool);
 /// The same with contiguous x ([n_tokens x n_in]) and y ([n_tokens x n_out]).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
 
-/// A weight matrix rearranged once, at load time, for the integer kernels: groups of 16 rows
-/// are interleaved so that one 512-bit register holds 4 consecutive weights of each of 16 rows
-/// (VNNI dpbusd then accumulates 16 rows at once against broadcast activations, with no
-/// shuffles and no horizontal sums), quants stay 4 / 5 / 8 bits wide and block scales are kept
-/// per 16 rows. Same information; the same size as the GGUF rows for Q4_0, Q4_1, Q5_0, Q5_1,
-/// Q8_0 (fp16 scales kept as they are), 30-55% larger for Q4_K, Q5_K, Q6_K (f32 scale
-/// products; Q6_K quants as bytes). This is the idea of ggml's repacked CPU buffers (the AMX /
-/// "extra" buffer types).
-/// Packs only where it pays: on CPUs with AVX-512 VNNI, for the types above; otherwise (and for
-/// the other types) it keeps just the source and matmul() uses that. On CPUs with AMX-INT8
-/// (Xeon Sapphire Rapids and later; Linux grants the tile state on first use), prompts of 16+
-/// tokens multiply with AMX tiles, which read this same layout (MNEMO_NO_AMX=1 turns AMX off).
+/// A weight matrix rearranged once, at load time, for the integer kernels: groups of rows are
+/// interleaved so that one vector register holds 4 consecutive weights of each row of the group
+/// (the integer dot instruction then accumulates all the group's rows at once against
+/// broadcast activations, with no shuffles and no horizontal sums). Two layouts, chosen by the
+/// SIMD target that packs:
+///   - AVX3_DL (AVX-512 VNNI): 16 rows per 512-bit register, dpbusd; on CPUs with AMX-INT8
+///     (Xeon Sapphire Rapids and later; Linux grants the tile state on first use) prompts of
+///     16+ tokens multiply with AMX tiles, which read this same layout (MNEMO_NO_AMX=1 turns
+///     AMX off). kernels/packed-inl.h.
+///   - AVX2 and AVX3 (AVX-512 without VNNI): 8 rows per 256-bit register, maddubs + madd, 4-bit
+///     quants kept as nibbles and fifth bits as a bit plane. kernels/packed256-inl.h.
+/// Quants stay 4 / 5 / 8 bits wide, block scales are kept per row group: the same size as the
+/// GGUF rows for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (fp16 scales kept as they are), 14-55% larger for
+/// Q4_K, Q5_K, Q6_K (f32 scale products; Q6_K quants as bytes). This is the idea of ggml's
+/// repacked CPU buffers (the AMX / "extra" buffer types). Other types (F32, F16, BF16, IQ4_NL)
+/// and targets (SSE4, scalar) keep just the source, which matmul() then reads.
 /// Use: pack each linear weight once when the model loads (hold the PackedMatrix next to the
-/// tensor) and call matmul(packed, ...) in the forward pass; on this project's machines it is
-/// 3-4x faster than matmul(WeightMatrix) for decoding and 4-5x for prompts (AMX).
-/// Move-only; owns its packed bytes; `source` (non-owning) must outlive it.
+/// tensor) and call matmul(packed, ...) in the forward pass.
+/// Move-only; owns its packed bytes; `source` (non-owning) must outlive it. Packed data is read
+/// only under the target layout it was packed for; under another (MNEMO_SIMD, tests) matmul()
+/// reads the source.
 class PackedMatrix {
  public:
   PackedMatrix() = default;
@@ -132,7 +136,8 @@ PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
 
 /// matmul() on packed weights: the same contract and the same bound on the result (see the
 /// other overload); the float arithmetic differs, so results agree with matmul(source) to
-/// float rounding, not bit for bit. Bit-identical for any number of threads.
+/// float rounding, not bit for bit. A token's outputs are bit-identical for any number of
+/// threads and whatever other tokens the call holds (docs/numerics.md).
 void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, ThreadPool* pool);
 /// The same with contiguous x ([n_tokens x n_in]) and y ([n_tokens x n_out]).

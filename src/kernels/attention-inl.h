@@ -39,6 +39,7 @@
 #include "kernels/matmul-inl.h"
 #include "kernels/quant_unpack-inl.h"
 #include "kernels/simd-inl.h"
+#include "quant/blocks.h"
 #include "mnemo/check.h"
 #include "mnemo/kernels.h"
 
@@ -192,6 +193,51 @@ HWY_NOINLINE void FloatScores(const uint8_t* const* cells, int n_cells, int64_t 
   }
 #endif
 }
+
+#if HWY_TARGET == HWY_AVX2 && MNEMO_INT_DOT
+/// AVX2, Q8_0 K read in place: scores of kQ query rows (quantized to 8 bits per 32, scales dx)
+/// against 4 cells (repeats past n_cells are dropped): y[r * y_stride + j]. One 32-element block
+/// is one vector here, so per (row, cell) these are exactly IntTile's operations on the unpacked
+/// rows: acc = fma(float(dot4(w, a)), d_block * dx_block, acc) per block, then Reduce4.
+template <int kQ>
+HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
+                           const int8_t* const* q8, const float* const* dx, float* y,
+                           int64_t y_stride) {
+  const DF32 df;
+  hn::Vec<DF32> acc[kQ][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
+  }
+  for (int64_t b = 0; b < hd / 32; ++b) {
+    hn::Vec<DU8> w[4];
+    float d[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const block_q8_0* blk = reinterpret_cast<const block_q8_0*>(cells[j]) + b;
+      w[j] = hn::Vec<DU8>{_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs))};
+      d[j] = F16ToF32(blk->d);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ; ++r) {
+      const hn::Vec<DI8> a{_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8[r] + 32 * b))};
+      const float dxr = dx[r][8 * b];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const auto prod = hn::ConvertTo(df, DotQuads<true>(w[j], a));
+        acc[r][j] = hn::MulAdd(prod, hn::Set(df, d[j] * dxr), acc[r][j]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    float tmp[4];
+    Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
+    for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
+  }
+}
+#endif
 
 /// Query rows per pass of the direct kernels: their accumulators and the operands fit the
 /// register file (16 vector registers below AVX-512, 32 with it).
@@ -436,6 +482,34 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
                       int64_t s_stride) {
   const int64_t hd = c.hd, hd_pad = c.hd_pad;
   const uint8_t* kbase = static_cast<const uint8_t*>(c.kv.k) + row_size(c.kv.k_type, g * hd);
+#if HWY_TARGET == HWY_AVX2 && MNEMO_INT_DOT
+  if (c.kc.use_int && c.kv.k_type == GgmlType::Q8_0) {
+    const size_t k_seg_bytes = row_size(c.kv.k_type, hd);
+    for (int64_t k = 0; k < n_act; k += 4) {
+      const uint8_t* cells[4];
+      const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
+      for (int j = 0; j < 4; ++j) cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
+      for (int64_t j = k + 16; j < std::min(n_act, k + 20); ++j) {  // strided rows: fetch ahead
+        const uint8_t* row = kbase + act[j] * c.kv.k_stride;
+        for (size_t b = 0; b < k_seg_bytes; b += 64) hwy::Prefetch(row + b);
+      }
+      for (int64_t i = 0; i < n_rows; i += 2) {
+        const int n_q = static_cast<int>(std::min<int64_t>(2, n_rows - i));
+        const int8_t* qp[2];
+        const float* dxp[2];
+        for (int r = 0; r < n_q; ++r) {
+          qp[r] = c.qr.q + qrows[i + r] * hd_pad;
+          dxp[r] = c.qr.dx + qrows[i + r] * (hd_pad / 4);
+        }
+        if (n_q == 2) {
+          Q8Scores<2>(cells, n_cells, hd, qp, dxp, s + i * s_stride + k, s_stride);
+        } else {
+          Q8Scores<1>(cells, n_cells, hd, qp, dxp, s + i * s_stride + k, s_stride);
+        }
+      }
+    }
+  } else
+#endif
   if (c.kc.use_int) {
 #if MNEMO_INT_DOT
     const size_t k_seg_bytes = row_size(c.kv.k_type, hd);
