@@ -44,7 +44,7 @@ struct ContextParams {
   /// Hadamard rotation of quantized K/V (include/mnemo/kv_rotation.h): on by default; applies to
   /// streams whose K or V type is quantized, when the head size is a power of two.
   bool kv_rotation = true;   // --no-kv-rotation turns it off
-  // Recurrent layers (mamba2, granitehybrid; issue 7): each sequence's state is checkpointed
+  // Recurrent layers (mamba2, granitehybrid): each sequence's state is checkpointed
   // every rs_checkpoint_interval tokens, rs_n_checkpoints kept per sequence (either 0: none).
   // Checkpoints let seq_rm / plan_truncate cut a sequence back (prompt caching, rollback).
   uint32_t rs_checkpoint_interval = 256;
