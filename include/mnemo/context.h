@@ -1,5 +1,5 @@
 // Context: a model plus its memory, scratch buffers and threads; decode() runs batches through
-// the path of DESIGN.md §1:
+// the path of docs/design.md §1:
 //
 //   init_update (pending shifts -> K re-rotated) -> init_batch (split, place, prove it fits;
 //   nothing changed on failure) -> for each ubatch: apply, forward -> outputs in the caller's

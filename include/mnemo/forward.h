@@ -1,5 +1,5 @@
 // Forward: one model's forward pass over one ubatch, reading and writing K/V through the views,
-// placement and masks of a memory context (DESIGN.md §1: the model keeps no private cache).
+// placement and masks of a memory context (docs/design.md §1: the model keeps no private cache).
 //
 // Per ubatch of T rows: embeddings -> n_layer transformer blocks -> final norm -> output
 // projection for the rows that want an output. In each block the K and V rows of the ubatch are
