@@ -1,6 +1,6 @@
 # Helpers shared by every module's CMakeLists.txt.
 
-# mnemo_add_library(NAME SOURCES ... DEPS ...): a static library for one module (DESIGN §2).
+# mnemo_add_library(NAME SOURCES ... DEPS ...): a static library for one module (docs/design.md §2).
 # Public headers come from include/; module-private headers from src/.
 function(mnemo_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})

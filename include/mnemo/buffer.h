@@ -2,8 +2,8 @@
 // system (anonymous mmap), so that destroying it returns the pages to the OS at once.
 //
 // Used for large, long-lived storage (K/V tensors: include/mnemo/kv_cache.h) where "memory
-// actually shrinks when a buffer is freed" is a requirement (DESIGN.md §3, invariant 6); malloc
-// may keep freed blocks in its arenas, munmap does not.
+// actually shrinks when a buffer is freed" is a requirement (docs/design.md §3.7, invariant 6);
+// malloc may keep freed blocks in its arenas, munmap does not.
 //
 // Ownership: move-only; the mapping is released in the destructor or by reset(). Not
 // thread-safe; the bytes themselves may be read and written from any thread.

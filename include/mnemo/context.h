@@ -1,5 +1,5 @@
 // Context: a model plus its memory, scratch buffers and threads; decode() runs batches through
-// the path of DESIGN.md §1:
+// the path of docs/design.md §1:
 //
 //   init_update (pending shifts -> K re-rotated) -> init_batch (split, place, prove it fits;
 //   nothing changed on failure) -> for each ubatch: apply, forward -> outputs in the caller's
@@ -44,7 +44,7 @@ struct ContextParams {
   /// Hadamard rotation of quantized K/V (include/mnemo/kv_rotation.h): on by default; applies to
   /// streams whose K or V type is quantized, when the head size is a power of two.
   bool kv_rotation = true;   // --no-kv-rotation turns it off
-  // Recurrent layers (mamba2, granitehybrid; issue 7): each sequence's state is checkpointed
+  // Recurrent layers (mamba2, granitehybrid): each sequence's state is checkpointed
   // every rs_checkpoint_interval tokens, rs_n_checkpoints kept per sequence (either 0: none).
   // Checkpoints let seq_rm / plan_truncate cut a sequence back (prompt caching, rollback).
   uint32_t rs_checkpoint_interval = 256;

@@ -1,5 +1,5 @@
 // Forward: one model's forward pass over one ubatch, reading and writing K/V through the views,
-// placement and masks of a memory context (DESIGN.md §1: the model keeps no private cache).
+// placement and masks of a memory context (docs/design.md §1: the model keeps no private cache).
 //
 // Per ubatch of T rows: embeddings -> n_layer transformer blocks -> final norm -> output
 // projection for the rows that want an output. In each block the K and V rows of the ubatch are
@@ -7,7 +7,7 @@
 // stream's rows attend over that stream's cells [0, n_kv) with the context's mask.
 //
 // Architectures: llama/qwen2/qwen3 blocks (src/model/llama.cc), gemma3 blocks
-// (src/model/gemma3.cc); shared pieces in src/model/forward.cc. Recurrent architectures (issue 7):
+// (src/model/gemma3.cc); shared pieces in src/model/forward.cc. Recurrent architectures:
 // mamba2 (src/model/mamba2.cc) and granitehybrid (src/model/granite_hybrid.cc), whose Mamba-2
 // blocks read and write the recurrent state of the memory context (rs_for_layer).
 //
@@ -54,7 +54,7 @@ class Forward {
   // One block of each family (llama.cc, gemma3.cc); x: [T x n_embd] residual stream, in place.
   void llama_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
   void gemma3_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
-  // Recurrent architectures (issue 7). ssm_block runs block il of mamba2 / granitehybrid
+  // Recurrent architectures. ssm_block runs block il of mamba2 / granitehybrid
   // (granite_layer for the latter); mamba2_mixer: in [T x n_embd] (normed) -> out [T x n_embd],
   // the state of rs's sequence updated; granite_attention: in -> out likewise, K/V written to
   // the cache. out may alias in.

@@ -1,6 +1,6 @@
 // HybridMemory: the memory of models that mix attention and recurrent layers (Granite 4.0-H,
-// Bamba, ...; DESIGN.md §3), composed of a KvCache for the attention layers and a RecurrentState
-// for the recurrent layers behind the Memory interface (STYLE.md habit 3).
+// Bamba, ...; docs/design.md §3.5), composed of a KvCache for the attention layers and a
+// RecurrentState for the recurrent layers behind the Memory interface.
 //
 // One transaction over both: init_batch validates once (one sequence per row, as the recurrent
 // state needs), splits once with the recurrent split (split_seq, cut at checkpoint boundaries;

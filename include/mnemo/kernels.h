@@ -2,7 +2,7 @@
 // normalization, RoPE, softmax, gated FFN activations, elementwise ops, and attention that
 // reads K/V straight from KV-cache rows.
 //
-// SIMD goes through Google Highway with run-time dispatch (DESIGN.md §4): every function here
+// SIMD goes through Google Highway with run-time dispatch (docs/design.md §4): every function here
 // picks the best target the CPU supports (AVX3_DL with VNNI, AVX3, AVX2, SSE4, or a scalar
 // fallback) once per call. Every SIMD kernel has a scalar reference twin in
 // src/kernels/reference.h, and kernels_test compares them on every compiled target.

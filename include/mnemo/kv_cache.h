@@ -1,5 +1,5 @@
-// KvCache: the KV cache of attention layers (DESIGN.md §3), and KvCacheContext, its per-batch
-// transaction. Semantics of the sequence operations: include/mnemo/memory.h.
+// KvCache: the KV cache of attention layers (docs/design.md §3.2), and KvCacheContext, its
+// per-batch transaction. Semantics of the sequence operations: include/mnemo/memory.h.
 //
 // Streams. A unified cache has one stream of n_ctx cells shared by all sequences (a cell may
 // belong to several sequences: shared prefixes; seq_cp only adds membership). A split cache
@@ -203,7 +203,7 @@ class KvCache final : public Memory {
   MemoryBreakdown breakdown() const override;
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
 
-  /// Building blocks for composite memories (SwaKvCache, later HybridMemory), which validate
+  /// Building blocks for composite memories (SwaKvCache, HybridMemory), which validate
   /// and split once and plan every child before committing any:
   /// the limits this cache validates batches with (n_seq_max, multi-sequence rows) ...
   BatchLimits batch_limits(const BatchLimits& base) const;

@@ -1,4 +1,4 @@
-// KvCells: the bookkeeping of one KV stream, apart from the K/V bytes (STYLE.md habit 5).
+// KvCells: the bookkeeping of one KV stream, apart from the K/V bytes (docs/design.md §3.2).
 //
 // A stream has n_cells cells. An empty cell has pos -1, no sequences and shift 0. An occupied
 // cell holds one token's K/V: its position, the set of sequences that share it (a shared prefix

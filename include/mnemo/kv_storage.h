@@ -1,4 +1,4 @@
-// KvStorage: the K and V tensors of a KV cache, apart from its bookkeeping (STYLE.md habit 5).
+// KvStorage: the K and V tensors of a KV cache, apart from its bookkeeping (docs/design.md §3.2).
 //
 // For every held layer l and stream s there is one K tensor and one V tensor, each n_cells rows:
 //   K[l][s]: [n_embd_k_gqa(l), n_cells] of k_type(s), row i = cell i, row_size(k_type, n_embd)

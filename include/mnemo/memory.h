@@ -1,6 +1,6 @@
-// Memory: the interface every implementation of a model's memory offers (KV cache, SWA KV cache;
-// later recurrent state and hybrids), and MemoryContext, the per-batch transaction
-// (STYLE.md habit 2; DESIGN.md §1 and §3).
+// Memory: the interface every implementation of a model's memory offers (KV cache, SWA KV cache,
+// recurrent state, hybrid), and MemoryContext, the per-batch transaction
+// (docs/design.md §1 and §3).
 //
 // The decode loop (one thread owns the memory; nothing here is thread-safe):
 //
@@ -15,7 +15,7 @@
 //     if (failed or aborted) { ctx->rollback(); break; }   // memory exactly as before init_batch
 //   } while (ctx->next());
 //
-// Invariants (DESIGN.md §3, pinned by the tests in src/memory/*_test.cc):
+// Invariants (docs/design.md §3.7, pinned by the tests in src/memory/*_test.cc):
 //   1. init_batch either returns a context whose every ubatch fits, or fails and changes nothing.
 //   2. After rollback() the memory equals its state before init_batch: cell metadata byte-equal,
 //      and the K/V bytes of every occupied cell byte-equal (apply() saves the rows of occupied
@@ -116,7 +116,7 @@ struct StateWriteSpec;  // include/mnemo/state_io.h
 struct StateReadSpec;   // include/mnemo/state_io.h
 class RecurrentStateContext;  // include/mnemo/recurrent_state.h
 
-/// Outcome of preparing or running a memory transaction (a capacity outcome, STYLE habit 6).
+/// Outcome of preparing or running a memory transaction (a capacity outcome; docs/contributing.md).
 enum class MemoryStatus : uint8_t {
   kSuccess = 0,    // the context is ready
   kNoUpdate,       // init_update: nothing to do

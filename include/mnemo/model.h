@@ -51,7 +51,7 @@ struct HParams {
   float attn_scale = 0.0f;      // multiplier of Q before QK^T (1/sqrt(head_dim_k) by default)
   float embd_scale = 1.0f;      // gemma: sqrt(n_embd)
   bool tied_output = false;     // output projection is token_embd
-  // --- recurrent layers (mamba2, granitehybrid; issue 7): {arch}.ssm.* keys -------------------
+  // --- recurrent layers (mamba2, granitehybrid): {arch}.ssm.* keys ----------------------------
   uint32_t ssm_d_conv = 0;   // ssm.conv_kernel: width of the causal depthwise conv
   uint32_t ssm_d_inner = 0;  // ssm.inner_size: d_inner = ssm_n_head * head dim
   uint32_t ssm_d_state = 0;  // ssm.state_size: N, the state size per channel
@@ -109,7 +109,7 @@ struct LayerWeights {
   Weight ffn_norm;                      // [n_embd]
   Weight ffn_gate, ffn_up, ffn_down;    // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]
   Weight post_ffn_norm;                 // gemma3 [n_embd]
-  // Mamba-2 mixer (recurrent layers of mamba2 / granitehybrid; issue 7). H = ssm_n_head.
+  // Mamba-2 mixer (recurrent layers of mamba2 / granitehybrid). H = ssm_n_head.
   Weight ssm_in;        // [n_embd -> 2 * d_inner + 2 * n_group * d_state + H]: z, xBC, dt
   Weight ssm_conv1d;    // f32 [conv channels rows of d_conv taps]
   Weight ssm_conv1d_b;  // f32 [conv channels] (optional)

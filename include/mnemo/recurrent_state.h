@@ -1,6 +1,6 @@
-// RecurrentState: the memory of recurrent layers (Mamba-style state-space models; DESIGN.md §3),
-// and RecurrentStateContext, its per-batch transaction. Semantics of the sequence operations:
-// include/mnemo/memory.h ("recurrent memory" block).
+// RecurrentState: the memory of recurrent layers (Mamba-style state-space models;
+// docs/design.md §3.4), and RecurrentStateContext, its per-batch transaction. Semantics of the
+// sequence operations: include/mnemo/memory.h ("recurrent memory" block).
 //
 // What a recurrent layer remembers. A Mamba block (Gu & Dao 2023, "Mamba: Linear-Time Sequence
 // Modeling with Selective State Spaces"; Mamba-2 / SSD: Dao & Gu 2024, "Transformers are SSMs")

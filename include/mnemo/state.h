@@ -1,5 +1,5 @@
 // Sequence and memory state: save what a memory holds and restore it later, into this process
-// or another replica, without re-reading the prompt (DESIGN.md §3; issue 5).
+// or another replica, without re-reading the prompt (docs/design.md §3.8).
 //
 // Two scopes, as in the field (llama.cpp's llama_state_* / llama_state_seq_* names):
 //   state_*      the whole memory: every sequence, every stream;

@@ -1,6 +1,6 @@
 // Status and Result<T>: how mnemo reports errors caused by outside input.
 //
-// Error tiers (STYLE.md habit 6):
+// Error tiers (docs/contributing.md, "Errors"):
 //   - a broken internal invariant          -> CHECK / DCHECK (include/mnemo/check.h)
 //   - bad outside input (files, requests)  -> Status / Result<T>, message names cause and offset
 //   - a capacity outcome                   -> a typed enum (e.g. MemoryStatus::kNoSpace)

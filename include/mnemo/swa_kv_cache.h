@@ -1,5 +1,5 @@
 // SwaKvCache: the memory of interleaved sliding-window models (Gemma 3: five local layers per
-// global layer), composed of two KvCaches behind the Memory interface (STYLE.md habit 3):
+// global layer), composed of two KvCaches behind the Memory interface (docs/design.md §3.3):
 //
 //   base  the full-attention (global) layers: n_ctx cells per stream, nothing ever evicted;
 //   swa   the sliding-window (local) layers: n_swa + n_ubatch cells per stream in split mode,

@@ -7,7 +7,7 @@
 #include "mnemo/kv_cache.h"
 #include "mnemo/kv_rotation.h"
 #include "mnemo/kv_storage.h"
-#include "context/recurrent_memory.h"  // issue 7
+#include "context/recurrent_memory.h"
 #include "mnemo/swa_kv_cache.h"
 #include "mnemo/ubatch.h"
 
@@ -62,12 +62,12 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
   ctx->pool_ = std::make_unique<ThreadPool>(n_threads);
 
   ctx->n_ctx_seq_ = params.kv_unified ? params.n_ctx : params.n_ctx / params.n_seq_max;
-  // KV rotation (issue 5): per head, when the head size is a power of two.
+  // KV rotation: per head, when the head size is a power of two.
   const uint32_t rotation_dim =
       params.kv_rotation && is_valid_kv_rotation(hp.head_dim_k) ? hp.head_dim_k : 0;
   std::vector<uint32_t> n_embd_k(hp.n_layer, hp.n_embd_k_gqa());
   std::vector<uint32_t> n_embd_v(hp.n_layer, hp.n_embd_v_gqa());
-  if (hp.has_recurrent_layers()) {  // mamba2 / granitehybrid (issue 7)
+  if (hp.has_recurrent_layers()) {  // mamba2 / granitehybrid
     auto mem = make_recurrent_memory(hp, params, ctx->n_ctx_seq_);
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();

@@ -1,6 +1,6 @@
 // Context::decode end to end: logits do not depend on the memory mode or the ubatch size
-// (DESIGN.md §3 invariant 4), a failed or aborted decode leaves the memory as it was, and bad
-// batches get clear errors.
+// (docs/design.md §3.7 invariant 4), a failed or aborted decode leaves the memory as it was, and
+// bad batches get clear errors.
 //
 // Models: tiny synthetic llama and gemma3 (sliding window 8, so windows really slide) written by
 // our GGUF writer, and the real SmolLM2 when scripts/fetch-model has fetched it.

@@ -1,4 +1,4 @@
-// The memory of models with recurrent layers (issue 7), built from the model's hyper-parameters
+// The memory of models with recurrent layers, built from the model's hyper-parameters
 // and the context's settings: a RecurrentState when every layer is recurrent (mamba2), a
 // HybridMemory (KvCache for attention layers + RecurrentState) otherwise (granitehybrid).
 #pragma once

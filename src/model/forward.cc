@@ -15,7 +15,7 @@ namespace {
 // Output rows are projected in chunks so the temporary logits stay small even for a 262k vocab.
 constexpr int64_t kOutputChunk = 16;
 
-// --- KV rotation (issue 5; include/mnemo/kv_rotation.h) -------------------------------------
+// --- KV rotation (include/mnemo/kv_rotation.h) ----------------------------------------------
 // Streams whose rows are stored Hadamard-rotated (KvStorage::rotation(stream) = head size d):
 // K and V rows are rotated per head before they are written, Q rows per head before attention,
 // and the attention output is rotated back (H_d is its own inverse); scores are unchanged.
@@ -231,7 +231,7 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
         break;
       }
     }
-    if (il < 0 || hp_.rope_dim == 0) continue;  // rope_dim 0: no RoPE (granitehybrid, issue 7)
+    if (il < 0 || hp_.rope_dim == 0) continue;  // rope_dim 0: no RoPE (granitehybrid)
     const kernels::RopeParams p = rope_params(uint32_t(il));
     rope_tables_[swa].resize(size_t(T) * kernels::rope_table_floats(p));
     kernels::rope_table(p, rope_pos_.data(), T, rope_tables_[swa].data());
@@ -239,7 +239,7 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
 
   for (uint32_t il = 0; il < hp_.n_layer; ++il) {
     if (abort && abort()) return Status::aborted("decode aborted by the caller");
-    if (hp_.has_recurrent_layers()) {  // mamba2 / granitehybrid (issue 7: src/model/mamba2.cc)
+    if (hp_.has_recurrent_layers()) {  // mamba2 / granitehybrid (src/model/mamba2.cc)
       ssm_block(il, mctx, ub);
       continue;
     }
@@ -272,7 +272,7 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
                       normed.data());
     chunk_logits.resize(size_t(n) * n_vocab);
     matmul(model_.output(), normed.data(), n, chunk_logits.data());
-    if (hp_.logit_scale != 1.0f) {  // granitehybrid (issue 7)
+    if (hp_.logit_scale != 1.0f) {  // granitehybrid
       kernels::scale(chunk_logits.data(), n * n_vocab, 1.0f / hp_.logit_scale);
     }
     for (int64_t j = 0; j < n; ++j, ++k) {
@@ -283,7 +283,7 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
 }
 
 void Forward::apply_shifts(const MemoryContext& update) {
-  if (hp_.rope_dim == 0) return;  // no RoPE (granitehybrid, issue 7): K does not depend on pos
+  if (hp_.rope_dim == 0) return;  // no RoPE (granitehybrid): K does not depend on pos
   for (uint32_t il = 0; il < hp_.n_layer; ++il) {
     const KvCacheContext* kv = update.kv_for_layer(il);
     if (kv == nullptr) continue;

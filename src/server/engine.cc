@@ -417,7 +417,7 @@ uint32_t Engine::stream_free_cells(uint32_t stream) const {
     if (st.stream == stream && is_primary_part(st.part)) return st.free;
   }
   // No KV part at all (a recurrent memory, mamba2): states are preallocated per slot, there are
-  // no cells to run out of (issue 7).
+  // no cells to run out of.
   for (const auto& st : b.streams) {
     if (is_primary_part(st.part)) return 0;
   }
@@ -445,7 +445,7 @@ bool Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
   // The last prompt token is always evaluated: its logits give the first generated token.
   if (n_cached == n_prompt) --n_cached;
   // A recurrent memory keeps a prefix only up to a checkpoint (memory.h, plan_truncate): resume
-  // from there (issue 7). Attention-only memories keep every position (keep == n_cached).
+  // from there. Attention-only memories keep every position (keep == n_cached).
   if (auto plan = ctx_->memory().plan_truncate(slot.id, static_cast<Pos>(n_cached)); plan.ok()) {
     n_cached = static_cast<size_t>(plan->keep);
   }

@@ -1,6 +1,6 @@
 // Engine: the server loop. One thread owns the Context (model + memory), the slots and the
 // schedule; HTTP threads talk to it only through the queue below, with native structs
-// (STYLE.md habit 15). Nothing here knows about HTTP or JSON.
+// (docs/design.md §1). Nothing here knows about HTTP or JSON.
 //
 // Threads:
 //   - HTTP threads call submit() (a completion: returns a TaskChannel to read events from) and

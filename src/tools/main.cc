@@ -1,4 +1,4 @@
-// The `mnemo` command: one binary, one subcommand per job (DESIGN §2, tools/).
+// The `mnemo` command: one binary, one subcommand per job (docs/design.md §2, tools/).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <map>

@@ -1,5 +1,5 @@
 // `mnemo perplexity`: perplexity of a model over a text file, as llama.cpp's llama-perplexity
-// computes it, plus the K/V experiments of issue 5: requantizing the cache mid-sequence
+// computes it, plus K/V quality experiments: requantizing the cache mid-sequence
 // (--requantize-at) and top-1 agreement with a reference run (--top1-out / --top1-ref).
 //
 // Method: the text is tokenized once (no special tokens) and cut into chunks of n_ctx tokens;

@@ -1,4 +1,4 @@
-"""`mnemo run` and `mnemo bench` as a user calls them (issue 4's CLI): llama.cpp's flag names,
+"""`mnemo run` and `mnemo bench` as a user calls them: llama.cpp's flag names,
 streamed text, the timing lines, llama-bench's JSON fields, repacking on and off, and clear
 errors (exit status 1 or 2, a message naming the problem, never a crash) for bad input.
 """

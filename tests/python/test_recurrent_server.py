@@ -1,4 +1,4 @@
-"""`mnemo serve` with the recurrent architectures (issue 7), on tiny random-weight models
+"""`mnemo serve` with the recurrent architectures, on tiny random-weight models
 (tests/tools/make_tiny_model mamba2 / granitehybrid, which carry a small SentencePiece vocabulary).
 
 - Prompt caching: a request sharing a prefix with the slot's previous conversation resumes from

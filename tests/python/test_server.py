@@ -1,6 +1,6 @@
 """`mnemo serve` end to end: the real binary on a free loopback port with the real default model.
 
-Checks what issue 6 lists: chat completions through the official `openai` client (streamed and
+Checks: chat completions through the official `openai` client (streamed and
 not), 8 concurrent requests answered exactly as when run alone (greedy), slot save / erase /
 restore / continue equal to an uninterrupted run, requantizing one slot while another streams,
 slot file-name validation (400, no file written), malformed JSON (400), prompts that cannot fit

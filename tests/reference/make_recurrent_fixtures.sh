@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the llama.cpp reference logits of mnemo's tiny recurrent models (issue 7):
+# Regenerates the llama.cpp reference logits of mnemo's tiny recurrent models:
 #   tests/fixtures/logits_tiny_<name>.json   top-20 log-probabilities at every position of one
 #                                            prompt, from llama.cpp (the peer) on the very GGUF
 #                                            file our writer makes

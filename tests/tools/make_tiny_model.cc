@@ -6,7 +6,7 @@
 #include <string>
 
 #include "tiny_model.h"
-#include "tiny_ssm_model.h"  // mamba2, granitehybrid (issue 7)
+#include "tiny_ssm_model.h"  // mamba2, granitehybrid
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -1,4 +1,4 @@
-// Tiny random-weight mamba2 and granitehybrid GGUF files for make_tiny_model (issue 7), with the
+// Tiny random-weight mamba2 and granitehybrid GGUF files for make_tiny_model, with the
 // tensor names, shapes and metadata keys llama.cpp's converter writes (convert_hf_to_gguf.py
 // Mamba2Model / GraniteHybridModel; gguf-py constants.py):
 //

@@ -1,4 +1,4 @@
-// make_tiny_model's recurrent architectures (issue 7): tiny_ssm_model.cc describes the files.
+// make_tiny_model's recurrent architectures: tiny_ssm_model.cc describes the files.
 #pragma once
 
 namespace mnemo::tools {
