@@ -196,44 +196,49 @@ HWY_NOINLINE void FloatScores(const uint8_t* const* cells, int n_cells, int64_t 
 
 #if HWY_TARGET == HWY_AVX2 && MNEMO_INT_DOT
 /// AVX2, Q8_0 K read in place: scores of kQ query rows (quantized to 8 bits per 32, scales dx)
-/// against 4 cells (repeats past n_cells are dropped): y[r * y_stride + j]. One 32-element block
+/// against kC cells (repeats past n_cells are dropped): y[r * y_stride + j]. One 32-element block
 /// is one vector here, so per (row, cell) these are exactly IntTile's operations on the unpacked
 /// rows: acc = fma(float(dot4(w, a)), d_block * dx_block, acc) per block, then Reduce4.
-template <int kQ>
+template <int kQ, int kC>
 HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
                            const int8_t* const* q8, const float* const* dx, float* y,
                            int64_t y_stride) {
   const DF32 df;
-  hn::Vec<DF32> acc[kQ][4];
+  hn::Vec<DF32> acc[kQ][kC];
 #pragma GCC unroll 4
   for (int r = 0; r < kQ; ++r) {
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
+    for (int j = 0; j < kC; ++j) acc[r][j] = hn::Zero(df);
   }
   for (int64_t b = 0; b < hd / 32; ++b) {
-    hn::Vec<DU8> w[4];
-    float d[4];
+    __m256i w[kC], wabs[kC];
+    float d[kC];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kC; ++j) {
       const block_q8_0* blk = reinterpret_cast<const block_q8_0*>(cells[j]) + b;
-      w[j] = hn::Vec<DU8>{_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs))};
+      w[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      wabs[j] = _mm256_sign_epi8(w[j], w[j]);
       d[j] = F16ToF32(blk->d);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < kQ; ++r) {
-      const hn::Vec<DI8> a{_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8[r] + 32 * b))};
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8[r] + 32 * b));
       const float dxr = dx[r][8 * b];
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const auto prod = hn::ConvertTo(df, DotQuads<true>(w[j], a));
-        acc[r][j] = hn::MulAdd(prod, hn::Set(df, d[j] * dxr), acc[r][j]);
+      for (int j = 0; j < kC; ++j) {
+        // DotQuads<true>: the sign trick, then maddubs + madd.
+        const __m256i dot = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(wabs[j], _mm256_sign_epi8(a, w[j])), _mm256_set1_epi16(1));
+        acc[r][j] = hn::MulAdd(hn::ConvertTo(df, hn::Vec<DI32>{dot}), hn::Set(df, d[j] * dxr),
+                               acc[r][j]);
       }
     }
   }
 #pragma GCC unroll 4
   for (int r = 0; r < kQ; ++r) {
     float tmp[4];
-    Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
+    Reduce4(df, acc[r][0], acc[r][std::min(1, kC - 1)], acc[r][std::min(2, kC - 1)],
+            acc[r][std::min(3, kC - 1)], tmp);
     for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
   }
 }
@@ -263,8 +268,8 @@ void FloatScoresRows(const uint8_t* const* cells, int n_cells, int64_t hd, const
   }
 }
 
-/// kV vectors of dimensions [d, d + kV nf) of a V row, as float: F32 / F16 / BF16 widened,
-/// Q8_0 as d_block * q (the exact value DequantQ8_0Direct gives).
+/// kV vectors of dimensions [d, d + kV nf) of a V row, as float: F32 / F16 / BF16 widened; for
+/// Q8_0 the quants as float (the block scale is applied to the weight instead: VAcc).
 template <GgmlType kType, int kV>
 HWY_INLINE void LoadV(const uint8_t* row, int64_t d, hn::Vec<hn::ScalableTag<float>> (&v)[kV]) {
   const hn::ScalableTag<float> df;
@@ -276,9 +281,7 @@ HWY_INLINE void LoadV(const uint8_t* row, int64_t d, hn::Vec<hn::ScalableTag<flo
 #pragma GCC unroll 4
     for (int j = 0; j < kV; ++j) {
       const int64_t e = d + j * nf;
-      const block_q8_0& b = blocks[e / 32];
-      const auto q = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, b.qs + e % 32)));
-      v[j] = hn::Mul(q, hn::Set(df, F16ToF32(b.d)));
+      v[j] = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, blocks[e / 32].qs + e % 32)));
     }
   } else {
 #pragma GCC unroll 4
@@ -287,14 +290,17 @@ HWY_INLINE void LoadV(const uint8_t* row, int64_t d, hn::Vec<hn::ScalableTag<flo
 }
 
 /// For rows r < kQ: acc_r[j nf, (j + 1) nf) over j < kV, chained over the cells k < n in order:
-/// acc = fma(p_r[k], v_k, acc), v_k = dimensions [d, d + kV nf) of V row rows[k]; and, when l is
-/// given, l[r] += p_r[k] in the same order. The same operations as AccumulateV on dequantized
-/// rows.
+/// acc = fma(w, v_k, acc), v_k = dimensions [d, d + kV nf) of V row rows[k], w = p_r[k] (for
+/// Q8_0: w = p_r[k] * d_block and v_k the quants); and, when l is given, l[r] += p_r[k] in the
+/// same order. Every schedule accumulates V through this function (or, for the other V types,
+/// AccumulateV with the same operations).
 template <GgmlType kType, int kQ, int kV>
 HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
                        float* const* acc, float* l) {
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  // Q8_0: whether the kV vectors lie in one 32-element block (one scale).
+  constexpr bool kOneBlock = kV * static_cast<int64_t>(hn::MaxLanes(df)) <= 32;
   hn::Vec<decltype(df)> a[kQ][kV];
   float ls[kQ];
 #pragma GCC unroll 4
@@ -304,7 +310,7 @@ HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const f
     for (int j = 0; j < kV; ++j) a[r][j] = hn::LoadU(df, acc[r] + j * nf);
   }
   // V rows are read at the cache-row stride: fetch the bytes of row k + kAhead's range ahead.
-  constexpr int64_t kAhead = 8;
+  constexpr int64_t kAhead = 16;
   const int64_t span0 = kType == GgmlType::Q8_0 ? d / 32 * 34
                         : kType == GgmlType::F32 ? d * 4
                                                  : d * 2;
@@ -318,13 +324,28 @@ HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const f
     }
     hn::Vec<decltype(df)> v[kV];
     LoadV<kType, kV>(rows[k], d, v);
+    float sc[kV];
+    if constexpr (kType == GgmlType::Q8_0) {
+      const block_q8_0* blocks = reinterpret_cast<const block_q8_0*>(rows[k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < kV; ++j) sc[j] = F16ToF32(blocks[(d + j * nf) / 32].d);
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < kQ; ++r) {
       const float pk = p[r][k];
-      const auto w = hn::Set(df, pk);
       ls[r] += pk;
+      if constexpr (kType == GgmlType::Q8_0 && kOneBlock) {
+        const auto w = hn::Set(df, pk * sc[0]);
 #pragma GCC unroll 4
-      for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
+        for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
+      } else if constexpr (kType == GgmlType::Q8_0) {
+#pragma GCC unroll 4
+        for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(hn::Set(df, pk * sc[j]), v[j], a[r][j]);
+      } else {
+        const auto w = hn::Set(df, pk);
+#pragma GCC unroll 4
+        for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
+      }
     }
   }
 #pragma GCC unroll 4
@@ -484,6 +505,7 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
   const uint8_t* kbase = static_cast<const uint8_t*>(c.kv.k) + row_size(c.kv.k_type, g * hd);
 #if HWY_TARGET == HWY_AVX2 && MNEMO_INT_DOT
   if (c.kc.use_int && c.kv.k_type == GgmlType::Q8_0) {
+    // Cells in fours, query rows in pairs: accumulators and K blocks fit 16 registers.
     const size_t k_seg_bytes = row_size(c.kv.k_type, hd);
     for (int64_t k = 0; k < n_act; k += 4) {
       const uint8_t* cells[4];
@@ -501,10 +523,11 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
           qp[r] = c.qr.q + qrows[i + r] * hd_pad;
           dxp[r] = c.qr.dx + qrows[i + r] * (hd_pad / 4);
         }
+        float* y = s + i * s_stride + k;
         if (n_q == 2) {
-          Q8Scores<2>(cells, n_cells, hd, qp, dxp, s + i * s_stride + k, s_stride);
+          Q8Scores<2, 4>(cells, n_cells, hd, qp, dxp, y, s_stride);
         } else {
-          Q8Scores<1>(cells, n_cells, hd, qp, dxp, s + i * s_stride + k, s_stride);
+          Q8Scores<1, 4>(cells, n_cells, hd, qp, dxp, y, s_stride);
         }
       }
     }
