@@ -10,7 +10,8 @@
 //      per-element arithmetic does not depend on the tile;
 //   2. m = max_k s_k (exact), p_k = exp(s_k - m) (elementwise);
 //   3. l = p_0 + p_1 + ... and acc[d] = fma(p_k, v_{c_k}[d], acc[d]), each one sequential chain
-//      from 0 in visiting order, V dequantized exactly to float;
+//      from 0 in visiting order, V dequantized exactly to float (q8_0 V: fma(p_k * d_block, q,
+//      acc), the block scale applied to the weight);
 //   4. out[d] = acc[d] * (1 / l).
 // Cells a row does not see either are skipped or enter with p = 0, which adds exactly nothing.
 // Two schedules compute this:

@@ -184,7 +184,6 @@ struct Acts {
 inline void QuantizeActs(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t n_in,
                          int sub, int mult, const Acts& out) {
   const DF32 df;
-  const hn::Rebind<int32_t, DF32> di;
   const hn::Rebind<int8_t, DF32> d8;
   const size_t nf = hn::Lanes(df);
   for (int64_t t = t0; t < t1; ++t) {
@@ -212,7 +211,6 @@ inline void QuantizeActs(const float* x, int64_t x_stride, int64_t t0, int64_t t
     }
     if (out.n_pad > n_in) std::memset(q + n_in, 0, out.n_pad - n_in);
   }
-  (void)di;
 }
 
 HWY_INLINE __m256i Bcast4(const int8_t* p) {
