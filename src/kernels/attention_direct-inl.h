@@ -1,0 +1,322 @@
+// Attention's direct kernels, per Highway target: scores and V accumulation that read K/V cache
+// rows in place in their type (F32 / F16 / BF16, and Q8_0 on AVX2) instead of unpacking them
+// first. Included by attention-inl.h (toggle guard below). Each computes an output element with
+// exactly the operations of the unpacked path it replaces (batch-invariant numerics,
+// docs/numerics.md), so the two can serve different calls of one configuration only where the
+// choice depends on the configuration (type, head size, target), never on the batch.
+
+#if defined(MNEMO_KERNELS_ATTENTION_DIRECT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MNEMO_KERNELS_ATTENTION_DIRECT_INL_H_
+#undef MNEMO_KERNELS_ATTENTION_DIRECT_INL_H_
+#else
+#define MNEMO_KERNELS_ATTENTION_DIRECT_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/matmul-inl.h"
+#include "kernels/simd-inl.h"
+#include "mnemo/check.h"
+#include "mnemo/quant.h"
+#include "quant/blocks.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mnemo::kernels::HWY_NAMESPACE {
+namespace attn_detail {
+
+/// Whether float-type rows (F32 / F16 / BF16) and Q8_0 V rows are read in place by the direct
+/// kernels below (no unpacked copy).
+inline bool IsDirectFloat(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+/// nf elements of a float-type row at element i, widened to f32.
+template <GgmlType kType>
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> Widen(const uint8_t* row, int64_t i) {
+  const hn::ScalableTag<float> df;
+  if constexpr (kType == GgmlType::F32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (kType == GgmlType::F16) {
+    const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + i));
+  }
+}
+
+/// Scores of kQ query rows qf[r] (float, hd elements) against 4 float-type K rows (cells;
+/// repeats past n_cells are computed and dropped): y[r * y_stride + j]. Per (row, cell) the same
+/// operations as FloatTile over unpacked rows: lane chains acc = fma(k_i, q_i, acc) over i in
+/// vectors, then the Reduce4 tree. hd is a multiple of the vector length.
+template <GgmlType kType, int kQ>
+HWY_NOINLINE void FloatScores(const uint8_t* const* cells, int n_cells, int64_t hd,
+                              const float* const* qf, float* y, int64_t y_stride) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  hn::Vec<decltype(df)> acc[kQ][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
+  }
+  for (int64_t i = 0; i < hd; i += nf) {
+    hn::Vec<decltype(df)> k[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) k[j] = Widen<kType>(cells[j], i);
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ; ++r) {
+      const auto qv = hn::LoadU(df, qf[r] + i);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
+    }
+  }
+#if HWY_TARGET != HWY_SCALAR
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    float tmp[4];
+    Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
+    for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
+  }
+#else
+  for (int r = 0; r < kQ; ++r) {
+    for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = ReduceSum(df, acc[r][j]);
+  }
+#endif
+}
+
+#if HWY_TARGET == HWY_AVX2 && MNEMO_INT_DOT
+/// AVX2, Q8_0 K read in place: scores of kQ query rows (quantized to 8 bits per 32, scales dx)
+/// against kC cells (repeats past n_cells are dropped): y[r * y_stride + j]. One 32-element block
+/// is one vector here, so per (row, cell) these are exactly IntTile's operations on the unpacked
+/// rows: acc = fma(float(dot4(w, a)), d_block * dx_block, acc) per block, then Reduce4.
+template <int kQ, int kC>
+HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
+                           const int8_t* const* q8, const float* const* dx, float* y,
+                           int64_t y_stride) {
+  const DF32 df;
+  hn::Vec<DF32> acc[kQ][kC];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kC; ++j) acc[r][j] = hn::Zero(df);
+  }
+  for (int64_t b = 0; b < hd / 32; ++b) {
+    __m256i w[kC], wabs[kC];
+    float d[kC];
+#pragma GCC unroll 4
+    for (int j = 0; j < kC; ++j) {
+      const block_q8_0* blk = reinterpret_cast<const block_q8_0*>(cells[j]) + b;
+      w[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      wabs[j] = _mm256_sign_epi8(w[j], w[j]);
+      d[j] = F16ToF32(blk->d);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ; ++r) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8[r] + 32 * b));
+      const float dxr = dx[r][8 * b];
+#pragma GCC unroll 4
+      for (int j = 0; j < kC; ++j) {
+        // DotQuads<true>: the sign trick, then maddubs + madd.
+        const __m256i dot = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(wabs[j], _mm256_sign_epi8(a, w[j])), _mm256_set1_epi16(1));
+        acc[r][j] = hn::MulAdd(hn::ConvertTo(df, hn::Vec<DI32>{dot}), hn::Set(df, d[j] * dxr),
+                               acc[r][j]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    float tmp[4];
+    Reduce4(df, acc[r][0], acc[r][std::min(1, kC - 1)], acc[r][std::min(2, kC - 1)],
+            acc[r][std::min(3, kC - 1)], tmp);
+    for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
+  }
+}
+#endif
+
+/// Query rows per pass of the direct kernels: their accumulators and the operands fit the
+/// register file (16 vector registers below AVX-512, 32 with it).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr int kDirectRows = 4;
+#else
+inline constexpr int kDirectRows = 3;
+#endif
+
+template <GgmlType kType>
+void FloatScoresRows(const uint8_t* const* cells, int n_cells, int64_t hd, const float* const* qf,
+                     int n_q, float* y, int64_t y_stride) {
+  switch (n_q) {
+    case 1:
+      return FloatScores<kType, 1>(cells, n_cells, hd, qf, y, y_stride);
+    case 2:
+      return FloatScores<kType, 2>(cells, n_cells, hd, qf, y, y_stride);
+    case 3:
+      return FloatScores<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
+    default:
+      if constexpr (kDirectRows >= 4) return FloatScores<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
+      CHECK(false) << "bad row count " << n_q;
+  }
+}
+
+/// kV vectors of dimensions [d, d + kV nf) of a V row, as float: F32 / F16 / BF16 widened; for
+/// Q8_0 the quants as float (the block scale is applied to the weight instead: VAcc).
+template <GgmlType kType, int kV>
+HWY_INLINE void LoadV(const uint8_t* row, int64_t d, hn::Vec<hn::ScalableTag<float>> (&v)[kV]) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  if constexpr (kType == GgmlType::Q8_0) {
+    const hn::Rebind<int32_t, decltype(df)> di;
+    const hn::Rebind<int8_t, decltype(df)> d8;
+    const block_q8_0* blocks = reinterpret_cast<const block_q8_0*>(row);
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) {
+      const int64_t e = d + j * nf;
+      v[j] = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, blocks[e / 32].qs + e % 32)));
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) v[j] = Widen<kType>(row, d + j * nf);
+  }
+}
+
+/// For rows r < kQ: acc_r[j nf, (j + 1) nf) over j < kV, chained over the cells k < n in order:
+/// acc = fma(w, v_k, acc), v_k = dimensions [d, d + kV nf) of V row rows[k], w = p_r[k] (for
+/// Q8_0: w = p_r[k] * d_block and v_k the quants); and, when l is given, l[r] += p_r[k] in the
+/// same order. Every schedule accumulates V through this function (or, for the other V types,
+/// AccumulateV with the same operations).
+template <GgmlType kType, int kQ, int kV>
+HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
+                       float* const* acc, float* l) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  // Q8_0: whether the kV vectors lie in one 32-element block (one scale).
+  constexpr bool kOneBlock = kV * static_cast<int64_t>(hn::MaxLanes(df)) <= 32;
+  hn::Vec<decltype(df)> a[kQ][kV];
+  float ls[kQ];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    ls[r] = l != nullptr ? l[r] : 0.0f;
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) a[r][j] = hn::LoadU(df, acc[r] + j * nf);
+  }
+  // V rows are read at the cache-row stride: fetch the bytes of row k + kAhead's range ahead.
+  constexpr int64_t kAhead = 16;
+  const int64_t span0 = kType == GgmlType::Q8_0 ? d / 32 * 34
+                        : kType == GgmlType::F32 ? d * 4
+                                                 : d * 2;
+  const int64_t span1 = kType == GgmlType::Q8_0 ? ((d + kV * nf - 1) / 32 + 1) * 34
+                        : kType == GgmlType::F32 ? (d + kV * nf) * 4
+                                                 : (d + kV * nf) * 2;
+  for (int64_t k = 0; k < n; ++k) {
+    if (k + kAhead < n) {
+      hwy::Prefetch(rows[k + kAhead] + span0);
+      hwy::Prefetch(rows[k + kAhead] + span1 - 1);
+    }
+    hn::Vec<decltype(df)> v[kV];
+    LoadV<kType, kV>(rows[k], d, v);
+    float sc[kV];
+    if constexpr (kType == GgmlType::Q8_0) {
+      const block_q8_0* blocks = reinterpret_cast<const block_q8_0*>(rows[k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < kV; ++j) sc[j] = F16ToF32(blocks[(d + j * nf) / 32].d);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ; ++r) {
+      const float pk = p[r][k];
+      ls[r] += pk;
+      if constexpr (kType == GgmlType::Q8_0 && kOneBlock) {
+        const auto w = hn::Set(df, pk * sc[0]);
+#pragma GCC unroll 4
+        for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
+      } else if constexpr (kType == GgmlType::Q8_0) {
+#pragma GCC unroll 4
+        for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(hn::Set(df, pk * sc[j]), v[j], a[r][j]);
+      } else {
+        const auto w = hn::Set(df, pk);
+#pragma GCC unroll 4
+        for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    if (l != nullptr) l[r] = ls[r];
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) hn::StoreU(a[r][j], df, acc[r] + j * nf);
+  }
+}
+
+template <GgmlType kType, int kQ>
+void VAccVecs(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
+              float* const* acc, float* l) {
+  switch (n_vec) {
+    case 1:
+      return VAcc<kType, kQ, 1>(rows, n, d, p, acc, l);
+    case 2:
+      return VAcc<kType, kQ, 2>(rows, n, d, p, acc, l);
+    case 3:
+      return VAcc<kType, kQ, 3>(rows, n, d, p, acc, l);
+    default:
+      return VAcc<kType, kQ, 4>(rows, n, d, p, acc, l);
+  }
+}
+
+template <GgmlType kType>
+void VAccRows(int n_q, int n_vec, const uint8_t* const* rows, int64_t n, int64_t d,
+              const float* const* p, float* const* acc, float* l) {
+  switch (n_q) {
+    case 1:
+      return VAccVecs<kType, 1>(n_vec, rows, n, d, p, acc, l);
+    case 2:
+      return VAccVecs<kType, 2>(n_vec, rows, n, d, p, acc, l);
+    case 3:
+      return VAccVecs<kType, 3>(n_vec, rows, n, d, p, acc, l);
+    default:
+      if constexpr (kDirectRows >= 4) return VAccVecs<kType, 4>(n_vec, rows, n, d, p, acc, l);
+      CHECK(false) << "bad row count " << n_q;
+  }
+}
+
+using FloatScoresFn = void (*)(const uint8_t* const*, int, int64_t, const float* const*, int,
+                               float*, int64_t);
+using VAccFn = void (*)(int, int, const uint8_t* const*, int64_t, int64_t, const float* const*,
+                        float* const*, float*);
+
+inline FloatScoresFn GetFloatScores(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return &FloatScoresRows<GgmlType::F32>;
+    case GgmlType::F16:
+      return &FloatScoresRows<GgmlType::F16>;
+    case GgmlType::BF16:
+      return &FloatScoresRows<GgmlType::BF16>;
+    default:
+      return nullptr;
+  }
+}
+
+inline VAccFn GetVAcc(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return &VAccRows<GgmlType::F32>;
+    case GgmlType::F16:
+      return &VAccRows<GgmlType::F16>;
+    case GgmlType::BF16:
+      return &VAccRows<GgmlType::BF16>;
+    case GgmlType::Q8_0:
+      return &VAccRows<GgmlType::Q8_0>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace attn_detail
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace mnemo::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MNEMO_KERNELS_ATTENTION_DIRECT_INL_H_
