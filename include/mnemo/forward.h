@@ -16,9 +16,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "mnemo/kernels.h"
@@ -71,9 +69,6 @@ class Forward {
   // Writes k, v into the cache cells of the placement, then attends; out: [T x n_head*hd_v].
   void attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* q,
                  const float* k, const float* v, float* out);
-  const std::vector<float>& mask_for(const KvCacheContext& kv, size_t placement_index);
-  // The cells of the placement's stream in visiting order (KvCacheContext::build_order).
-  const std::vector<int32_t>& order_for(const KvCacheContext& kv, size_t placement_index);
   static kernels::WeightMatrix matrix(const Weight& w);
   void matmul(const Weight& w, const float* x, int64_t n_tokens, float* y);
   void add_bias(const Weight& b, float* y, int64_t n_tokens);
@@ -97,8 +92,6 @@ class Forward {
   std::vector<float> qg_, og_;  // gathered rows of one stream: [rows x n_head * hd]
   std::vector<std::vector<float>> rope_tables_;  // [2] global / sliding-window layers
   std::vector<int32_t> rope_pos_;
-  std::map<std::pair<const KvCacheContext*, size_t>, std::vector<float>> masks_;
-  std::map<std::pair<const KvCacheContext*, size_t>, std::vector<int32_t>> orders_;
 };
 
 }  // namespace mnemo

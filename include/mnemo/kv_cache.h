@@ -42,37 +42,20 @@
 #include <vector>
 
 #include "mnemo/batch.h"
+#include "mnemo/kernels.h"
 #include "mnemo/kv_cells.h"
 #include "mnemo/kv_storage.h"
 #include "mnemo/memory.h"
 #include "mnemo/quant.h"
 #include "mnemo/state_format.h"
+#include "mnemo/swa.h"
+#include "mnemo/thread_pool.h"
 #include "mnemo/ubatch.h"
 
 namespace mnemo {
 
 struct KvJournal;
 class KvCache;
-
-enum class SwaType : uint8_t {
-  kNone = 0,  // full attention
-  kStandard,  // a token at p sees positions (p - n_swa, p]
-  kChunked,   // a token at p sees positions [(p / n_swa) * n_swa, p]
-};
-std::string_view swa_type_name(SwaType t);
-
-/// True when the window hides a cell at pos_cell from a token at pos_token (see SwaType).
-inline bool is_masked_swa(SwaType t, uint32_t n_swa, Pos pos_cell, Pos pos_token) {
-  switch (t) {
-    case SwaType::kNone:
-      return false;
-    case SwaType::kStandard:
-      return static_cast<int64_t>(pos_token) - pos_cell >= static_cast<int64_t>(n_swa);
-    case SwaType::kChunked:
-      return pos_cell < (pos_token / static_cast<Pos>(n_swa)) * static_cast<Pos>(n_swa);
-  }
-  return false;
-}
 
 struct KvCacheConfig {
   uint32_t n_ctx = 0;      // cells per stream
@@ -140,8 +123,8 @@ class KvCacheContext final : public MemoryContext {
   /// n_ctx (after apply(); n_ctx for an init_full context).
   uint32_t n_kv(uint32_t stream) const;
   /// K / V views of model layer il in stream s (il must be held by the cache).
-  KvView k_view(uint32_t il, uint32_t stream) const;
-  KvView v_view(uint32_t il, uint32_t stream) const;
+  KvRows k_view(uint32_t il, uint32_t stream) const;
+  KvRows v_view(uint32_t il, uint32_t stream) const;
 
   /// Mask predicate, after apply(): true when row k of `slots` (an entry of placement()) must not
   /// attend to `cell` of slots.stream (rules in the header comment).
@@ -159,6 +142,38 @@ class KvCacheContext final : public MemoryContext {
   /// Update contexts: the streams with pending shifts (empty otherwise).
   const std::vector<StreamShifts>& shifts() const { return shifts_; }
 
+  // ---- What the model reads and writes (llama.cpp's cpy_k / cpy_v / get_k / get_v, in our
+  // terms). The memory owns the bytes: how a row is stored (K/V type, Hadamard rotation) stays
+  // here; the model hands over float rows and receives views. After apply(), for the current
+  // ubatch.
+
+  /// Writes layer il's K and V rows of the current ubatch into the cells the placement chose:
+  /// k [T x n_embd_k_gqa], v [T x n_embd_v_gqa] floats in ubatch row order (T = ubatch size),
+  /// each row converted to its stream's K / V type (byte-identical to quant's quantize_row), per
+  /// head Hadamard-rotated first where the stream stores rotated rows. A rollback of this
+  /// context restores the rows it overwrote (the journal saved them at apply()).
+  void store_kv(uint32_t il, const float* k, const float* v) const;
+
+  /// What attention over placement()[i] reads in layer il; valid until the next ubatch.
+  struct AttentionInput {
+    kernels::KvView kv;          // K and V rows of cells [0, n_kv) and the visiting order
+    const float* mask = nullptr;  // [rows x n_kv]: 0 or -inf (build_mask)
+    int64_t mask_stride = 0;      // n_kv
+    uint32_t rotation = 0;        // 0, or the head size d: stored rows are rotated by H_d, so Q
+                                  // must be rotated per head before and the output after
+                                  // (hadamard_rotate, kv_rotation.h)
+  };
+  /// The K/V view, mask and visiting order (build_order) of placement()[i] for layer il; mask
+  /// and order are built once per ubatch and shared by the layers.
+  AttentionInput attention_input(uint32_t il, size_t i) const;
+
+  /// Update contexts: re-rotates the K rows of layer il's shifted cells by their deltas with
+  /// RoPE `p` (rotations compose: kernels::rope_shift), K rows of n_head_kv heads of head_dim.
+  /// Rotated streams are un-rotated, shifted and rotated back. Call for every attention layer
+  /// before apply(). pool may be null.
+  void apply_k_shifts(uint32_t il, const kernels::RopeParams& p, int64_t n_head_kv,
+                      int64_t head_dim, ThreadPool* pool) const;
+
  private:
   friend class KvCache;
   KvCacheContext(KvCache* cache, Mode mode, MemoryStatus status = MemoryStatus::kSuccess,
@@ -172,6 +187,10 @@ class KvCacheContext final : public MemoryContext {
   std::unique_ptr<KvJournal> journal_;
   uint32_t cur_ = 0;        // current ubatch
   uint32_t n_applied_ = 0;  // ubatches applied so far (they are applied in order)
+  // attention_input's per-ubatch caches: mask and visiting order per placement entry.
+  mutable uint32_t inputs_ubatch_ = UINT32_MAX;
+  mutable std::vector<std::vector<float>> masks_;
+  mutable std::vector<std::vector<int32_t>> orders_;
   uint64_t epoch_ = 0;      // the cache's epoch this context expects (CHECKed)
   bool spent_ = false;      // rolled back; no further apply
 };
@@ -265,8 +284,8 @@ class KvCache final : public Memory {
   bool holds_layer(uint32_t il) const { return il < layer_index_.size() && layer_index_[il] >= 0; }
   uint32_t layer_index(uint32_t il) const;
   /// Views of model layer il (CHECKed to be held) in a stream: [n_embd_{k,v}_gqa(il), n_ctx].
-  KvView k_view(uint32_t il, uint32_t stream) const;
-  KvView v_view(uint32_t il, uint32_t stream) const;
+  KvRows k_view(uint32_t il, uint32_t stream) const;
+  KvRows v_view(uint32_t il, uint32_t stream) const;
   /// Changes on every mutation (contexts check it to catch interleaved use).
   uint64_t epoch() const { return epoch_; }
 

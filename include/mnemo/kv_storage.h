@@ -25,7 +25,7 @@
 namespace mnemo {
 
 /// A view of one K or V tensor of one (layer, stream): [n_embd, n_cells] of `type`.
-struct KvView {
+struct KvRows {
   GgmlType type = GgmlType::F16;
   uint8_t* data = nullptr;  // row of cell 0
   size_t row_bytes = 0;     // bytes per row = stride between cells = row_size(type, n_embd)
@@ -77,8 +77,8 @@ class KvStorage {
   const StreamTypes& types(uint32_t s) const { return streams_[s].types; }
 
   /// Views of held layer l (index into layers, not the model layer) and stream s.
-  KvView k(uint32_t l, uint32_t s) const;
-  KvView v(uint32_t l, uint32_t s) const;
+  KvRows k(uint32_t l, uint32_t s) const;
+  KvRows v(uint32_t l, uint32_t s) const;
 
   /// Bytes of one cell's rows over all layers, K and V (what save_cell writes).
   size_t cell_bytes(uint32_t s) const { return streams_[s].cell_bytes; }

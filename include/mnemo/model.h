@@ -13,7 +13,7 @@
 
 #include "mnemo/gguf.h"
 #include "mnemo/kernels.h"
-#include "mnemo/kv_cache.h"
+#include "mnemo/swa.h"
 #include "mnemo/quant.h"
 #include "mnemo/status.h"
 
@@ -46,7 +46,7 @@ struct HParams {
   float rope_freq_scale = 1.0f;         // 1 / {arch}.rope.scaling.factor for linear scaling
   kernels::RopeMode rope_mode = kernels::RopeMode::kNormal;  // kNeox for qwen2/3, gemma3
   uint32_t n_swa = 0;           // {arch}.attention.sliding_window (0: none)
-  SwaType swa_type = SwaType::kNone;  // mask kind of the sliding-window layers (kv_cache.h)
+  SwaType swa_type = SwaType::kNone;  // mask kind of the sliding-window layers (swa.h)
   uint32_t swa_period = 0;      // gemma3: every 6th layer (il % 6 == 5) is global
   float attn_scale = 0.0f;      // multiplier of Q before QK^T (1/sqrt(head_dim_k) by default)
   float embd_scale = 1.0f;      // gemma: sqrt(n_embd)

@@ -108,12 +108,12 @@ uint32_t KvCache::layer_index(uint32_t il) const {
   return static_cast<uint32_t>(layer_index_[il]);
 }
 
-KvView KvCache::k_view(uint32_t il, uint32_t stream) const {
+KvRows KvCache::k_view(uint32_t il, uint32_t stream) const {
   CHECK_LT(stream, n_stream());
   return storage_.k(layer_index(il), stream);
 }
 
-KvView KvCache::v_view(uint32_t il, uint32_t stream) const {
+KvRows KvCache::v_view(uint32_t il, uint32_t stream) const {
   CHECK_LT(stream, n_stream());
   return storage_.v(layer_index(il), stream);
 }

@@ -96,11 +96,11 @@ uint32_t KvCacheContext::n_kv(uint32_t stream) const {
   return static_cast<uint32_t>(std::min<uint64_t>(padded, n_ctx));
 }
 
-KvView KvCacheContext::k_view(uint32_t il, uint32_t stream) const {
+KvRows KvCacheContext::k_view(uint32_t il, uint32_t stream) const {
   return cache_->k_view(il, stream);
 }
 
-KvView KvCacheContext::v_view(uint32_t il, uint32_t stream) const {
+KvRows KvCacheContext::v_view(uint32_t il, uint32_t stream) const {
   return cache_->v_view(il, stream);
 }
 

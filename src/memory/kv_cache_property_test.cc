@@ -321,7 +321,7 @@ class PropertyRun {
         std::vector<float> mask;
         kv->build_mask(i, &mask);
         ASSERT_EQ(mask.size(), sl.rows.size() * n_kv);
-        const KvView k0 = kv->k_view(il_held, sl.stream);
+        const KvRows k0 = kv->k_view(il_held, sl.stream);
         for (size_t r = 0; r < sl.rows.size(); ++r) {
           const uint32_t row = sl.rows[r];
           const SeqId s = ub.seq_id(row);

@@ -121,8 +121,8 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
     MNEMO_RETURN_IF_ERROR(w.put_u32(storage_.rotation(s)));
     MNEMO_RETURN_IF_ERROR(w.put_u32(n_layer));
     for (uint32_t l = 0; l < n_layer; ++l) {
-      const KvView k = storage_.k(l, s);
-      const KvView v = storage_.v(l, s);
+      const KvRows k = storage_.k(l, s);
+      const KvRows v = storage_.v(l, s);
       MNEMO_RETURN_IF_ERROR(w.put_u32(storage_.layer(l).il));
       MNEMO_RETURN_IF_ERROR(w.put_u32(uint32_t(k.type)));
       MNEMO_RETURN_IF_ERROR(w.put_u32(uint32_t(v.type)));
@@ -152,12 +152,12 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
     // KVLY per layer: il, K rows, V rows. Runs of consecutive cells are one contiguous put.
     const uint64_t n = b.cells.size();
     for (uint32_t l = 0; l < n_layer; ++l) {
-      const KvView k = storage_.k(l, s);
-      const KvView v = storage_.v(l, s);
+      const KvRows k = storage_.k(l, s);
+      const KvRows v = storage_.v(l, s);
       MNEMO_RETURN_IF_ERROR(
           w.begin_section(sf::kTagKvLayer, 4 + n * (uint64_t(k.row_bytes) + v.row_bytes)));
       MNEMO_RETURN_IF_ERROR(w.put_u32(storage_.layer(l).il));
-      for (const KvView& view : {k, v}) {
+      for (const KvRows& view : {k, v}) {
         if (w.counts_only()) {
           MNEMO_RETURN_IF_ERROR(w.skip(n * view.row_bytes));
           continue;
@@ -434,7 +434,7 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
             // stream of the same format, is one memcpy.
             if (tbegin[i + j + 1] == tbegin[i + j] + 1) {
               const Target& t0 = targets[tbegin[i + j]];
-              const KvView dv = kind == 0 ? storage_.k(l, t0.stream) : storage_.v(l, t0.stream);
+              const KvRows dv = kind == 0 ? storage_.k(l, t0.stream) : storage_.v(l, t0.stream);
               if (dv.type == src_type && storage_.rotation(t0.stream) == rotation) {
                 uint32_t e = j + 1;
                 while (e < m && tbegin[i + e + 1] == tbegin[i + e] + 1) {
@@ -449,7 +449,7 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
             }
             for (uint32_t t = tbegin[i + j]; t < tbegin[i + j + 1]; ++t) {
               const Target& tg = targets[t];
-              const KvView dv = kind == 0 ? storage_.k(l, tg.stream) : storage_.v(l, tg.stream);
+              const KvRows dv = kind == 0 ? storage_.k(l, tg.stream) : storage_.v(l, tg.stream);
               // Validated in the dry run: both types convert and the widths fit.
               st = kv_row_convert(src_type, rotation, src, dv.type, storage_.rotation(tg.stream),
                                   dv.row(tg.cell), n_embd, scratch.data());

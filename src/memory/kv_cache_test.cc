@@ -142,7 +142,7 @@ TEST(KvCacheTest, ViewsFollowTheLayerFilter) {
   EXPECT_FALSE(kv->holds_layer(1));
   EXPECT_TRUE(kv->holds_layer(2));
   EXPECT_FALSE(kv->holds_layer(3));
-  const KvView k2 = kv->k_view(2, 0);
+  const KvRows k2 = kv->k_view(2, 0);
   EXPECT_EQ(k2.n_embd, 96u);
   EXPECT_EQ(k2.row_bytes, row_size(GgmlType::F16, 96));
   EXPECT_EQ(k2.n_cells, 16u);
@@ -368,7 +368,7 @@ TEST(KvCacheTest, SeqCpAcrossStreamsCopiesAnyRangeAndConvertsTypes) {
   const auto* kctx = ctx->kv_for_layer(0);
   for (uint32_t il = 0; il < 2; ++il) {
     for (char kind : {'K', 'V'}) {
-      const KvView v = kind == 'K' ? kctx->k_view(il, 0) : kctx->v_view(il, 0);
+      const KvRows v = kind == 'K' ? kctx->k_view(il, 0) : kctx->v_view(il, 0);
       std::vector<float> row(v.n_embd);
       const StreamSlots& sl = kctx->placement()[0];
       for (size_t j = 0; j < sl.cells.size(); ++j) {
@@ -413,7 +413,7 @@ TEST(KvCacheTest, SeqCpAcrossStreamsCopiesAnyRangeAndConvertsTypes) {
     n_shifted += c1.shift(d) == 2;
     const Pos written = c1.pos(d) - c1.shift(d);  // the position K/V were computed at
     for (uint32_t il = 0; il < 2; ++il) {
-      const KvView k = kv->k_view(il, 1);
+      const KvRows k = kv->k_view(il, 1);
       std::vector<float> got(k.n_embd);
       ASSERT_TRUE(dequantize_row(k.type, k.row(d), got.data(), k.n_embd).ok());
       for (uint32_t i = 0; i < k.n_embd; ++i) {

@@ -131,15 +131,15 @@ Result<KvStorage> KvStorage::copy() const {
   return out;
 }
 
-KvView KvStorage::k(uint32_t l, uint32_t s) const {
+KvRows KvStorage::k(uint32_t l, uint32_t s) const {
   const Stream& st = streams_[s];
-  return KvView{st.types.k_type, const_cast<uint8_t*>(st.buf.data()) + st.k_off[l], st.k_row[l],
+  return KvRows{st.types.k_type, const_cast<uint8_t*>(st.buf.data()) + st.k_off[l], st.k_row[l],
                 layers_[l].n_embd_k, n_cells_};
 }
 
-KvView KvStorage::v(uint32_t l, uint32_t s) const {
+KvRows KvStorage::v(uint32_t l, uint32_t s) const {
   const Stream& st = streams_[s];
-  return KvView{st.types.v_type, const_cast<uint8_t*>(st.buf.data()) + st.v_off[l], st.v_row[l],
+  return KvRows{st.types.v_type, const_cast<uint8_t*>(st.buf.data()) + st.v_off[l], st.v_row[l],
                 layers_[l].n_embd_v, n_cells_};
 }
 
@@ -171,8 +171,8 @@ void KvStorage::copy_cell(uint32_t src_s, uint32_t src_cell, uint32_t dst_s, uin
   const uint32_t dst_rot = rotation(dst_s);
   for (uint32_t l = 0; l < n_layer(); ++l) {
     for (int kind = 0; kind < 2; ++kind) {
-      const KvView a = kind == 0 ? k(l, src_s) : v(l, src_s);
-      const KvView b = kind == 0 ? k(l, dst_s) : v(l, dst_s);
+      const KvRows a = kind == 0 ? k(l, src_s) : v(l, src_s);
+      const KvRows b = kind == 0 ? k(l, dst_s) : v(l, dst_s);
       if (a.type == b.type && src_rot == dst_rot) {
         std::memmove(b.row(dst_cell), a.row(src_cell), a.row_bytes);
       } else {

@@ -68,8 +68,8 @@ void write_fake_kv(const MemoryContext& ctx, uint32_t n_layer, uint64_t generati
     const KvCacheContext* kv = ctx.kv_for_layer(il);
     if (kv == nullptr) continue;
     for (const StreamSlots& sl : kv->placement()) {
-      const KvView k = kv->k_view(il, sl.stream);
-      const KvView v = kv->v_view(il, sl.stream);
+      const KvRows k = kv->k_view(il, sl.stream);
+      const KvRows v = kv->v_view(il, sl.stream);
       for (size_t j = 0; j < sl.rows.size(); ++j) {
         const uint64_t tag = make_tag(generation, ub.batch_row[sl.rows[j]]);
         fill_row(k.row(sl.cells[j]), k.row_bytes, il, 'K', tag);
@@ -108,8 +108,8 @@ std::string snapshot(const KvCache& cache) {
       if (c.is_empty(i)) continue;
       for (uint32_t il = 0; il < n_layer; ++il) {
         if (!cache.holds_layer(il)) continue;
-        const KvView k = cache.k_view(il, s);
-        const KvView v = cache.v_view(il, s);
+        const KvRows k = cache.k_view(il, s);
+        const KvRows v = cache.v_view(il, s);
         out.append(reinterpret_cast<const char*>(k.row(i)), k.row_bytes);
         out.append(reinterpret_cast<const char*>(v.row(i)), v.row_bytes);
       }
@@ -247,7 +247,7 @@ std::string RefMemory::reconcile(const KvCache& cache, const std::vector<Pos>& p
       for (uint32_t il = 0; il < n_layer; ++il) {
         if (!cache.holds_layer(il)) continue;
         for (char kind : {'K', 'V'}) {
-          const KvView v = kind == 'K' ? cache.k_view(il, s) : cache.v_view(il, s);
+          const KvRows v = kind == 'K' ? cache.k_view(il, s) : cache.v_view(il, s);
           uint64_t t = 0;
           if (!decode_row(v.row(i), v.row_bytes, il, kind, &t) || (have_tag && t != tag)) {
             return "stream " + std::to_string(s) + " cell " + std::to_string(i) + " pos " +

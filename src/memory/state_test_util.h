@@ -94,7 +94,7 @@ inline void write_real_kv(const MemoryContext& ctx, uint32_t n_layer, uint64_t g
     for (const StreamSlots& sl : kv->placement()) {
       const uint32_t rot = kv->cache().storage().rotation(sl.stream);
       for (char kind : {'K', 'V'}) {
-        const KvView view = kind == 'K' ? kv->k_view(il, sl.stream) : kv->v_view(il, sl.stream);
+        const KvRows view = kind == 'K' ? kv->k_view(il, sl.stream) : kv->v_view(il, sl.stream);
         for (size_t j = 0; j < sl.rows.size(); ++j) {
           const uint64_t tag = make_tag(generation, ub.batch_row[sl.rows[j]]);
           std::vector<float> x(view.n_embd);
@@ -141,8 +141,8 @@ inline std::vector<StoredCell> seq_bytes(const KvCache& c, SeqId s) {
   for (uint32_t cell : cells) {
     StoredCell sc{c.cells(st).pos(cell), c.cells(st).shift(cell), {}};
     for (uint32_t l = 0; l < c.storage().n_layer(); ++l) {
-      const KvView k = c.storage().k(l, st);
-      const KvView v = c.storage().v(l, st);
+      const KvRows k = c.storage().k(l, st);
+      const KvRows v = c.storage().v(l, st);
       sc.rows.append(reinterpret_cast<const char*>(k.row(cell)), k.row_bytes);
       sc.rows.append(reinterpret_cast<const char*>(v.row(cell)), v.row_bytes);
     }
@@ -164,7 +164,7 @@ inline std::vector<std::vector<float>> seq_values(const KvCache& c, SeqId s,
     if (pos) pos->push_back(c.cells(st).pos(cell));
     std::vector<float> all;
     for (uint32_t l = 0; l < c.storage().n_layer(); ++l) {
-      for (const KvView& view : {c.storage().k(l, st), c.storage().v(l, st)}) {
+      for (const KvRows& view : {c.storage().k(l, st), c.storage().v(l, st)}) {
         std::vector<float> x(view.n_embd);
         CHECK(dequantize_row(view.type, view.row(cell), x.data(), view.n_embd).ok());
         if (rot != 0) x = ref_hadamard(x, rot);

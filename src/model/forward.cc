@@ -1,5 +1,6 @@
-// Shared pieces of the forward pass: embeddings, RoPE tables, K/V writes into the cache,
-// attention per stream, the output projection, and K re-rotation for position shifts.
+// Shared pieces of the forward pass: embeddings, RoPE tables, attention per stream (K/V rows
+// handed to the memory context, views read from it), the output projection, and the K
+// re-rotation for position shifts (done by the memory context).
 #include "mnemo/forward.h"
 
 #include <algorithm>
@@ -14,51 +15,6 @@ namespace {
 
 // Output rows are projected in chunks so the temporary logits stay small even for a 262k vocab.
 constexpr int64_t kOutputChunk = 16;
-
-// --- KV rotation (include/mnemo/kv_rotation.h) ----------------------------------------------
-// Streams whose rows are stored Hadamard-rotated (KvStorage::rotation(stream) = head size d):
-// K and V rows are rotated per head before they are written, Q rows per head before attention,
-// and the attention output is rotated back (H_d is its own inverse); scores are unchanged.
-
-// Rotated copy of n floats (scratch reused across calls; one Forward per thread).
-const float* rotated(const float* src, int64_t n, uint32_t rot) {
-  thread_local std::vector<float> tmp;
-  tmp.assign(src, src + n);
-  hadamard_rotate(tmp.data(), n, rot);
-  return tmp.data();
-}
-
-// K re-rotation after a position shift for a rotated stream: un-rotate, RoPE by delta, rotate.
-void rope_shift_rotated(const kernels::RopeParams& p, const KvView& kview, uint32_t rot,
-                        const std::vector<uint32_t>& cells, const std::vector<int32_t>& deltas,
-                        int64_t n_head_kv, int64_t head_dim) {
-  std::vector<float> row(kview.n_embd);
-  for (size_t j = 0; j < cells.size(); ++j) {
-    uint8_t* dst = kview.row(cells[j]);
-    Status st = dequantize_row(kview.type, dst, row.data(), kview.n_embd);
-    CHECK(st.ok()) << st.to_string();
-    hadamard_rotate(row.data(), kview.n_embd, rot);
-    kernels::rope_shift(p, GgmlType::F32, row.data(), kview.n_embd * sizeof(float), 1, n_head_kv,
-                        head_dim, &deltas[j], nullptr);
-    hadamard_rotate(row.data(), kview.n_embd, rot);
-    st = quantize_row(kview.type, row.data(), dst, kview.n_embd);
-    CHECK(st.ok()) << st.to_string();
-  }
-}
-// --- end KV rotation -------------------------------------------------------------------------
-
-// Writes one row of n floats into a cache row of `type` (f32: a copy; others: quantize_row),
-// rotated per head of `rot` elements first when rot != 0.
-void write_cache_row(GgmlType type, const float* src, uint8_t* dst, int64_t n, uint32_t rot) {
-  if (rot != 0) src = rotated(src, n, rot);
-  if (type == GgmlType::F32) {
-    std::memcpy(dst, src, size_t(n) * sizeof(float));
-    return;
-  }
-  // SIMD, byte-identical to quant's quantize_row; types and widths were validated when the
-  // cache was made.
-  kernels::quantize_rows(type, src, n, 1, n, dst, row_size(type, n), nullptr);
-}
 
 bool rows_contiguous(const std::vector<uint32_t>& rows) {
   for (size_t j = 1; j < rows.size(); ++j) {
@@ -114,56 +70,22 @@ const float* Forward::rope_table_for(uint32_t il, const Ubatch& ub) {
   return rope_tables_[hp_.is_swa_layer(il) ? 1 : 0].data();
 }
 
-const std::vector<float>& Forward::mask_for(const KvCacheContext& kv, size_t placement_index) {
-  auto key = std::make_pair(&kv, placement_index);
-  auto it = masks_.find(key);
-  if (it != masks_.end()) return it->second;
-  std::vector<float>& m = masks_[key];
-  kv.build_mask(placement_index, &m);
-  return m;
-}
-
-const std::vector<int32_t>& Forward::order_for(const KvCacheContext& kv, size_t placement_index) {
-  auto key = std::make_pair(&kv, placement_index);
-  auto it = orders_.find(key);
-  if (it != orders_.end()) return it->second;
-  std::vector<int32_t>& o = orders_[key];
-  kv.build_order(placement_index, &o);
-  return o;
-}
-
 void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* q,
                         const float* k, const float* v, float* out) {
-  const int64_t n_embd_k = hp_.n_embd_k_gqa();
-  const int64_t n_embd_v = hp_.n_embd_v_gqa();
   const int64_t q_width = int64_t(hp_.n_head) * hp_.head_dim_k;
   const int64_t o_width = int64_t(hp_.n_head) * hp_.head_dim_v;
-  const auto& placement = kv.placement();
 
-  // 1. The ubatch's K and V rows go into the cells the placement chose.
-  for (const StreamSlots& ss : placement) {
-    const KvView kview = kv.k_view(il, ss.stream);
-    const KvView vview = kv.v_view(il, ss.stream);
-    const uint32_t rot = kv.cache().storage().rotation(ss.stream);  // KV rotation
-    for (size_t j = 0; j < ss.rows.size(); ++j) {
-      const uint32_t r = ss.rows[j];
-      write_cache_row(kview.type, k + r * n_embd_k, kview.row(ss.cells[j]), n_embd_k, rot);
-      write_cache_row(vview.type, v + r * n_embd_v, vview.row(ss.cells[j]), n_embd_v, rot);
-    }
-  }
+  // 1. The ubatch's K and V rows go into the cells the placement chose (the memory stores them
+  //    in its types and rotation).
+  kv.store_kv(il, k, v);
 
   // 2. Each stream's rows attend over that stream's cells.
+  const auto& placement = kv.placement();
   for (size_t i = 0; i < placement.size(); ++i) {
     const StreamSlots& ss = placement[i];
     const int64_t n = int64_t(ss.rows.size());
-    const uint32_t n_kv = kv.n_kv(ss.stream);
-    const std::vector<float>& mask = mask_for(kv, i);
-    const std::vector<int32_t>& order = order_for(kv, i);
-    const KvView kview = kv.k_view(il, ss.stream);
-    const KvView vview = kv.v_view(il, ss.stream);
-
-    const uint32_t rot = kv.cache().storage().rotation(ss.stream);  // KV rotation: Q, out
-    const bool contiguous = rows_contiguous(ss.rows) && rot == 0;
+    const KvCacheContext::AttentionInput in = kv.attention_input(il, i);
+    const bool contiguous = rows_contiguous(ss.rows) && in.rotation == 0;
     const float* qp = q + int64_t(ss.rows[0]) * q_width;
     float* op = out + int64_t(ss.rows[0]) * o_width;
     if (!contiguous) {
@@ -172,29 +94,20 @@ void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
       for (int64_t j = 0; j < n; ++j) {
         std::memcpy(&qg_[j * q_width], q + int64_t(ss.rows[j]) * q_width, q_width * sizeof(float));
       }
-      if (rot != 0) hadamard_rotate(qg_.data(), n * q_width, rot);
+      // Rotated rows: Q turns the same way, so scores are unchanged (kv_rotation.h).
+      if (in.rotation != 0) hadamard_rotate(qg_.data(), n * q_width, in.rotation);
       qp = qg_.data();
       op = og_.data();
     }
-    kernels::KvView kvv;
-    kvv.k_type = kview.type;
-    kvv.k = kview.data;
-    kvv.k_stride = kview.row_bytes;
-    kvv.v_type = vview.type;
-    kvv.v = vview.data;
-    kvv.v_stride = vview.row_bytes;
-    kvv.n_kv = n_kv;
-    kvv.order = order.data();
-    kvv.n_order = int64_t(order.size());
     kernels::AttentionParams p;
     p.n_tokens = n;
     p.n_head = hp_.n_head;
     p.n_head_kv = hp_.n_head_kv;
     p.head_dim = hp_.head_dim_k;
     p.scale = hp_.attn_scale;
-    kernels::attention(p, qp, kvv, mask.data(), n_kv, op, pool_);
+    kernels::attention(p, qp, in.kv, in.mask, in.mask_stride, op, pool_);
     if (!contiguous) {
-      if (rot != 0) hadamard_rotate(og_.data(), n * o_width, rot);
+      if (in.rotation != 0) hadamard_rotate(og_.data(), n * o_width, in.rotation);
       for (int64_t j = 0; j < n; ++j) {
         std::memcpy(out + int64_t(ss.rows[j]) * o_width, &og_[j * o_width], o_width * sizeof(float));
       }
@@ -208,8 +121,6 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
   CHECK(T > 0 && T <= int64_t(n_ubatch_max_)) << "ubatch of " << T << " rows";
   CHECK_EQ(out_rows.size(), size_t(ub.n_outputs()));
   n_tokens_ = uint32_t(T);
-  masks_.clear();
-  orders_.clear();
 
   // Embeddings.
   if (!ub.token.empty()) {
@@ -287,23 +198,7 @@ void Forward::apply_shifts(const MemoryContext& update) {
   for (uint32_t il = 0; il < hp_.n_layer; ++il) {
     const KvCacheContext* kv = update.kv_for_layer(il);
     if (kv == nullptr) continue;
-    const kernels::RopeParams p = rope_params(il);
-    for (const auto& ss : kv->shifts()) {
-      const KvView kview = kv->k_view(il, ss.stream);
-      if (const uint32_t rot = kv->cache().storage().rotation(ss.stream); rot != 0) {
-        rope_shift_rotated(p, kview, rot, ss.cells, ss.deltas, hp_.n_head_kv, hp_.head_dim_k);
-        continue;
-      }
-      // Runs of consecutive cells are rotated with one call.
-      size_t j = 0;
-      while (j < ss.cells.size()) {
-        size_t e = j + 1;
-        while (e < ss.cells.size() && ss.cells[e] == ss.cells[e - 1] + 1) ++e;
-        kernels::rope_shift(p, kview.type, kview.row(ss.cells[j]), kview.row_bytes, int64_t(e - j),
-                            hp_.n_head_kv, hp_.head_dim_k, &ss.deltas[j], e - j > 64 ? pool_ : nullptr);
-        j = e;
-      }
-    }
+    kv->apply_k_shifts(il, rope_params(il), hp_.n_head_kv, hp_.head_dim_k, pool_);
   }
 }
 
