@@ -91,6 +91,9 @@ class HybridMemory final : public Memory {
   void clear() override;
   /// Both children's tensors and streams: parts "kv", "rs", "rs_ckpt".
   MemoryBreakdown breakdown() const override;
+  /// The KV child's stream, types, cells and free cells; bytes of both children (see
+  /// Memory::seq_info).
+  Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
   uint32_t n_seq_max() const override { return rs_->n_seq_max(); }
 
   // State save / restore (recurrent_state_io.cc): the KV child's part (KVPT role kv ...) then the

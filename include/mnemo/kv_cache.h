@@ -220,6 +220,9 @@ class KvCache final : public Memory {
   Pos seq_pos_max(SeqId seq) const override;
   void clear() override;
   MemoryBreakdown breakdown() const override;
+  /// Stream stream_of(seq): its types, seq's cells, its free cells, and its K/V bytes (unified:
+  /// seq's share by cells held); see Memory::seq_info.
+  Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
 
   /// Building blocks for composite memories (SwaKvCache, HybridMemory), which validate

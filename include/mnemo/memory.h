@@ -44,6 +44,9 @@
 //   seq_pos_min(seq)            lowest position of seq held, -1 when none (or seq out of range).
 //   seq_pos_max(seq)            highest position of seq held, -1 when none (or seq out of range).
 //
+//   seq_info(seq)               what serves seq: whether attention K/V does, its stream, that
+//                               stream's K/V types, cells held and free, bytes (see below).
+//
 // Costs: every sequence operation is O(cells touched * log n); seq_pos_min / seq_pos_max are O(1).
 //
 // --- recurrent memory (RecurrentState, HybridMemory: include/mnemo/recurrent_state.h) ---------
@@ -208,6 +211,25 @@ struct MemoryBreakdown {
   std::string to_string() const;
 };
 
+/// What serves one sequence in a memory: the answer of Memory::seq_info. Enough for a caller
+/// (the server) to admit a prompt and to account for a sequence without knowing which kind of
+/// memory it runs on, nor how its streams and children are laid out.
+struct SeqMemoryInfo {
+  /// free_cells of a memory without cells: a recurrent state is preallocated per sequence and
+  /// never runs out of room.
+  static constexpr uint32_t kUnbounded = UINT32_MAX;
+
+  SeqId seq_id = 0;
+  bool has_kv = false;  // attention K/V serves seq_id (false: a recurrent state alone)
+  uint32_t stream = 0;  // has_kv: the K/V stream holding seq_id (unified 0, split seq_id)
+  GgmlType k_type = GgmlType::F16;   // has_kv: that stream's K type; unspecified otherwise
+  GgmlType v_type = GgmlType::F16;   // has_kv: that stream's V type; unspecified otherwise
+  uint32_t cells = 0;                // cells of that stream holding seq_id; 0 when !has_kv
+  uint32_t free_cells = kUnbounded;  // empty cells of that stream: room for new tokens, shared
+                                     // with the stream's other sequences in unified mode
+  size_t bytes = 0;                  // tensor bytes serving seq_id (see Memory::seq_info)
+};
+
 /// Answer of Memory::plan_truncate (see "recurrent memory" at the top of this header).
 struct TruncatePlan {
   Pos keep = 0;         // positions [0, keep) survive seq_rm(seq, keep, -1); decoding resumes here
@@ -259,6 +281,26 @@ class Memory {
     const Pos keep = std::min<Pos>(p, seq_pos_max(seq) + 1);
     return TruncatePlan{keep, static_cast<uint32_t>(p - keep)};
   }
+
+  /// What serves sequence `seq`, without changing anything (SeqMemoryInfo). Per memory:
+  ///   KvCache         has_kv; stream = stream_of(seq); cells = cells of the stream holding seq
+  ///                   (a cell shared by several sequences counts for each); free_cells = the
+  ///                   stream's empty cells; bytes = split mode: the stream's K and V tensor
+  ///                   bytes (every layer); unified mode: seq's share of them by cells held,
+  ///                   floor(stream bytes * cells / n_ctx).
+  ///   SwaKvCache      stream, types, cells and free_cells of the base (full-attention) child,
+  ///                   which bounds what a sequence can hold; bytes = the base child's plus the
+  ///                   SWA child's, each counted as a KvCache counts them.
+  ///   RecurrentState  !has_kv; cells = 0; free_cells = kUnbounded; bytes = seq's own state slot
+  ///                   and its n_checkpoints checkpoint slots (preallocated, so the same for
+  ///                   every sequence, empty or not; over all sequences they sum to
+  ///                   breakdown().tensor_bytes).
+  ///   HybridMemory    the KV child's answer, with bytes = the KV child's + the recurrent
+  ///                   child's.
+  /// In split mode (and for recurrent states) the bytes of all sequences sum to
+  /// breakdown().tensor_bytes. Cost: O(n_layer). Errors: kInvalidArgument for seq outside
+  /// [0, n_seq_max).
+  virtual Result<SeqMemoryInfo> seq_info(SeqId seq) const = 0;
 
   /// Empties every cell of every sequence (storage stays allocated).
   virtual void clear() = 0;

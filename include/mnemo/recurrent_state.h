@@ -157,6 +157,9 @@ class RecurrentState final : public Memory {
   /// "rs"; checkpoints as part "rs_ckpt" with n_seq_max * n_checkpoints rows. One stream per
   /// part; used = sequences (or checkpoints) holding data.
   MemoryBreakdown breakdown() const override;
+  /// No K/V and no cells (free_cells kUnbounded); bytes = seq's slot and its n_checkpoints
+  /// checkpoint slots: (1 + n_checkpoints) * n_floats_per_seq() * 4 (see Memory::seq_info).
+  Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
 
   // State save / restore (recurrent_state_io.cc; protocol in memory.h, bytes in

@@ -106,6 +106,9 @@ class SwaKvCache final : public Memory {
   void clear() override;
   /// Both children's tensors and streams, parts "kv_base" and "kv_swa".
   MemoryBreakdown breakdown() const override;
+  /// The base child's stream, types, cells and free cells; bytes of both children (see
+  /// Memory::seq_info).
+  Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
 
   // State (swa_kv_cache_state.cc): parts kv_base then kv_swa, both validated before either is

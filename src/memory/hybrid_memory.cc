@@ -213,4 +213,11 @@ MemoryBreakdown HybridMemory::breakdown() const {
   return out;
 }
 
+Result<SeqMemoryInfo> HybridMemory::seq_info(SeqId seq) const {
+  MNEMO_ASSIGN_OR_RETURN(SeqMemoryInfo info, kv_->seq_info(seq));
+  MNEMO_ASSIGN_OR_RETURN(const SeqMemoryInfo rs, rs_->seq_info(seq));
+  info.bytes += rs.bytes;
+  return info;
+}
+
 }  // namespace mnemo

@@ -122,6 +122,36 @@ TEST(HybridMemoryTest, ContextAppliesAndRollsBackBoth) {
   }
 }
 
+// seq_info: the KV child's stream, types and cells; bytes of the sequence's K/V (its stream, or
+// its share of the unified one) plus its own recurrent slot and checkpoints.
+TEST(HybridMemoryTest, SeqInfoCountsBothChildren) {
+  // Layer 1: 32-wide f16 K and V per cell. Layers 0, 2, 3: 12 + 20 floats per state, one slot
+  // and 3 checkpoints per sequence.
+  const size_t kv_per_cell = 2 * row_size(GgmlType::F16, 32);
+  const size_t rs_per_seq = (1 + 3) * 3 * (12 + 20) * sizeof(float);
+  for (bool unified : {false, true}) {
+    auto m = make(config(64, 3, unified));
+    decode(*m, tokens(0, 0, 10), 4);
+    decode(*m, tokens(2, 0, 5), 4);
+    size_t sum = 0;
+    for (SeqId s = 0; s < 3; ++s) {
+      auto info = m->seq_info(s);
+      ASSERT_TRUE(info.ok()) << info.status().to_string();
+      const uint32_t held = s == 0 ? 10 : s == 2 ? 5 : 0;
+      EXPECT_TRUE(info->has_kv);
+      EXPECT_EQ(info->stream, unified ? 0u : uint32_t(s));
+      EXPECT_EQ(info->k_type, GgmlType::F16);
+      EXPECT_EQ(info->cells, held);
+      EXPECT_EQ(info->free_cells, unified ? 64u - 15u : 64u - held);
+      const size_t kv_bytes = unified ? 64 * kv_per_cell * held / 64 : 64 * kv_per_cell;
+      EXPECT_EQ(info->bytes, kv_bytes + rs_per_seq) << (unified ? "unified" : "split") << s;
+      sum += info->bytes;
+    }
+    if (!unified) EXPECT_EQ(sum, m->breakdown().tensor_bytes);
+    EXPECT_EQ(m->seq_info(3).status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(HybridMemoryTest, AFailureOfEitherChildChangesNeither) {
   auto m = make(config(16, 2, false));  // 16 KV cells per sequence
   decode(*m, tokens(0, 0, 12), 4);

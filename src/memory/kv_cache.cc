@@ -423,4 +423,26 @@ MemoryBreakdown KvCache::breakdown() const {
   return b;
 }
 
+Result<SeqMemoryInfo> KvCache::seq_info(SeqId seq) const {
+  MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_info", "seq_id"));
+  SeqMemoryInfo info;
+  info.seq_id = seq;
+  info.has_kv = true;
+  info.stream = stream_of(seq);
+  info.k_type = storage_.k_type(info.stream);
+  info.v_type = storage_.v_type(info.stream);
+  const KvCells& cells = cells_[info.stream];
+  info.cells = cells.seq_n_cells(seq);
+  info.free_cells = cells.size() - cells.used();
+  size_t stream_bytes = 0;
+  for (uint32_t l = 0; l < storage_.n_layer(); ++l) {
+    stream_bytes += storage_.tensor_bytes(l, info.stream, 'K');
+    stream_bytes += storage_.tensor_bytes(l, info.stream, 'V');
+  }
+  // A unified stream serves every sequence: charge each its share by cells held. The product
+  // fits in 64 bits for any stream up to 1 TiB with up to 16 Mi cells.
+  info.bytes = config_.unified ? stream_bytes * info.cells / cells.size() : stream_bytes;
+  return info;
+}
+
 }  // namespace mnemo

@@ -132,6 +132,68 @@ TEST(KvCacheTest, BreakdownIsExact) {
   EXPECT_EQ(kv->breakdown().streams[2].k_type, GgmlType::Q4_0);
 }
 
+// seq_info against row_size arithmetic done here and against breakdown() totals.
+TEST(KvCacheTest, SeqInfoSplitIsTheSequencesStream) {
+  KvCacheConfig c = small(100, 3, false);
+  c.n_embd_k_gqa = {64, 128};
+  c.n_embd_v_gqa = {64, 32};
+  c.stream_types = {{GgmlType::F16, GgmlType::F16},
+                    {GgmlType::Q8_0, GgmlType::Q4_0},
+                    {GgmlType::F32, GgmlType::IQ4_NL}};
+  auto kv = make(c);
+  decode(*kv, tokens(1, 0, 7));
+  decode(*kv, tokens(2, 0, 3));
+  size_t sum = 0;
+  for (SeqId s = 0; s < 3; ++s) {
+    auto info = kv->seq_info(s);
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    const KvStorage::StreamTypes t = c.stream_types[s];
+    const size_t want = 100 * (row_size(t.k_type, 64) + row_size(t.v_type, 64) +
+                               row_size(t.k_type, 128) + row_size(t.v_type, 32));
+    EXPECT_EQ(info->seq_id, s);
+    EXPECT_TRUE(info->has_kv);
+    EXPECT_EQ(info->stream, uint32_t(s));
+    EXPECT_EQ(info->k_type, t.k_type);
+    EXPECT_EQ(info->v_type, t.v_type);
+    const uint32_t held = s == 1 ? 7 : s == 2 ? 3 : 0;
+    EXPECT_EQ(info->cells, held);
+    EXPECT_EQ(info->free_cells, 100 - held);
+    EXPECT_EQ(info->bytes, want) << "seq " << s;
+    sum += info->bytes;
+  }
+  EXPECT_EQ(sum, kv->breakdown().tensor_bytes);
+  EXPECT_EQ(kv->seq_info(3).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(kv->seq_info(-1).status().code(), StatusCode::kInvalidArgument);
+
+  // A requantized stream reports its new types and bytes.
+  ASSERT_TRUE(kv->requantize_seq(1, GgmlType::Q4_0, GgmlType::Q4_0).ok());
+  auto info = kv->seq_info(1);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->k_type, GgmlType::Q4_0);
+  EXPECT_EQ(info->bytes, 100 * (row_size(GgmlType::Q4_0, 64) * 2 + row_size(GgmlType::Q4_0, 128) +
+                                row_size(GgmlType::Q4_0, 32)));
+  EXPECT_EQ(info->cells, 7u);
+}
+
+TEST(KvCacheTest, SeqInfoUnifiedChargesASharePerCellHeld) {
+  auto kv = make(small(64, 3, true));
+  decode(*kv, tokens(0, 0, 10));
+  ASSERT_TRUE(kv->seq_cp(0, 1, 0, 4).ok());  // seq 1 shares 4 of seq 0's cells
+  decode(*kv, tokens(1, 4, 5));
+  const size_t total = kv->breakdown().tensor_bytes;
+  EXPECT_EQ(total, 64 * (row_size(GgmlType::F16, 32) * 3 + row_size(GgmlType::F16, 64)));
+  const uint32_t want_cells[3] = {10, 9, 0};
+  for (SeqId s = 0; s < 3; ++s) {
+    auto info = kv->seq_info(s);
+    ASSERT_TRUE(info.ok());
+    EXPECT_TRUE(info->has_kv);
+    EXPECT_EQ(info->stream, 0u);
+    EXPECT_EQ(info->cells, want_cells[s]) << "seq " << s;
+    EXPECT_EQ(info->free_cells, 64u - 15u);  // 10 + 5 cells used, shared by all
+    EXPECT_EQ(info->bytes, total * want_cells[s] / 64) << "seq " << s;
+  }
+}
+
 TEST(KvCacheTest, ViewsFollowTheLayerFilter) {
   KvCacheConfig c = small(16, 1, true);
   c.n_embd_k_gqa = {32, 64, 96};

@@ -672,4 +672,14 @@ MemoryBreakdown RecurrentState::breakdown() const {
   return b;
 }
 
+Result<SeqMemoryInfo> RecurrentState::seq_info(SeqId seq) const {
+  MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_info", "seq_id"));
+  SeqMemoryInfo info;
+  info.seq_id = seq;
+  // Sequence s owns slot s and checkpoint slots [s * n_checkpoints, (s + 1) * n_checkpoints),
+  // all allocated at create(): they serve s whether it holds data or not.
+  info.bytes = (size_t{1} + config_.n_checkpoints) * n_floats_ * sizeof(float);
+  return info;
+}
+
 }  // namespace mnemo

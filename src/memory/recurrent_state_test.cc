@@ -115,6 +115,31 @@ TEST(RecurrentStateTest, ConfigErrorsAndAccounting) {
   EXPECT_TRUE(full->apply().ok());
 }
 
+// seq_info: no K/V, no cells, and each sequence's own preallocated slot and checkpoints, the
+// same for every sequence whatever it holds.
+TEST(RecurrentStateTest, SeqInfoIsTheSequencesSlotAndCheckpoints) {
+  auto m = make(config(3, 4, 2));
+  Batch b;
+  add_rows(&b, 1, std::vector<int32_t>(11, 7), 0, 11);
+  decode(*m, b, 8);
+  ASSERT_EQ(m->checkpoints(1).size(), 2u);
+  const MemoryBreakdown bd = m->breakdown();
+  size_t sum = 0;
+  for (SeqId s = 0; s < 3; ++s) {
+    auto info = m->seq_info(s);
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    EXPECT_EQ(info->seq_id, s);
+    EXPECT_FALSE(info->has_kv);
+    EXPECT_EQ(info->cells, 0u);
+    EXPECT_EQ(info->free_cells, SeqMemoryInfo::kUnbounded);
+    // (1 slot + 2 checkpoints) x (6 + 16 + 9 + 8) floats.
+    EXPECT_EQ(info->bytes, 3u * 39 * sizeof(float)) << "seq " << s;
+    sum += info->bytes;
+  }
+  EXPECT_EQ(sum, bd.tensor_bytes);
+  EXPECT_EQ(m->seq_info(3).status().code(), StatusCode::kInvalidArgument);
+}
+
 // The multi-user bug of seed 001: sequences interleaved in one batch must each see only their
 // own tokens, whatever the ubatch size.
 TEST(RecurrentStateTest, InterleavedSequencesStayIsolated) {

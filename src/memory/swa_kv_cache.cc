@@ -212,6 +212,15 @@ MemoryBreakdown SwaKvCache::breakdown() const {
   return out;
 }
 
+Result<SeqMemoryInfo> SwaKvCache::seq_info(SeqId seq) const {
+  // The base child holds every position, so its cells bound what the sequence can hold; the
+  // SWA child's bytes serve the sequence too.
+  MNEMO_ASSIGN_OR_RETURN(SeqMemoryInfo info, base_->seq_info(seq));
+  MNEMO_ASSIGN_OR_RETURN(const SeqMemoryInfo swa, swa_->seq_info(seq));
+  info.bytes += swa.bytes;
+  return info;
+}
+
 Result<TruncatePlan> SwaKvCache::plan_truncate(SeqId seq, Pos p) const {
   auto plan = Memory::plan_truncate(seq, p);  // validates; keep = min(p, end)
   if (!plan.ok() || plan->keep == 0 || config_.swa_full) return plan;

@@ -92,6 +92,48 @@ TEST(SwaKvCacheTest, Sizing) {
   EXPECT_FALSE(SwaKvCache::create(c).ok());
 }
 
+// seq_info: the base child's stream, types and cells (it bounds what a sequence holds), bytes
+// of both children, against row arithmetic and breakdown() totals.
+TEST(SwaKvCacheTest, SeqInfoCountsBothChildren) {
+  auto split = make(gemma_like(256, 3, false));
+  ASSERT_EQ(decode(*split, tokens(1, 0, 40), 8), MemoryStatus::kSuccess);
+  size_t sum = 0;
+  for (SeqId s = 0; s < 3; ++s) {
+    auto info = split->seq_info(s);
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    EXPECT_TRUE(info->has_kv);
+    EXPECT_EQ(info->stream, uint32_t(s));
+    EXPECT_EQ(info->k_type, GgmlType::F16);
+    EXPECT_EQ(info->v_type, GgmlType::F16);
+    EXPECT_EQ(info->cells, s == 1 ? 40u : 0u);
+    EXPECT_EQ(info->free_cells, s == 1 ? 216u : 256u);
+    // 2 global layers x K,V x 256 cells + 10 local layers x K,V x 24 cells, 32 f16 each.
+    EXPECT_EQ(info->bytes, (2u * 2 * 256 + 10u * 2 * 24) * row_size(GgmlType::F16, 32));
+    sum += info->bytes;
+  }
+  EXPECT_EQ(sum, split->breakdown().tensor_bytes);
+  EXPECT_EQ(split->seq_info(3).status().code(), StatusCode::kInvalidArgument);
+
+  auto uni = make(gemma_like(256, 3, true));
+  ASSERT_EQ(decode(*uni, tokens(0, 0, 60), 8), MemoryStatus::kSuccess);
+  ASSERT_EQ(decode(*uni, tokens(2, 0, 20), 8), MemoryStatus::kSuccess);
+  const MemoryBreakdown b = uni->breakdown();
+  size_t base_bytes = 0, swa_bytes = 0;
+  for (const auto& t : b.tensors) (t.part == "kv_base" ? base_bytes : swa_bytes) += t.bytes;
+  for (SeqId s : {0, 2}) {
+    auto info = uni->seq_info(s);
+    ASSERT_TRUE(info.ok());
+    const uint32_t n = s == 0 ? 60 : 20;
+    // The window child holds a gap-free range of the sequence's last positions.
+    const uint32_t n_swa_held = uni->swa().seq_pos_max(s) - uni->swa().seq_pos_min(s) + 1;
+    if (s == 0) EXPECT_LT(n_swa_held, n);  // 80 positions in 56 SWA cells: some were reused
+    EXPECT_EQ(info->stream, 0u);
+    EXPECT_EQ(info->cells, n);
+    EXPECT_EQ(info->free_cells, 256u - 80u);
+    EXPECT_EQ(info->bytes, base_bytes * n / 256 + swa_bytes * n_swa_held / 56) << "seq " << s;
+  }
+}
+
 // The point of n_swa + n_ubatch: sequences that only append never run out of SWA cells, while
 // the base (full) cache has room, whatever the ubatch sizes.
 TEST(SwaKvCacheTest, AppendingNeverRunsOutOfSwaCells) {

@@ -502,33 +502,12 @@ std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& 
 }
 
 Json error_json(ErrorKind kind, const std::string& message) {
-  const char* type = "server_error";
-  switch (kind) {
-    case ErrorKind::kInvalidRequest:
-    case ErrorKind::kBusy:
-      type = "invalid_request_error";
-      break;
-    case ErrorKind::kUnauthorized:
-      type = "authentication_error";
-      break;
-    case ErrorKind::kNotFound:
-      type = "not_found_error";
-      break;
-    case ErrorKind::kPromptTooLong:
-      type = "exceed_context_size_error";
-      break;
-    case ErrorKind::kCacheFull:
-    case ErrorKind::kQueueFull:
-    case ErrorKind::kTimeout:
-      type = "unavailable_error";
-      break;
-    case ErrorKind::kNotSupported:
-      type = "not_supported_error";
-      break;
-    default:
-      break;
-  }
-  return {{"error", {{"code", http_status(kind)}, {"message", message}, {"type", type}}}};
+  const HttpError e = http_error(kind);
+  return {{"error", {{"code", e.status}, {"message", message}, {"type", e.type}}}};
+}
+
+Json type_json(const std::optional<GgmlType>& t) {
+  return t ? Json(std::string(type_name(*t))) : Json(nullptr);
 }
 
 Status tokenize_json(const Json& b, const Tokenizer& tok, Json* out) {
@@ -589,23 +568,20 @@ Json slots_json(const ControlReply& snap) {
                    {"n_tokens", s.n_tokens},
                    {"n_prompt_tokens", s.n_prompt},
                    {"n_decoded", s.n_generated},
-                   {"type_k", std::string(type_name(s.type_k))},
-                   {"type_v", std::string(type_name(s.type_v))},
+                   {"type_k", type_json(s.type_k)},
+                   {"type_v", type_json(s.type_v)},
                    {"bytes", s.bytes}});
   }
   return arr;
 }
 
-Status parse_requantize(const Json& b, const ControlReply& snap, ControlRequest* out) {
+Status parse_requantize(const Json& b, uint32_t n_slots, ControlRequest* out) {
   if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
   ControlRequest r;
   r.kind = ControlKind::kRequantize;
   int64_t slot = -1;
-  MNEMO_RETURN_IF_ERROR(get_int(b, "slot", -1, int64_t(snap.slots.size()) - 1, &slot));
+  MNEMO_RETURN_IF_ERROR(get_int(b, "slot", -1, int64_t(n_slots) - 1, &slot));
   r.slot = static_cast<int32_t>(slot);
-  const SlotInfo& ref = snap.slots.at(slot >= 0 ? size_t(slot) : 0);
-  r.type_k = ref.type_k;
-  r.type_v = ref.type_v;
   for (auto [key, dst] : {std::pair{"ctk", &r.type_k}, std::pair{"ctv", &r.type_v}}) {
     auto it = b.find(key);
     if (it == b.end() || it->is_null()) continue;

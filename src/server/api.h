@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,8 +94,11 @@ Json stream_delta(const ParsedCompletion& p, const std::string& text,
 std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,
                              const ApiDefaults& d, const ResponseIds& ids);
 
-/// {"error": {"code": status, "message": ..., "type": ...}} (the shape OpenAI and llama.cpp use).
+/// {"error": {"code": status, "message": ..., "type": ...}} (the shape OpenAI and llama.cpp use;
+/// status and type from http_error, errors.h).
 Json error_json(ErrorKind kind, const std::string& message);
+/// A K/V type's name ("f16", "q8_0", ...), or null for nullopt (a slot that holds no K/V).
+Json type_json(const std::optional<GgmlType>& t);
 
 /// POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"
 /// (false)} -> {"tokens": [...]} (with_pieces: [{"id", "piece"}], a piece that is not valid
@@ -103,11 +107,12 @@ Status tokenize_json(const Json& body, const Tokenizer& tok, Json* out);
 /// POST /detokenize {"tokens": [...]} -> {"content": ...}; ids must be in [0, n_vocab).
 Status detokenize_json(const Json& body, const Tokenizer& tok, Json* out);
 
-/// GET /slots: one object per slot.
+/// GET /slots: one object per slot; "type_k" / "type_v" are null for a slot that holds no K/V.
 Json slots_json(const ControlReply& snap);
-/// POST /cache/requantize body -> the request. {"ctk": type, "ctv": type, "slot": optional}.
-/// A missing ctk / ctv keeps that type as the target slot (or slot 0) has it now.
-Status parse_requantize(const Json& body, const ControlReply& snap, ControlRequest* out);
+/// POST /cache/requantize body -> the request. {"ctk": type, "ctv": type, "slot": optional, in
+/// [0, n_slots)}. A missing ctk / ctv stays nullopt: the loop keeps that type as the target
+/// slot (or slot 0) has it now. Errors: InvalidArgument naming the field.
+Status parse_requantize(const Json& body, uint32_t n_slots, ControlRequest* out);
 
 /// Dumps JSON for the wire: invalid UTF-8 in strings becomes U+FFFD instead of throwing.
 std::string dump(const Json& j);

@@ -2,6 +2,11 @@
 // schedule; HTTP threads talk to it only through the queue below, with native structs
 // (docs/design.md §1). Nothing here knows about HTTP or JSON.
 //
+// Files: engine.cc (construction, the queue and the loop), scheduler.cc (queueing, admission,
+// batching, generation), slots.cc (slot lifecycle: start, context shift, finish, release, what
+// a slot reports), control.cc (control requests: snapshots, slot save / restore / erase,
+// requantization; the KV policy), engine_state.h (the loop thread's private structs).
+//
 // Threads:
 //   - HTTP threads call submit() (a completion: returns a TaskChannel to read events from) and
 //     control() (slots / metrics snapshots, slot save / restore / erase, requantize: returns a
@@ -24,9 +29,15 @@
 // cache) is retried slot by slot so one full conversation does not stop the others.
 //
 // Admission (before any compute): a prompt of n_ctx_seq tokens or more is refused
-// (kPromptTooLong); the prompt-cache prefix is reused; in unified mode the cells the prompt
-// needs are checked against the stream's free cells from the memory breakdown (idle slots'
-// caches are dropped, least recently used first, when that makes it fit), else kCacheFull.
+// (kPromptTooLong); the prompt-cache prefix is reused as far as the memory can cut back to it
+// (Memory::plan_truncate); the cells the prompt needs are checked against the free cells the
+// memory reports for the slot's sequence (Memory::seq_info; a recurrent state has no cells to
+// run out of). In unified mode idle slots' caches are dropped, least recently used first, when
+// that makes the prompt fit; otherwise kCacheFull.
+//
+// The engine asks the memory only through the Memory interface (seq_info, plan_truncate and the
+// seq_* operations): it does not know which kind of memory it runs on, nor how its streams are
+// laid out.
 #pragma once
 
 #include <atomic>
@@ -51,29 +62,10 @@
 #include "mnemo/sampling.h"
 #include "mnemo/status.h"
 #include "mnemo/tokenizer.h"
+#include "server/errors.h"
 #include "server/metrics.h"
 
 namespace mnemo::server {
-
-/// Why a request failed; the HTTP layer maps each to a status code (http_status()).
-enum class ErrorKind : uint8_t {
-  kInvalidRequest = 0,  // 400: malformed JSON, a bad field, a bad slot file name
-  kUnauthorized,        // 401: missing or wrong API key
-  kNotFound,            // 404: no such route, slot or file
-  kBusy,                // 409: the slot is processing a request
-  kPromptTooLong,       // 413: the prompt cannot fit in a slot's context; or a body too large
-  kCacheFull,           // 503: not enough free KV cells now
-  kQueueFull,           // 503: too many requests waiting
-  kTimeout,             // 503: waited longer than --timeout for a slot
-  kNotSupported,        // 501: a disabled or not yet available feature
-  kInternal,            // 500: a decode or I/O failure
-  kCount,
-};
-
-/// "invalid_request", "unauthorized", ... (Prometheus label values).
-const char* error_kind_name(ErrorKind kind);
-/// 400, 401, 404, 409, 413, 503, 503, 503, 501, 500.
-int http_status(ErrorKind kind);
 
 /// How a completion ended.
 enum class FinishReason : uint8_t {
@@ -164,9 +156,13 @@ struct SlotInfo {
   int32_t n_prompt = 0;     // current request: prompt tokens (0 when idle)
   int32_t n_generated = 0;  // current request: tokens sampled so far
   uint64_t id_task = 0;     // current request's id (0 when idle)
-  GgmlType type_k = GgmlType::F16;
-  GgmlType type_v = GgmlType::F16;
-  size_t bytes = 0;  // K/V bytes of the slot's stream (unified: its share by cells held)
+  // K / V types of the slot's stream; nullopt when no attention K/V serves the slot (a
+  // recurrent state alone).
+  std::optional<GgmlType> type_k;
+  std::optional<GgmlType> type_v;
+  // Bytes serving the slot's sequence (Memory::seq_info): its K/V stream (unified: its share by
+  // cells held), its recurrent state slot and checkpoints, or both.
+  size_t bytes = 0;
 };
 
 /// Control requests, run by the loop thread between two decode steps.
@@ -176,8 +172,10 @@ struct ControlRequest {
   ControlKind kind = ControlKind::kSnapshot;
   int32_t slot = -1;  // kSlot*: the slot; kRequantize: one slot, or -1 for the whole cache
   std::string path;   // kSlotSave / kSlotRestore: a path already validated by the caller
-  GgmlType type_k = GgmlType::F16;  // kRequantize
-  GgmlType type_v = GgmlType::F16;
+  // kRequantize: the target types; nullopt keeps the type the slot (the whole cache: slot 0)
+  // has now.
+  std::optional<GgmlType> type_k;
+  std::optional<GgmlType> type_v;
 };
 
 /// The answer to a ControlRequest. When !status.ok(), error_kind says which HTTP error.
@@ -195,6 +193,9 @@ struct ControlReply {
   size_t bytes_before = 0;
   size_t bytes_after = 0;
   double ms = 0;
+  // kRequantize: the types converted to (the request's, with the ones it left out filled in).
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
 };
 
 /// Static facts of a running engine (immutable after create(): readable from any thread).
@@ -252,19 +253,14 @@ class Engine {
 
   Engine(const Model& model, const Tokenizer& tok, Metrics* metrics);
 
+  // The loop (engine.cc).
   void loop();
   // One pass over the incoming queue; blocks when `block` and it is empty.
   void drain(bool block);
-  void run_control(ControlRequest& req, std::promise<ControlReply>& reply);
-  ControlReply snapshot();
-  ControlReply slot_save(const ControlRequest& req);
-  ControlReply slot_restore(const ControlRequest& req);
-  // The error reply for a slot control request naming a missing (404) or busy slot; nullopt
-  // when the slot exists and is idle.
-  std::optional<ControlReply> idle_slot_error(int32_t slot) const;
-  ControlReply slot_erase(const ControlRequest& req);
-  ControlReply requantize(const ControlRequest& req);
+  // Answers everything still queued or running with a "shutting down" error.
+  void shut_down();
 
+  // Scheduling (scheduler.cc).
   void check_cancelled();
   void assign_waiting();
   Slot* pick_slot(const Waiting& w);
@@ -276,12 +272,28 @@ class Engine {
   void decode_items(std::vector<WorkItem>& items);
   void commit(WorkItem& item, uint32_t out_row);
   void on_token(Slot& slot, TokenId tok, std::span<const float> logits);
+
+  // Slot lifecycle (slots.cc).
+  // Starts serving `w` in `slot`, whose sequence holds the first n_cached prompt tokens.
+  void begin(Waiting& w, Slot& slot, size_t n_cached);
   bool context_shift(Slot& slot);
   void finish(Slot& slot, FinishReason reason);
   void fail(Slot& slot, ErrorKind kind, const std::string& why);
   void release(Slot& slot);
-  uint32_t stream_free_cells(uint32_t stream) const;
   void check_slot(const Slot& slot) const;
+  // The slot as /slots reports it (types and bytes from Memory::seq_info).
+  SlotInfo slot_info(const Slot& slot) const;
+
+  // Control requests and the KV policy (control.cc).
+  void run_control(ControlRequest& req, std::promise<ControlReply>& reply);
+  ControlReply snapshot();
+  ControlReply slot_save(const ControlRequest& req);
+  ControlReply slot_restore(const ControlRequest& req);
+  // The error reply for a slot control request naming a missing (404) or busy slot; nullopt
+  // when the slot exists and is idle.
+  std::optional<ControlReply> idle_slot_error(int32_t slot) const;
+  ControlReply slot_erase(const ControlRequest& req);
+  ControlReply requantize(const ControlRequest& req);
   void apply_policy();
 
   const Model& model_;

@@ -4,7 +4,8 @@
 // Endpoints (JSON bodies; errors are {"error": {"code", "message", "type"}}):
 //   GET  /health                      {"status": "ok"}; never needs the API key
 //   GET  /props                       model, n_ctx, slots, memory mode, K/V types per slot
-//   GET  /slots                       per slot: state, tokens held, K/V types, bytes
+//   GET  /slots                       per slot: state, tokens held, K/V types (null when the
+//                                     slot holds no K/V), bytes serving it
 //   POST /slots/{id}?action=save|restore|erase   {"filename": ...}; needs --slot-save-path
 //   POST /cache/requantize            {"ctk", "ctv", "slot"?}: bytes before / after, ms
 //   POST /completion, /completions    llama.cpp's fields; "stream": SSE "data:" events
@@ -158,7 +159,7 @@ class Front {
   // count: false for errors the engine reported (it counted them already).
   void reply_error(Response& res, ErrorKind kind, const std::string& msg, bool count = true) {
     if (count) metrics_.count_error(uint8_t(kind));
-    reply_json(res, error_json(kind, msg), http_status(kind));
+    reply_json(res, error_json(kind, msg), http_error(kind).status);
   }
   // Parses the body as JSON; on failure replies 400 and returns false.
   bool parse_body(const Request& req, Response& res, Json* out);
@@ -243,9 +244,8 @@ void Front::props(const Request&, Response& res, RequestLog&) {
   const EngineInfo& info = engine_.info();
   Json slots = Json::array();
   for (const SlotInfo& s : snap.slots) {
-    slots.push_back({{"id", s.id},
-                     {"type_k", std::string(type_name(s.type_k))},
-                     {"type_v", std::string(type_name(s.type_v))}});
+    slots.push_back(
+        {{"id", s.id}, {"type_k", type_json(s.type_k)}, {"type_v", type_json(s.type_v)}});
   }
   const SamplingParams& sp = params_.sampling;
   reply_json(res, {{"model", defaults_.model_name},
@@ -321,7 +321,8 @@ void Front::slot_action(const Request& req, Response& res, RequestLog& log) {
   const std::string filename = body["filename"].get<std::string>();
   auto path = slot_file_path(params_.slot_save_path, filename);
   if (!path.ok()) {
-    reply_error(res, ErrorKind::kInvalidRequest, "bad 'filename': " + path.status().message());
+    reply_error(res, error_kind_for(path.status(), ErrorOrigin::kRequest),
+                "bad 'filename': " + path.status().message());
     return;
   }
   creq.kind = action == "save" ? ControlKind::kSlotSave : ControlKind::kSlotRestore;
@@ -347,21 +348,19 @@ void Front::slot_action(const Request& req, Response& res, RequestLog& log) {
 void Front::requantize(const Request& req, Response& res, RequestLog& log) {
   Json body;
   if (!parse_body(req, res, &body)) return;
-  ControlReply snap;
-  if (!run_control({}, res, &snap)) return;
   ControlRequest creq;
-  if (Status st = parse_requantize(body, snap, &creq); !st.ok()) {
-    reply_error(res, ErrorKind::kInvalidRequest, st.message());
+  if (Status st = parse_requantize(body, engine_.info().n_slots, &creq); !st.ok()) {
+    reply_error(res, error_kind_for(st, ErrorOrigin::kRequest), st.message());
     return;
   }
   ControlReply r;
   if (!run_control(creq, res, &r)) return;
-  log.extra = fmt::format(" | slot {} -> {}/{} | {} -> {} bytes | {:.1f} ms", creq.slot,
-                          type_name(creq.type_k), type_name(creq.type_v), r.bytes_before,
-                          r.bytes_after, r.ms);
+  log.extra =
+      fmt::format(" | slot {} -> {}/{} | {} -> {} bytes | {:.1f} ms", creq.slot,
+                  type_name(r.type_k), type_name(r.type_v), r.bytes_before, r.bytes_after, r.ms);
   reply_json(res, {{"slot", creq.slot},
-                   {"type_k", std::string(type_name(creq.type_k))},
-                   {"type_v", std::string(type_name(creq.type_v))},
+                   {"type_k", std::string(type_name(r.type_k))},
+                   {"type_v", std::string(type_name(r.type_v))},
                    {"bytes_before", r.bytes_before},
                    {"bytes_after", r.bytes_after},
                    {"ms", r.ms}});
@@ -384,7 +383,7 @@ void Front::tokenize(const Request& req, Response& res, RequestLog&) {
   Json body, out;
   if (!parse_body(req, res, &body)) return;
   if (Status st = tokenize_json(body, tok_, &out); !st.ok()) {
-    reply_error(res, ErrorKind::kInvalidRequest, st.message());
+    reply_error(res, error_kind_for(st, ErrorOrigin::kRequest), st.message());
     return;
   }
   reply_json(res, out);
@@ -394,7 +393,7 @@ void Front::detokenize(const Request& req, Response& res, RequestLog&) {
   Json body, out;
   if (!parse_body(req, res, &body)) return;
   if (Status st = detokenize_json(body, tok_, &out); !st.ok()) {
-    reply_error(res, ErrorKind::kInvalidRequest, st.message());
+    reply_error(res, error_kind_for(st, ErrorOrigin::kRequest), st.message());
     return;
   }
   reply_json(res, out);
@@ -497,10 +496,7 @@ void Front::completion(const Request& req, Response& res, RequestLog& log, Api a
   if (!parse_body(req, res, &body)) return;
   auto ex = std::make_shared<Exchange>();
   if (Status st = parse_completion(body, api, tok_, tmpl_, defaults_, &ex->parsed); !st.ok()) {
-    reply_error(res,
-                st.code() == StatusCode::kOutOfRange ? ErrorKind::kPromptTooLong
-                                                     : ErrorKind::kInvalidRequest,
-                st.message());
+    reply_error(res, error_kind_for(st, ErrorOrigin::kRequest), st.message());
     return;
   }
   ex->ids = new_response_ids(api);
@@ -624,13 +620,11 @@ void Front::install(httplib::Server& svr) {
   svr.set_error_handler(
       httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        ErrorKind kind = ErrorKind::kInvalidRequest;
+        const ErrorKind kind = error_kind_for_http_status(res.status);
         std::string msg = "bad request";
-        if (res.status == 404) {
-          kind = ErrorKind::kNotFound;
+        if (kind == ErrorKind::kNotFound) {
           msg = "no route for " + req.method + " " + req.path;
-        } else if (res.status == 413) {
-          kind = ErrorKind::kPromptTooLong;
+        } else if (kind == ErrorKind::kPromptTooLong) {
           msg = fmt::format("the request body is larger than {} bytes (--max-body)",
                             params_.max_body_bytes);
         }

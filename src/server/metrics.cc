@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "server/engine.h"
@@ -73,11 +75,16 @@ std::string prometheus_text(const Metrics& m, const EngineInfo& info, const Cont
            fmt::format("slot=\"{}\",state=\"{}\"", s.id, slot_state_name(s.state)));
   }
   family(&o, "slot_kv_bytes", "gauge",
-         "K/V bytes of a slot's stream (unified KV: its share by cells held).");
+         "Bytes serving a slot: its K/V stream (unified KV: its share by cells held) and its "
+         "recurrent state.");
+  // A slot that holds no K/V (a recurrent state alone) has type_k="none", type_v="none".
+  auto name = [](const std::optional<GgmlType>& t) {
+    return t ? std::string(type_name(*t)) : std::string("none");
+  };
   for (const SlotInfo& s : snap.slots) {
     sample(&o, "slot_kv_bytes", double(s.bytes),
-           fmt::format("slot=\"{}\",type_k=\"{}\",type_v=\"{}\"", s.id, type_name(s.type_k),
-                       type_name(s.type_v)));
+           fmt::format("slot=\"{}\",type_k=\"{}\",type_v=\"{}\"", s.id, name(s.type_k),
+                       name(s.type_v)));
   }
   family(&o, "kv_cells_used", "gauge", "Occupied KV cells per stream.");
   for (const auto& st : snap.breakdown.streams) {

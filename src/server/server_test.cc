@@ -1,5 +1,6 @@
 // Unit tests of the server's pure parts: slot file names, the stop-string / UTF-8 text stream,
-// and JSON request parsing (over a tiny synthetic vocabulary). The HTTP server end to end is
+// the error mapping (Status -> ErrorKind -> HTTP status and type), and JSON request parsing (over
+// a tiny synthetic vocabulary). The HTTP server end to end is
 // tested by tests/python/test_server.py against the real binary and model.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -7,9 +8,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iterator>
 #include <string>
 
 #include "server/api.h"
+#include "server/errors.h"
 #include "server/slot_files.h"
 #include "server/text_stream.h"
 
@@ -278,6 +281,94 @@ TEST_F(ApiTest, DetokenizeChecksIds) {
   EXPECT_TRUE(detokenize_json(Json::parse(R"({"tokens": [3, 4]})"), tok_, &out).ok());
   EXPECT_FALSE(detokenize_json(Json::parse(R"({"tokens": [-1]})"), tok_, &out).ok());
   EXPECT_FALSE(detokenize_json(Json::parse(R"({"tokens": "x"})"), tok_, &out).ok());
+}
+
+TEST(Errors, EveryKindHasOneStatusAndType) {
+  const struct {
+    ErrorKind kind;
+    int status;
+    const char* type;
+  } want[] = {
+      {ErrorKind::kInvalidRequest, 400, "invalid_request_error"},
+      {ErrorKind::kUnauthorized, 401, "authentication_error"},
+      {ErrorKind::kNotFound, 404, "not_found_error"},
+      {ErrorKind::kBusy, 409, "invalid_request_error"},
+      {ErrorKind::kPromptTooLong, 413, "exceed_context_size_error"},
+      {ErrorKind::kCacheFull, 503, "unavailable_error"},
+      {ErrorKind::kQueueFull, 503, "unavailable_error"},
+      {ErrorKind::kTimeout, 503, "unavailable_error"},
+      {ErrorKind::kNotSupported, 501, "not_supported_error"},
+      {ErrorKind::kInternal, 500, "server_error"},
+  };
+  static_assert(std::size(want) == size_t(ErrorKind::kCount));
+  for (const auto& w : want) {
+    EXPECT_EQ(http_error(w.kind).status, w.status) << error_kind_name(w.kind);
+    EXPECT_STREQ(http_error(w.kind).type, w.type) << error_kind_name(w.kind);
+    const Json j = error_json(w.kind, "m");
+    EXPECT_EQ(j["error"]["code"], w.status);
+    EXPECT_EQ(j["error"]["type"], w.type);
+  }
+  EXPECT_EQ(error_kind_for_http_status(404), ErrorKind::kNotFound);
+  EXPECT_EQ(error_kind_for_http_status(413), ErrorKind::kPromptTooLong);
+  EXPECT_EQ(error_kind_for_http_status(400), ErrorKind::kInvalidRequest);
+}
+
+TEST(Errors, TheSameCodeDependsOnWhereItCameFrom) {
+  const Status unsupported = Status::not_supported("x");
+  EXPECT_EQ(error_kind_for(unsupported, ErrorOrigin::kSlotRestore), ErrorKind::kInvalidRequest);
+  EXPECT_EQ(error_kind_for(unsupported, ErrorOrigin::kSlotSave), ErrorKind::kNotSupported);
+  EXPECT_EQ(error_kind_for(unsupported, ErrorOrigin::kRequantize), ErrorKind::kNotSupported);
+  EXPECT_EQ(error_kind_for(unsupported, ErrorOrigin::kDecode), ErrorKind::kInternal);
+  const Status full = Status::no_space("x");
+  EXPECT_EQ(error_kind_for(full, ErrorOrigin::kSlotRestore), ErrorKind::kCacheFull);
+  EXPECT_EQ(error_kind_for(full, ErrorOrigin::kRequantize), ErrorKind::kCacheFull);
+  EXPECT_EQ(error_kind_for(full, ErrorOrigin::kDecode), ErrorKind::kCacheFull);
+  EXPECT_EQ(error_kind_for(full, ErrorOrigin::kSlotSave), ErrorKind::kInternal);
+  EXPECT_EQ(error_kind_for(Status::out_of_range("x"), ErrorOrigin::kRequest),
+            ErrorKind::kPromptTooLong);
+  EXPECT_EQ(error_kind_for(Status::invalid_argument("x"), ErrorOrigin::kRequest),
+            ErrorKind::kInvalidRequest);
+  EXPECT_EQ(error_kind_for(Status::not_found("x"), ErrorOrigin::kSlotRestore),
+            ErrorKind::kNotFound);
+  EXPECT_EQ(error_kind_for(Status::corruption("x"), ErrorOrigin::kSlotRestore),
+            ErrorKind::kInvalidRequest);
+  EXPECT_EQ(error_kind_for(Status::io_error("x"), ErrorOrigin::kSlotRestore), ErrorKind::kInternal);
+  EXPECT_EQ(error_kind_for(Status::invalid_argument("x"), ErrorOrigin::kRequantize),
+            ErrorKind::kInvalidRequest);
+}
+
+TEST(Api, RequantizeLeavesOutTypesTheBodyLeavesOut) {
+  ControlRequest r;
+  ASSERT_TRUE(parse_requantize(Json::parse(R"({"slot": 2, "ctk": "q8_0"})"), 4, &r).ok());
+  EXPECT_EQ(r.kind, ControlKind::kRequantize);
+  EXPECT_EQ(r.slot, 2);
+  EXPECT_EQ(r.type_k, GgmlType::Q8_0);
+  EXPECT_FALSE(r.type_v.has_value());
+  ASSERT_TRUE(parse_requantize(Json::parse(R"({"ctv": "q4_0"})"), 4, &r).ok());
+  EXPECT_EQ(r.slot, -1);
+  EXPECT_FALSE(r.type_k.has_value());
+  EXPECT_EQ(r.type_v, GgmlType::Q4_0);
+  EXPECT_FALSE(parse_requantize(Json::parse(R"({"slot": 4, "ctk": "f16"})"), 4, &r).ok());
+  EXPECT_FALSE(parse_requantize(Json::parse(R"({"slot": 0})"), 4, &r).ok());
+  EXPECT_FALSE(parse_requantize(Json::parse(R"({"ctk": "q9_9"})"), 4, &r).ok());
+}
+
+TEST(Api, SlotsWithoutKvHaveNullTypes) {
+  ControlReply snap;
+  SlotInfo kv;
+  kv.type_k = GgmlType::Q8_0;
+  kv.type_v = GgmlType::F16;
+  kv.bytes = 10;
+  SlotInfo rs;
+  rs.id = 1;
+  rs.bytes = 20;
+  snap.slots = {kv, rs};
+  const Json j = slots_json(snap);
+  EXPECT_EQ(j[0]["type_k"], "q8_0");
+  EXPECT_EQ(j[0]["type_v"], "f16");
+  EXPECT_TRUE(j[1]["type_k"].is_null());
+  EXPECT_TRUE(j[1]["type_v"].is_null());
+  EXPECT_EQ(j[1]["bytes"], 20);
 }
 
 }  // namespace

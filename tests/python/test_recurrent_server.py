@@ -128,3 +128,26 @@ def test_concurrent_requests_equal_requests_alone(binary, tiny, arch):
             same_answer(a, t)
     finally:
         assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_slots_report_each_slots_own_memory(binary, tiny, arch):
+    # Every slot owns its recurrent state (slot and checkpoints, preallocated) and, for the
+    # hybrid, its K/V stream: each reports the same nonzero bytes, busy or not. A mamba2 slot
+    # holds no K/V at all: its K/V types are null.
+    srv = Server(binary, tiny[arch], "--parallel", "4", "-c", "1024")
+    try:
+        complete(srv, [5, 6, 7, 8, 9], cache=True, n=4)  # slot 0 now holds a conversation
+        slots = requests.get(f"{srv.url}/slots", timeout=10).json()
+        assert [s["id"] for s in slots] == [0, 1, 2, 3]
+        assert slots[0]["n_tokens"] > 0
+        sizes = {s["bytes"] for s in slots}
+        assert len(sizes) == 1 and sizes.pop() > 0, slots
+        for s in slots:
+            if arch == "mamba2":
+                assert s["type_k"] is None and s["type_v"] is None, s
+            else:
+                assert s["type_k"] == "f16" and s["type_v"] == "f16", s
+        assert srv.alive()
+    finally:
+        assert srv.stop() == 0

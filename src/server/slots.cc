@@ -1,0 +1,150 @@
+// Slot lifecycle on the loop thread (engine.h, "Slots"): a slot starts serving an admitted
+// request (begin), may shift its context when full, ends (finish: done event and metrics; fail:
+// error event) and goes back to idle with its prompt cache kept (release). Also what /slots
+// reports of a slot: the memory's answer for its sequence (Memory::seq_info).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "mnemo/check.h"
+#include "mnemo/log.h"
+#include "server/engine.h"
+#include "server/engine_state.h"
+
+namespace mnemo::server {
+
+void Engine::begin(Waiting& w, Slot& slot, size_t n_cached) {
+  const std::vector<TokenId>& prompt = w.req.prompt;
+  const size_t n_prompt = prompt.size();
+  slot.cache_tokens.resize(n_cached);
+  slot.sampler = std::make_unique<Sampler>(w.req.sampling);
+  const size_t n_window = static_cast<size_t>(std::max(0, w.req.sampling.repeat_last_n));
+  for (size_t i = n_prompt - std::min(n_prompt, n_window); i < n_prompt; ++i) {
+    slot.sampler->accept(prompt[i]);
+  }
+  slot.stream.reset(w.req.stop);
+  slot.pending = kTokenNull;
+  slot.unsent_tokens.clear();
+  slot.unsent_probs.clear();
+  slot.stats = CompletionStats{};
+  slot.stats.id_slot = slot.id;
+  slot.stats.n_prompt = static_cast<int32_t>(n_prompt);
+  slot.stats.n_cached = static_cast<int32_t>(n_cached);
+  slot.t_start = now_ms();
+  slot.t_first = 0;
+  slot.state = SlotState::kPrompt;
+  CompletionEvent ev;
+  ev.kind = CompletionEvent::Kind::kAdmitted;
+  ev.stats = slot.stats;
+  w.channel->push(std::move(ev));
+}
+
+bool Engine::context_shift(Slot& s) {
+  const int32_t n_past = static_cast<int32_t>(s.cache_tokens.size());
+  int32_t n_keep = s.task->req.n_keep < 0 ? s.stats.n_prompt : s.task->req.n_keep;
+  n_keep = std::max(0, std::min(n_keep, n_past - 2));
+  const int32_t n_discard = (n_past - n_keep) / 2;
+  if (n_discard <= 0) return false;
+  Memory& mem = ctx_->memory();
+  if (!mem.seq_rm(s.id, n_keep, n_keep + n_discard).ok()) return false;
+  if (Status st = mem.seq_add(s.id, n_keep + n_discard, -1, -n_discard); !st.ok()) {
+    // Cannot happen for a well-formed sequence; keep the slot consistent anyway.
+    MNEMO_LOG(kError) << "context shift: seq_add failed: " << st.to_string();
+    (void)mem.seq_rm(s.id, -1, -1);
+    s.cache_tokens.clear();
+    return false;
+  }
+  s.cache_tokens.erase(s.cache_tokens.begin() + n_keep,
+                       s.cache_tokens.begin() + n_keep + n_discard);
+  ++s.stats.n_shifts;
+  metrics_->context_shifts_total.fetch_add(1, std::memory_order_relaxed);
+  MNEMO_LOG(kInfo) << "slot " << s.id << ": context shift, kept " << n_keep << ", dropped "
+                   << n_discard << ", now " << s.cache_tokens.size() << " tokens";
+  check_slot(s);
+  return true;
+}
+
+void Engine::finish(Slot& s, FinishReason reason) {
+  const double now = now_ms();
+  std::string rest = s.stream.flush();
+  if (!rest.empty() || !s.unsent_tokens.empty()) {
+    CompletionEvent ev;
+    ev.kind = CompletionEvent::Kind::kText;
+    ev.text = std::move(rest);
+    ev.tokens.swap(s.unsent_tokens);
+    ev.probs.swap(s.unsent_probs);
+    s.task->channel->push(std::move(ev));
+  }
+  if (s.t_first == 0) {
+    s.stats.prompt_ms = now - s.t_start;
+  } else {
+    s.stats.gen_ms = now - s.t_first;
+  }
+  CompletionEvent done;
+  done.kind = CompletionEvent::Kind::kDone;
+  done.finish = reason;
+  done.stop_word = s.stream.stop_word();
+  done.stats = s.stats;
+  s.task->channel->push(std::move(done));
+
+  Metrics& m = *metrics_;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  m.requests_total.fetch_add(1, kRelaxed);
+  m.prompt_tokens_total.fetch_add(uint64_t(s.stats.n_prompt - s.stats.n_cached), kRelaxed);
+  m.prompt_tokens_cached_total.fetch_add(uint64_t(s.stats.n_cached), kRelaxed);
+  m.tokens_predicted_total.fetch_add(uint64_t(s.stats.n_generated), kRelaxed);
+  m.prompt_us_total.fetch_add(uint64_t(s.stats.prompt_ms * 1000), kRelaxed);
+  m.predicted_us_total.fetch_add(uint64_t(s.stats.gen_ms * 1000), kRelaxed);
+  if (reason == FinishReason::kCancelled) m.cancelled_total.fetch_add(1, kRelaxed);
+  release(s);
+}
+
+void Engine::fail(Slot& s, ErrorKind kind, const std::string& why) {
+  CompletionEvent ev;
+  ev.kind = CompletionEvent::Kind::kError;
+  ev.error_kind = kind;
+  ev.error = why;
+  s.task->channel->push(std::move(ev));
+  metrics_->count_error(uint8_t(kind));
+  release(s);
+}
+
+void Engine::release(Slot& s) {
+  s.state = SlotState::kIdle;
+  s.task.reset();
+  s.sampler.reset();
+  s.pending = kTokenNull;
+  s.unsent_tokens.clear();
+  s.unsent_probs.clear();
+  s.last_used = ++clock_;
+}
+
+void Engine::check_slot(const Slot& s) const {
+  DCHECK(ctx_->memory().seq_pos_max(s.id) == static_cast<Pos>(s.cache_tokens.size()) - 1)
+      << "slot " << s.id << " holds " << s.cache_tokens.size()
+      << " tokens but its sequence ends at " << ctx_->memory().seq_pos_max(s.id);
+}
+
+SlotInfo Engine::slot_info(const Slot& s) const {
+  SlotInfo info;
+  info.id = s.id;
+  info.state = s.state;
+  info.n_ctx = info_.n_ctx_seq;
+  info.n_tokens = static_cast<int32_t>(s.cache_tokens.size());
+  if (s.state != SlotState::kIdle) {
+    info.n_prompt = s.stats.n_prompt;
+    info.n_generated = s.stats.n_generated;
+    info.id_task = s.task->id;
+  }
+  auto seq = ctx_->memory().seq_info(s.id);
+  CHECK(seq.ok()) << "slot " << s.id << ": " << seq.status().to_string();
+  if (seq->has_kv) {
+    info.type_k = seq->k_type;
+    info.type_v = seq->v_type;
+  }
+  info.bytes = seq->bytes;
+  return info;
+}
+
+}  // namespace mnemo::server
