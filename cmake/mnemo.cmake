@@ -1,11 +1,30 @@
 # Helpers shared by every module's CMakeLists.txt.
 
-# mnemo_add_library(NAME SOURCES ... DEPS ...): a static library for one module (docs/design.md §2).
-# Public headers come from include/; module-private headers from src/.
+# mnemo_add_library(NAME SOURCES ... HEADERS ... DEPS ...): a static library for one module
+# (docs/design.md §2). HEADERS: the public headers of include/mnemo/ this module owns (what an
+# embedding program includes as "mnemo/x.h"); every other header of the module sits beside its
+# sources in src/<module>/ and is included as "<module>/x.h".
+#
+# The include path enforces the design's direction: a library sees no include/ or src/ root but
+# one folder of its own in the build tree, with links to its own public headers (mnemo/...) and
+# to its own folder (<module>/...), exposed PUBLIC, so it and what links it see exactly the
+# headers of the modules they link. An include against the direction fails to compile.
 function(mnemo_add_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;HEADERS;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  get_filename_component(module ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  set(root ${PROJECT_BINARY_DIR}/include_roots/${name})
+  file(REMOVE_RECURSE ${root})
+  file(MAKE_DIRECTORY ${root}/mnemo)
+  file(CREATE_LINK ${CMAKE_CURRENT_SOURCE_DIR} ${root}/${module} SYMBOLIC)
+  foreach(header ${ARG_HEADERS})
+    if(NOT EXISTS ${PROJECT_SOURCE_DIR}/include/mnemo/${header})
+      message(FATAL_ERROR "${name}: no public header include/mnemo/${header}")
+    endif()
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/include/mnemo/${header} ${root}/mnemo/${header}
+         SYMBOLIC)
+  endforeach()
+  target_include_directories(${name} PUBLIC ${root})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 

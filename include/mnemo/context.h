@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "mnemo/batch.h"
-#include "mnemo/forward.h"
 #include "mnemo/memory.h"
 #include "mnemo/model.h"
 #include "mnemo/quant.h"
@@ -29,6 +28,8 @@
 #include "mnemo/thread_pool.h"
 
 namespace mnemo {
+
+class Forward;  // src/model/forward.h: one forward pass per ubatch
 
 /// Settings of a Context (names as llama.cpp's context parameters and CLI flags).
 struct ContextParams {
@@ -41,7 +42,7 @@ struct ContextParams {
   GgmlType type_v = GgmlType::F16;  // -ctv
   int n_threads = 0;         // -t: 0 = the number of hardware threads
   bool swa_full = false;     // --swa-full: full-size cache for sliding-window layers
-  /// Hadamard rotation of quantized K/V (include/mnemo/kv_rotation.h): on by default; applies to
+  /// Hadamard rotation of quantized K/V (src/memory/kv_rotation.h): on by default; applies to
   /// streams whose K or V type is quantized, when the head size is a power of two.
   bool kv_rotation = true;   // --no-kv-rotation turns it off
   // Recurrent layers (mamba2, granitehybrid): each sequence's state is checkpointed

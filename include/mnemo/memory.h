@@ -49,7 +49,7 @@
 //
 // Costs: every sequence operation is O(cells touched * log n); seq_pos_min / seq_pos_max are O(1).
 //
-// --- recurrent memory (RecurrentState, HybridMemory: include/mnemo/recurrent_state.h) ---------
+// --- recurrent memory (RecurrentState, HybridMemory: src/memory/recurrent_state.h) ---------
 // A recurrent layer keeps one fixed-size state per sequence that summarizes every token read so
 // far; it cannot forget a suffix. Such memories honour seq_rm of a tail only by restoring a
 // checkpoint (a snapshot of the state taken every N tokens), which may cut the sequence further
@@ -117,7 +117,7 @@ class StateWriter;     // include/mnemo/state_io.h
 class StateReader;     // include/mnemo/state_io.h
 struct StateWriteSpec;  // include/mnemo/state_io.h
 struct StateReadSpec;   // include/mnemo/state_io.h
-class RecurrentStateContext;  // include/mnemo/recurrent_state.h
+class RecurrentStateContext;  // src/memory/recurrent_state.h
 
 /// Outcome of preparing or running a memory transaction (a capacity outcome; docs/contributing.md).
 enum class MemoryStatus : uint8_t {

@@ -7,17 +7,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "mnemo/gguf.h"
-#include "mnemo/kernels.h"
 #include "mnemo/swa.h"
 #include "mnemo/quant.h"
+#include "mnemo/rope.h"
 #include "mnemo/status.h"
 
 namespace mnemo {
+
+namespace kernels {
+class PackedMatrix;  // src/kernels/kernels.h: a weight matrix repacked for the integer kernels
+}  // namespace kernels
+
+/// Returns true when the caller wants the current decode to stop (checked by the forward pass
+/// between layers and by Context::decode between ubatches).
+using AbortFn = std::function<bool()>;
 
 /// Supported architectures (value of general.architecture).
 enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kMamba2, kGraniteHybrid };
@@ -143,6 +152,7 @@ class Model {
   /// naming the tensor for a missing tensor or a wrong shape. `params`: repacking (ModelParams).
   static Result<std::unique_ptr<Model>> load(const std::string& path,
                                              const ModelParams& params = {});
+  ~Model();
 
   const HParams& hparams() const { return hp_; }
   const gguf::File& file() const { return file_; }
@@ -166,7 +176,7 @@ class Model {
   std::string describe() const;
 
  private:
-  explicit Model(gguf::File file) : file_(std::move(file)) {}
+  explicit Model(gguf::File file);
   Status load_hparams();
   Status bind_weights();
   Status load_ssm_hparams();  // mamba2 / granitehybrid (src/model/model_ssm.cc)

@@ -1,4 +1,4 @@
-#include "mnemo/buffer.h"
+#include "base/buffer.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

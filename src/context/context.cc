@@ -4,11 +4,12 @@
 
 #include <thread>
 
-#include "mnemo/kv_cache.h"
-#include "mnemo/kv_rotation.h"
-#include "mnemo/kv_storage.h"
+#include "memory/kv_cache.h"
+#include "model/forward.h"
+#include "memory/kv_rotation.h"
+#include "memory/kv_storage.h"
 #include "context/recurrent_memory.h"
-#include "mnemo/swa_kv_cache.h"
+#include "memory/swa_kv_cache.h"
 #include "mnemo/ubatch.h"
 
 namespace mnemo {

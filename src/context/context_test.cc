@@ -18,7 +18,7 @@
 
 #include <unistd.h>
 
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "tiny_model.h"
 
 namespace mnemo {

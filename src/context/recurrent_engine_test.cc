@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "memory/recurrent_testing.h"
+#include "support/recurrent_testing.h"
 #include "mnemo/context.h"
-#include "mnemo/hybrid_memory.h"
+#include "memory/hybrid_memory.h"
 #include "mnemo/model.h"
-#include "mnemo/recurrent_state.h"
+#include "memory/recurrent_state.h"
 #include "mnemo/state.h"
-#include "tests/tools/tiny_ssm_model.h"
+#include "tools/tiny_ssm_model.h"
 
 namespace mnemo {
 namespace {

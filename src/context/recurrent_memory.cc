@@ -1,7 +1,7 @@
 #include "context/recurrent_memory.h"
 
-#include "mnemo/hybrid_memory.h"
-#include "mnemo/recurrent_state.h"
+#include "memory/hybrid_memory.h"
+#include "memory/recurrent_state.h"
 
 namespace mnemo {
 

@@ -17,10 +17,10 @@
 
 #include "mnemo/context.h"
 #include "mnemo/context_state.h"
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "mnemo/model.h"
 #include "mnemo/model_fingerprint.h"
-#include "mnemo/swa_kv_cache.h"
+#include "memory/swa_kv_cache.h"
 
 namespace mnemo {
 namespace {

@@ -43,7 +43,7 @@
 #include "kernels/simd-inl.h"
 #include "quant/blocks.h"
 #include "mnemo/check.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace mnemo::kernels::HWY_NAMESPACE {

@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "mnemo/check.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 
 namespace mnemo::kernels {
 

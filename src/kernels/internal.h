@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
 

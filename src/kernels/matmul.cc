@@ -6,7 +6,7 @@
 
 #include "kernels/internal.h"
 #include "mnemo/check.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 
 namespace mnemo::kernels {
 namespace internal {

@@ -25,8 +25,8 @@
 
 #include "kernels/internal.h"
 #include "kernels/reference.h"
-#include "kernels/test_util.h"
-#include "mnemo/kernels.h"
+#include "support/kernels_test_util.h"
+#include "kernels/kernels.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
 

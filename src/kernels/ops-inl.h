@@ -19,7 +19,7 @@
 #include "kernels/internal.h"
 #include "kernels/simd-inl.h"
 #include "mnemo/check.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 #include "mnemo/quant.h"
 #include "quant/blocks.h"
 

@@ -13,7 +13,7 @@
 
 #include "kernels/internal.h"
 #include "mnemo/check.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 
 namespace mnemo::kernels {
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "kernels/reference.h"
-#include "kernels/test_util.h"
-#include "mnemo/kernels.h"
+#include "support/kernels_test_util.h"
+#include "kernels/kernels.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
 #include "quant/blocks.h"

@@ -96,7 +96,7 @@ HWY_AFTER_NAMESPACE();
 #endif
 
 #include "mnemo/check.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 
 namespace mnemo::kernels {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 
 namespace mnemo::kernels::ref {
 

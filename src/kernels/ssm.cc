@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "mnemo/check.h"
-#include "mnemo/ssm_kernels.h"
+#include "kernels/ssm_kernels.h"
 #include "mnemo/thread_pool.h"
 
 namespace mnemo::kernels {

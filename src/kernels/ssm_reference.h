@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "mnemo/ssm_kernels.h"
+#include "kernels/ssm_kernels.h"
 
 namespace mnemo::kernels::ref {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/ssm_reference.h"
-#include "mnemo/ssm_kernels.h"
+#include "kernels/ssm_kernels.h"
 #include "mnemo/thread_pool.h"
 
 namespace mnemo::kernels {

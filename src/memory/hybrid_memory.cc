@@ -1,7 +1,7 @@
 // HybridMemory: a KvCache and a RecurrentState under one transaction. Contract:
-// include/mnemo/hybrid_memory.h.
+// src/memory/hybrid_memory.h.
 
-#include "mnemo/hybrid_memory.h"
+#include "memory/hybrid_memory.h"
 
 #include <algorithm>
 #include <string>

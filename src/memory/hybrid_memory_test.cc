@@ -2,7 +2,7 @@
 // failure of either changes neither; rollback restores both byte-equal), sequence operations
 // checked on both first, and tail removal through a checkpoint cutting both children alike.
 
-#include "mnemo/hybrid_memory.h"
+#include "memory/hybrid_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "memory/memory_testing.h"
-#include "memory/recurrent_testing.h"
+#include "support/memory_testing.h"
+#include "support/recurrent_testing.h"
 
 namespace mnemo {
 namespace {

@@ -1,14 +1,14 @@
 // KvCache: creation, batch / full / update contexts, sequence operations, accounting.
 // Placement lives in kv_cache_place.cc, the context in kv_cache_context.cc.
 
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 
 #include <algorithm>
 #include <string>
 #include <utility>
 
 #include "memory/kv_journal.h"
-#include "mnemo/kv_rotation.h"
+#include "memory/kv_rotation.h"
 
 namespace mnemo {
 

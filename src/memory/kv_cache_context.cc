@@ -6,7 +6,7 @@
 #include <string>
 
 #include "memory/kv_journal.h"
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace mnemo {
 

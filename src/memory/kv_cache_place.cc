@@ -1,12 +1,12 @@
 // KvCache placement: find_slot, planning a batch on the live cells under a journal, committing a
-// planned ubatch (apply), and undo. See the find_slot paragraph in include/mnemo/kv_cache.h.
+// planned ubatch (apply), and undo. See the find_slot paragraph in src/memory/kv_cache.h.
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "memory/kv_journal.h"
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace mnemo {
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "mnemo/check.h"
-#include "mnemo/kernels.h"
-#include "mnemo/kv_cache.h"
-#include "mnemo/kv_rotation.h"
+#include "kernels/kernels.h"
+#include "memory/kv_cache.h"
+#include "memory/kv_rotation.h"
 #include "mnemo/quant.h"
 
 namespace mnemo {

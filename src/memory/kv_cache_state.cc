@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "mnemo/kv_cache.h"
-#include "mnemo/kv_rotation.h"
+#include "memory/kv_cache.h"
+#include "memory/kv_rotation.h"
 #include "mnemo/state_io.h"
 
 namespace mnemo {

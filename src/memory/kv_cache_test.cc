@@ -1,7 +1,7 @@
 // KvCache unit tests: configuration errors, accounting, placement (contiguous, scattered,
 // causal and SWA reuse), full-cache errors, seq_cp across streams, shifts, masks, init_full.
 
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/memory_testing.h"
+#include "support/memory_testing.h"
 
 namespace mnemo {
 namespace {

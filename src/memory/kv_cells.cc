@@ -1,4 +1,4 @@
-#include "mnemo/kv_cells.h"
+#include "memory/kv_cells.h"
 
 #include <iterator>
 

@@ -1,13 +1,13 @@
 // KvCells bookkeeping and AlignedBuffer: derived indexes stay exact under set().
 
-#include "mnemo/kv_cells.h"
+#include "memory/kv_cells.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "mnemo/buffer.h"
+#include "base/buffer.h"
 
 namespace mnemo {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "mnemo/batch.h"
-#include "mnemo/kv_cells.h"
+#include "memory/kv_cells.h"
 
 namespace mnemo {
 

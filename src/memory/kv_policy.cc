@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "mnemo/kv_storage.h"
+#include "memory/kv_storage.h"
 #include "mnemo/log.h"
 
 namespace mnemo {

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "mnemo/kv_cache.h"
-#include "mnemo/kv_rotation.h"
-#include "mnemo/kv_storage.h"
+#include "memory/kv_cache.h"
+#include "memory/kv_rotation.h"
+#include "memory/kv_storage.h"
 
 namespace mnemo {
 

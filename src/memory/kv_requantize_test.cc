@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/state_test_util.h"
+#include "support/state_test_util.h"
 
 namespace mnemo {
 namespace {

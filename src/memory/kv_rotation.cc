@@ -1,6 +1,6 @@
 // Walsh-Hadamard rotation of K/V heads and row conversion between storage formats
-// (include/mnemo/kv_rotation.h).
-#include "mnemo/kv_rotation.h"
+// (src/memory/kv_rotation.h).
+#include "memory/kv_rotation.h"
 
 #include <bit>
 #include <cmath>

@@ -1,12 +1,12 @@
 // Hadamard rotation against the explicit matrix, and row conversion between storage formats.
-#include "mnemo/kv_rotation.h"
+#include "memory/kv_rotation.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "memory/state_test_util.h"
+#include "support/state_test_util.h"
 
 namespace mnemo {
 namespace {

@@ -1,8 +1,8 @@
-#include "mnemo/kv_storage.h"
+#include "memory/kv_storage.h"
 
 #include <cstring>
 
-#include "mnemo/kv_rotation.h"
+#include "memory/kv_rotation.h"
 #include <string>
 #include <utility>
 

@@ -1,8 +1,8 @@
 // RecurrentState: creation, the split at checkpoint boundaries, the journaled commit of a
 // ubatch, sequence operations with checkpoints, accounting. Contract:
-// include/mnemo/recurrent_state.h.
+// src/memory/recurrent_state.h.
 
-#include "mnemo/recurrent_state.h"
+#include "memory/recurrent_state.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,5 +1,5 @@
 // State save / restore of RecurrentState and HybridMemory (protocol: memory.h; bytes:
-// docs/formats/state_recurrent.md, constants: include/mnemo/recurrent_state_format.h).
+// docs/formats/state_recurrent.md, constants: src/memory/recurrent_state_format.h).
 //
 // Reading is done twice by state.cc (state.h): the dry run parses and validates every field
 // (and, through end_section, every checksum) and changes nothing; the apply run parses the same
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "mnemo/hybrid_memory.h"
-#include "mnemo/recurrent_state.h"
-#include "mnemo/recurrent_state_format.h"
+#include "memory/hybrid_memory.h"
+#include "memory/recurrent_state.h"
+#include "memory/recurrent_state_format.h"
 #include "mnemo/state_io.h"
 
 namespace mnemo {

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "memory/memory_testing.h"
-#include "memory/recurrent_testing.h"
-#include "mnemo/hybrid_memory.h"
-#include "mnemo/recurrent_state.h"
-#include "mnemo/recurrent_state_format.h"
+#include "support/memory_testing.h"
+#include "support/recurrent_testing.h"
+#include "memory/hybrid_memory.h"
+#include "memory/recurrent_state.h"
+#include "memory/recurrent_state_format.h"
 #include "mnemo/state.h"
 
 namespace mnemo {

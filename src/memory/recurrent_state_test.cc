@@ -7,7 +7,7 @@
 // patterns). The reference recomputes a state from a sequence's token list alone, so a state
 // that mixed two sequences, lost a token or saw one twice differs.
 
-#include "mnemo/recurrent_state.h"
+#include "memory/recurrent_state.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/recurrent_testing.h"
+#include "support/recurrent_testing.h"
 
 namespace mnemo {
 namespace {

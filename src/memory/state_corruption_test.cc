@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/state_test_util.h"
+#include "support/state_test_util.h"
 #include "mnemo/state.h"
 #include "mnemo/state_format.h"
 #include "mnemo/state_io.h"

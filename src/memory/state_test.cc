@@ -15,8 +15,8 @@
 #include <tuple>
 #include <vector>
 
-#include "memory/state_test_util.h"
-#include "mnemo/kv_rotation.h"
+#include "support/state_test_util.h"
+#include "memory/kv_rotation.h"
 #include "mnemo/state_format.h"
 
 namespace mnemo {

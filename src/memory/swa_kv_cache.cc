@@ -1,4 +1,4 @@
-#include "mnemo/swa_kv_cache.h"
+#include "memory/swa_kv_cache.h"
 
 #include <algorithm>
 #include <string>

@@ -1,7 +1,7 @@
 // SwaKvCache: sizing, the fit guarantee of an n_swa + n_ubatch SWA cache, one transaction over
 // both children, seq_pos_min semantics, swa_full, and checked-before-changed sequence ops.
 
-#include "mnemo/swa_kv_cache.h"
+#include "memory/swa_kv_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/memory_testing.h"
+#include "support/memory_testing.h"
 
 namespace mnemo {
 namespace {

@@ -1,13 +1,13 @@
 // Shared pieces of the forward pass: embeddings, RoPE tables, attention per stream (K/V rows
 // handed to the memory context, views read from it), the output projection, and the K
 // re-rotation for position shifts (done by the memory context).
-#include "mnemo/forward.h"
+#include "model/forward.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "mnemo/kv_cache.h"
-#include "mnemo/kv_rotation.h"
+#include "memory/kv_cache.h"
+#include "memory/kv_rotation.h"
 #include "mnemo/quant.h"
 
 namespace mnemo {

@@ -4,7 +4,7 @@
 //   x += post_attn_norm(Wo · attn(rope(qnorm(Wq·n(x))), rope(knorm(Wk·n(x))), Wv·n(x)))
 //   x += post_ffw_norm(Wdown · (gelu(Wgate·n'(x)) * Wup·n'(x)))
 // The embedding scale sqrt(n_embd) and the tied output are handled in Forward::run.
-#include "mnemo/forward.h"
+#include "model/forward.h"
 
 namespace mnemo {
 

@@ -3,7 +3,7 @@
 //   x += Wo · attn(rope(norm_q(Wq·n(x) + bq)), rope(norm_k(Wk·n(x) + bk)), Wv·n(x) + bv)
 //   x += Wdown · (silu(Wgate·n'(x)) * Wup·n'(x))
 // Sources: Touvron et al. 2023 (LLaMA); Qwen2 / Qwen3 technical reports; SwiGLU, Shazeer 2020.
-#include "mnemo/forward.h"
+#include "model/forward.h"
 
 namespace mnemo {
 

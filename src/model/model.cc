@@ -2,6 +2,7 @@
 // llama.cpp's converter writes ("token_embd.weight", "blk.N.attn_q.weight", ...).
 #include "mnemo/model.h"
 
+#include "kernels/kernels.h"
 #include "mnemo/thread_pool.h"
 
 #include <fmt/format.h>
@@ -69,6 +70,9 @@ const float* Weight::f32() const {
   CHECK(type == GgmlType::F32) << "weight is " << type_name(type) << ", not f32";
   return reinterpret_cast<const float*>(data);
 }
+
+Model::Model(gguf::File file) : file_(std::move(file)) {}
+Model::~Model() = default;
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelParams& params) {
   auto file = gguf::File::open(path);

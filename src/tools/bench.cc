@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 

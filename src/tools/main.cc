@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 #include "tools/commands.h"
 
 namespace {

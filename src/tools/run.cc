@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mnemo/chat.h"
+#include "kernels/kernels.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/state_test_util.h"
+#include "support/state_test_util.h"
 #include "mnemo/state.h"
 
 namespace {

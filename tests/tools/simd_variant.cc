@@ -9,7 +9,7 @@
 #include <string>
 
 #include "hwy/targets.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 
 namespace mnemo {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "mnemo/state.h"
 
 namespace mnemo {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "mnemo/hybrid_memory.h"
+#include "memory/hybrid_memory.h"
 #include "mnemo/memory.h"
-#include "mnemo/recurrent_state.h"
+#include "memory/recurrent_state.h"
 
 namespace mnemo::testing {
 

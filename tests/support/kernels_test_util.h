@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "hwy/targets.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 
 namespace mnemo::kernels::testing {
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "hwy/targets.h"
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
 

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mnemo/buffer.h"
+#include "base/buffer.h"
 #include "mnemo/quant.h"
 #include "mnemo/status.h"
 

@@ -8,8 +8,8 @@
 // exactly one sequence (validation rejects shared rows: copy a prefix with seq_cp instead), and
 // seq_cp across streams copies K/V rows for any position range, converting types if needed.
 //
-// Storage: include/mnemo/kv_storage.h (per layer per stream, rows per cell, own types per
-// stream). Bookkeeping: include/mnemo/kv_cells.h (one KvCells per stream).
+// Storage: src/memory/kv_storage.h (per layer per stream, rows per cell, own types per
+// stream). Bookkeeping: src/memory/kv_cells.h (one KvCells per stream).
 //
 // find_slot (placement of one ubatch's rows in one stream), run by init_batch for every ubatch
 // before anything changes: starting at the stream's head, cells are taken in order, wrapping
@@ -42,9 +42,9 @@
 #include <vector>
 
 #include "mnemo/batch.h"
-#include "mnemo/kernels.h"
-#include "mnemo/kv_cells.h"
-#include "mnemo/kv_storage.h"
+#include "kernels/kernels.h"
+#include "memory/kv_cells.h"
+#include "memory/kv_storage.h"
 #include "mnemo/memory.h"
 #include "mnemo/quant.h"
 #include "mnemo/state_format.h"
@@ -76,7 +76,7 @@ struct KvCacheConfig {
   bool swa_reuse = true;
   bool causal = true;   // causal attention (false: embeddings-style, no causal mask)
   uint32_t n_pad = 32;  // n_kv is used_max rounded up to this (capped at n_ctx)
-  /// Hadamard rotation of stored rows (include/mnemo/kv_rotation.h): 0 = off; otherwise the
+  /// Hadamard rotation of stored rows (src/memory/kv_rotation.h): 0 = off; otherwise the
   /// attention head size d (a power of two dividing every row width). Streams whose K or V type
   /// is quantized then store every head rotated by H_d; f32 / f16 / bf16 streams never are.
   uint32_t rotation_dim = 0;

@@ -16,8 +16,8 @@
 #include <memory>
 #include <vector>
 
-#include "mnemo/kv_cache.h"
-#include "mnemo/swa_kv_cache.h"
+#include "memory/kv_cache.h"
+#include "memory/swa_kv_cache.h"
 
 namespace mnemo {
 namespace {

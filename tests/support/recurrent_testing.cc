@@ -1,8 +1,8 @@
-#include "memory/recurrent_testing.h"
+#include "support/recurrent_testing.h"
 
 #include <cstring>
 
-#include "memory/memory_testing.h"
+#include "support/memory_testing.h"
 
 namespace mnemo::testing {
 

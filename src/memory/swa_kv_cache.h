@@ -26,7 +26,7 @@
 #include <span>
 #include <vector>
 
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "mnemo/memory.h"
 
 namespace mnemo {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "memory/memory_testing.h"
-#include "mnemo/kv_cache.h"
+#include "support/memory_testing.h"
+#include "memory/kv_cache.h"
 #include "mnemo/state.h"
-#include "mnemo/swa_kv_cache.h"
+#include "memory/swa_kv_cache.h"
 
 namespace mnemo::testing {
 

@@ -61,7 +61,7 @@
 #include <vector>
 
 #include "mnemo/batch.h"
-#include "mnemo/buffer.h"
+#include "base/buffer.h"
 #include "mnemo/memory.h"
 #include "mnemo/state_format.h"
 #include "mnemo/ubatch.h"

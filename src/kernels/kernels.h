@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "mnemo/quant.h"
+#include "mnemo/rope.h"
 
 namespace mnemo {
 
@@ -194,11 +195,7 @@ void softcap(float* x, int64_t n, float cap);
 // Rotary position embedding (RoPE; Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary
 // Position Embedding")
 
-/// Which dimensions form the rotated pairs (ggml's names).
-enum class RopeMode {
-  kNormal,  // pairs (2i, 2i+1): Llama / SmolLM ("rope type norm" in ggml)
-  kNeox,    // pairs (i, i + n_dims/2): GPT-NeoX, Gemma, Qwen
-};
+// RopeMode (which dimensions pair up): mnemo/rope.h.
 
 /// The rotation of one layer. Pair i of a token at position p turns by the angle
 ///   theta_i(p) = p * freq_scale * freq_base^(-2i / n_dims),  i in [0, n_dims / 2).

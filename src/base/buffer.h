@@ -1,7 +1,7 @@
 // AlignedBuffer: a page-aligned, zero-initialized byte buffer mapped straight from the operating
 // system (anonymous mmap), so that destroying it returns the pages to the OS at once.
 //
-// Used for large, long-lived storage (K/V tensors: include/mnemo/kv_cache.h) where "memory
+// Used for large, long-lived storage (K/V tensors: src/memory/kv_cache.h) where "memory
 // actually shrinks when a buffer is freed" is a requirement (docs/design.md §3.7, invariant 6);
 // malloc may keep freed blocks in its arenas, munmap does not.
 //

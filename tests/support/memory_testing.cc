@@ -1,4 +1,4 @@
-#include "memory/memory_testing.h"
+#include "support/memory_testing.h"
 
 #include <cstring>
 #include <map>

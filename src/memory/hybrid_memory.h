@@ -23,9 +23,9 @@
 #include <memory>
 #include <span>
 
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "mnemo/memory.h"
-#include "mnemo/recurrent_state.h"
+#include "memory/recurrent_state.h"
 
 namespace mnemo {
 

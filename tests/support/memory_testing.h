@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "mnemo/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "mnemo/memory.h"
-#include "mnemo/swa_kv_cache.h"
+#include "memory/swa_kv_cache.h"
 
 namespace mnemo::testing {
 

@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-#include "mnemo/kernels.h"
+#include "kernels/kernels.h"
 #include "mnemo/memory.h"
 #include "mnemo/model.h"
 #include "mnemo/status.h"
@@ -28,8 +28,6 @@
 
 namespace mnemo {
 
-/// Returns true when the caller wants the current decode to stop (checked between layers).
-using AbortFn = std::function<bool()>;
 
 class Forward {
  public:
