@@ -648,3 +648,37 @@ def test_kv_policy_moves_slots_down_the_ladder(binary, model):
         assert completion(s, "The weather today is", 4)["content"]
     finally:
         assert s.stop() == 0
+
+
+def test_an_erased_slot_computes_what_a_never_used_slot_does(binary, model, tmp_path):
+    """Nothing of a conversation survives erase: after a restore from another slot's file, or a
+    requantize round trip, an erased slot answers a request with the very log-probs of a slot
+    that was never used."""
+    s = Server(binary, model, "-np", 4, "-c", 2048, "--temp", 0, "--slot-save-path", tmp_path)
+    try:
+        prompt = "The printing press was invented by"
+        greedy = dict(return_tokens=True, n_probs=5, ignore_eos=True, cache_prompt=False)
+
+        def probs(r):
+            return json.dumps([r["tokens"], r["completion_probabilities"]])
+
+        story = "Write a long story about a lighthouse keeper and the storm of the century."
+        completion(s, story, 64, id_slot=0, cache_prompt=True, ignore_eos=True)
+        never_used = completion(s, prompt, 24, id_slot=3, **greedy)
+        completion(s, prompt, 24, id_slot=2, **greedy)
+        assert post(s, "/slots/0?action=save", {"filename": "s0.bin"}).status_code == 200
+        r = post(s, "/slots/2?action=restore", {"filename": "s0.bin"})
+        assert r.status_code == 200, r.text
+        assert post(s, "/slots/2?action=erase", {}).status_code == 200
+        assert probs(completion(s, prompt, 24, id_slot=2, **greedy)) == probs(never_used)
+
+        r = post(s, "/slots/2?action=restore", {"filename": "s0.bin"})
+        assert r.status_code == 200, r.text
+        for ctk in ("q8_0", "f16"):
+            r = post(s, "/cache/requantize", {"slot": 2, "ctk": ctk, "ctv": ctk})
+            assert r.status_code == 200, r.text
+        assert post(s, "/slots/2?action=erase", {}).status_code == 200
+        assert probs(completion(s, prompt, 24, id_slot=2, **greedy)) == probs(never_used)
+        assert s.alive(), s.log()
+    finally:
+        assert s.stop() == 0, s.log()
