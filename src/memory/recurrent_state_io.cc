@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/pos_range.h"
 #include "mnemo/hybrid_memory.h"
 #include "mnemo/recurrent_state.h"
 #include "mnemo/recurrent_state_format.h"
@@ -20,7 +21,6 @@ namespace sf = state_format;
 
 namespace {
 
-constexpr Pos kPosMax = INT32_MAX - 1;
 // States are read in views of at most this many bytes (one buffer for file sources).
 constexpr size_t kChunkBytes = size_t{1} << 20;
 
