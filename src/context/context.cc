@@ -31,10 +31,9 @@ Status ContextParams::validate() const {
         "n_ctx {} is too small for {} sequences in split mode", n_ctx, n_seq_max));
   }
   for (auto [name, t] : {std::pair{"K", type_k}, std::pair{"V", type_v}}) {
-    if (!is_supported_kv_type(t) || !kernels::attention_supports(t)) {
-      return Status::invalid_argument(fmt::format(
-          "{} cache type {} is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-          "iq4_nl)", name, type_name(t)));
+    if (!is_kv_cache_type(t)) {
+      return Status::invalid_argument(fmt::format("{} cache type {} is not supported ({})", name,
+                                                  type_name(t), kv_cache_type_names()));
     }
   }
   if (n_threads < 0 || n_threads > 1024) {

@@ -72,9 +72,8 @@ Status KvCache::check_requantize(GgmlType k_type, GgmlType v_type) const {
   for (auto [what, t] : {std::pair{"K", k_type}, std::pair{"V", v_type}}) {
     if (!is_supported_kv_type(t)) {
       return Status::invalid_argument(std::string("requantize: ") + what + " type " +
-                                      std::string(type_name(t)) +
-                                      " is not a KV cache type (f32, f16, bf16, q8_0, q4_0, "
-                                      "q4_1, q5_0, q5_1, iq4_nl)");
+                                      std::string(type_name(t)) + " is not a KV cache type (" +
+                                      std::string(kv_cache_type_names()) + ")");
     }
     const uint32_t bs = block_size(t);
     for (uint32_t l = 0; l < storage_.n_layer(); ++l) {
