@@ -67,7 +67,7 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
   std::vector<uint32_t> n_embd_k(hp.n_layer, hp.n_embd_k_gqa());
   std::vector<uint32_t> n_embd_v(hp.n_layer, hp.n_embd_v_gqa());
   if (hp.has_recurrent_layers()) {  // mamba2 / granitehybrid
-    auto mem = make_recurrent_memory(hp, params, ctx->n_ctx_seq_);
+    auto mem = make_recurrent_memory(hp, params, ctx->n_ctx_seq_, ctx->pool_.get());
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();
   } else if (hp.n_swa > 0 && hp.swa_type != SwaType::kNone) {
@@ -85,6 +85,7 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
     c.n_ubatch = params.n_ubatch;
     c.swa_full = params.swa_full;
     c.rotation_dim = rotation_dim;
+    c.pool = ctx->pool_.get();
     auto mem = SwaKvCache::create(std::move(c));
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();
@@ -98,6 +99,7 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
     c.n_embd_k_gqa = n_embd_k;
     c.n_embd_v_gqa = n_embd_v;
     c.rotation_dim = rotation_dim;
+    c.pool = ctx->pool_.get();
     auto mem = KvCache::create(std::move(c));
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();
