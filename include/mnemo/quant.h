@@ -78,6 +78,19 @@ std::string_view type_name(GgmlType type);
 /// Parses a type name, case-insensitively ("q8_0", "Q8_0", "f16", "q4_k").
 std::optional<GgmlType> type_from_name(std::string_view name);
 
+/// The element types a KV cache may store: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,
+/// iq4_nl (in this order). Each has a reference quantize and dequantize, and attention reads it
+/// in place. Names map to types through type_name / type_from_name.
+inline constexpr GgmlType kKvCacheTypes[] = {
+    GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,
+    GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,
+};
+/// True for a type in kKvCacheTypes.
+bool is_kv_cache_type(GgmlType type);
+/// The names of kKvCacheTypes joined by ", " ("f32, f16, ..., iq4_nl"), for help texts and
+/// error messages.
+std::string_view kv_cache_type_names();
+
 inline uint32_t block_size(GgmlType t) { return traits(t).block_size; }
 inline uint32_t type_size(GgmlType t) { return traits(t).type_size; }
 

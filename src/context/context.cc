@@ -32,10 +32,9 @@ Status ContextParams::validate() const {
         "n_ctx {} is too small for {} sequences in split mode", n_ctx, n_seq_max));
   }
   for (auto [name, t] : {std::pair{"K", type_k}, std::pair{"V", type_v}}) {
-    if (!is_supported_kv_type(t) || !kernels::attention_supports(t)) {
-      return Status::invalid_argument(fmt::format(
-          "{} cache type {} is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-          "iq4_nl)", name, type_name(t)));
+    if (!is_kv_cache_type(t)) {
+      return Status::invalid_argument(fmt::format("{} cache type {} is not supported ({})", name,
+                                                  type_name(t), kv_cache_type_names()));
     }
   }
   if (n_threads < 0 || n_threads > 1024) {
@@ -69,7 +68,7 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
   std::vector<uint32_t> n_embd_k(hp.n_layer, hp.n_embd_k_gqa());
   std::vector<uint32_t> n_embd_v(hp.n_layer, hp.n_embd_v_gqa());
   if (hp.has_recurrent_layers()) {  // mamba2 / granitehybrid
-    auto mem = make_recurrent_memory(hp, params, ctx->n_ctx_seq_);
+    auto mem = make_recurrent_memory(hp, params, ctx->n_ctx_seq_, ctx->pool_.get());
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();
   } else if (hp.n_swa > 0 && hp.swa_type != SwaType::kNone) {
@@ -87,6 +86,7 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
     c.n_ubatch = params.n_ubatch;
     c.swa_full = params.swa_full;
     c.rotation_dim = rotation_dim;
+    c.pool = ctx->pool_.get();
     auto mem = SwaKvCache::create(std::move(c));
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();
@@ -100,6 +100,7 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
     c.n_embd_k_gqa = n_embd_k;
     c.n_embd_v_gqa = n_embd_v;
     c.rotation_dim = rotation_dim;
+    c.pool = ctx->pool_.get();
     auto mem = KvCache::create(std::move(c));
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();

@@ -7,7 +7,7 @@ namespace mnemo {
 
 Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
                                                       const ContextParams& params,
-                                                      uint32_t n_ctx_seq) {
+                                                      uint32_t n_ctx_seq, ThreadPool* pool) {
   RecurrentStateConfig rs;
   rs.n_seq_max = params.n_seq_max;
   rs.n_embd_r.assign(hp.n_layer, hp.n_embd_r());
@@ -33,6 +33,7 @@ Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
   c.kv.v_type = params.type_v;
   c.kv.n_embd_k_gqa.assign(hp.n_layer, hp.n_embd_k_gqa());
   c.kv.n_embd_v_gqa.assign(hp.n_layer, hp.n_embd_v_gqa());
+  c.kv.pool = pool;
   MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<HybridMemory> m, HybridMemory::create(std::move(c)));
   return std::unique_ptr<Memory>(std::move(m));
 }

@@ -1,6 +1,7 @@
 // The memory of models with recurrent layers, built from the model's hyper-parameters
 // and the context's settings: a RecurrentState when every layer is recurrent (mamba2), a
 // HybridMemory (KvCache for attention layers + RecurrentState) otherwise (granitehybrid).
+// pool: the context's threads, used by the KvCache to requantize (KvCacheConfig::pool).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,6 @@ namespace mnemo {
 /// HybridMemory::create.
 Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
                                                       const ContextParams& params,
-                                                      uint32_t n_ctx_seq);
+                                                      uint32_t n_ctx_seq, ThreadPool* pool);
 
 }  // namespace mnemo

@@ -16,22 +16,7 @@ namespace mnemo::kernels {
 
 HWY_EXPORT(Attention);
 
-bool attention_supports(GgmlType type) {
-  switch (type) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::IQ4_NL:
-      return true;
-    default:
-      return false;
-  }
-}
+bool attention_supports(GgmlType type) { return is_kv_cache_type(type); }
 
 void attention(const AttentionParams& p, const float* q, const KvView& kv, const float* mask,
                int64_t mask_stride, float* out, ThreadPool* pool) {

@@ -9,24 +9,9 @@
 
 #include "memory/kv_journal.h"
 #include "memory/kv_rotation.h"
+#include "memory/pos_range.h"
 
 namespace mnemo {
-
-namespace {
-
-// Highest position a cell may hold: one below INT32_MAX so "pos + 1" never overflows.
-constexpr Pos kPosMax = INT32_MAX - 1;
-
-struct Range {
-  Pos lo;
-  Pos hi;  // exclusive
-  bool empty() const { return lo >= hi; }
-};
-
-// [p0, p1) with negative bounds open.
-Range open_range(Pos p0, Pos p1) { return {p0 < 0 ? 0 : p0, p1 < 0 ? INT32_MAX : p1}; }
-
-}  // namespace
 
 std::string_view swa_type_name(SwaType t) {
   switch (t) {
@@ -198,7 +183,7 @@ Status KvCache::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
 
 Status KvCache::seq_rm(SeqId seq, Pos p0, Pos p1) {
   MNEMO_RETURN_IF_ERROR(check_seq_rm(seq, p0, p1));
-  const Range r = open_range(p0, p1);
+  const PosRange r = open_range(p0, p1);
   if (r.empty()) return Status();
   auto rm_one = [&](SeqId s) {
     const uint32_t st = stream_of(s);
@@ -224,7 +209,7 @@ Status KvCache::seq_rm(SeqId seq, Pos p0, Pos p1) {
 Status KvCache::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const {
   MNEMO_RETURN_IF_ERROR(check_seq(src, "seq_cp", "source seq_id"));
   MNEMO_RETURN_IF_ERROR(check_seq(dst, "seq_cp", "destination seq_id"));
-  const Range r = open_range(p0, p1);
+  const PosRange r = open_range(p0, p1);
   if (src == dst || r.empty() || config_.unified) return Status();
   const KvCells& cs = cells_[stream_of(src)];
   const KvCells& cd = cells_[stream_of(dst)];
@@ -242,7 +227,7 @@ Status KvCache::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const {
 
 Status KvCache::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   MNEMO_RETURN_IF_ERROR(check_seq_cp(src, dst, p0, p1));
-  const Range r = open_range(p0, p1);
+  const PosRange r = open_range(p0, p1);
   if (src == dst || r.empty()) return Status();
   const uint32_t ss = stream_of(src);
   const uint32_t ds = stream_of(dst);
@@ -298,7 +283,7 @@ Status KvCache::seq_keep(SeqId seq) {
 
 Status KvCache::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const {
   MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_add", "seq_id"));
-  const Range r = open_range(p0, p1);
+  const PosRange r = open_range(p0, p1);
   if (delta == 0 || r.empty()) return Status();
   std::vector<uint32_t> cells;
   const KvCells& c = cells_[stream_of(seq)];
@@ -317,7 +302,7 @@ Status KvCache::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const {
 
 Status KvCache::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   MNEMO_RETURN_IF_ERROR(check_seq_add(seq, p0, p1, delta));
-  const Range r = open_range(p0, p1);
+  const PosRange r = open_range(p0, p1);
   if (delta == 0 || r.empty()) return Status();
   const uint32_t st = stream_of(seq);
   KvCells& c = cells_[st];
@@ -342,7 +327,7 @@ Status KvCache::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const {
     return Status::invalid_argument("seq_div: divisor " + std::to_string(d) +
                                     " must be at least 1");
   }
-  const Range r = open_range(p0, p1);
+  const PosRange r = open_range(p0, p1);
   if (d == 1 || r.empty()) return Status();
   std::vector<uint32_t> cells;
   const KvCells& c = cells_[stream_of(seq)];
@@ -360,7 +345,7 @@ Status KvCache::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const {
 
 Status KvCache::seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) {
   MNEMO_RETURN_IF_ERROR(check_seq_div(seq, p0, p1, d));
-  const Range r = open_range(p0, p1);
+  const PosRange r = open_range(p0, p1);
   if (d == 1 || r.empty()) return Status();
   KvCells& c = cells_[stream_of(seq)];
   scratch_cells_.clear();

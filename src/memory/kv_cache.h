@@ -80,6 +80,9 @@ struct KvCacheConfig {
   /// attention head size d (a power of two dividing every row width). Streams whose K or V type
   /// is quantized then store every head rotated by H_d; f32 / f16 / bf16 streams never are.
   uint32_t rotation_dim = 0;
+  /// Threads for whole-stream requantization (not owned; must outlive the cache; a Context
+  /// passes its own). null: requantization runs on the calling thread alone.
+  ThreadPool* pool = nullptr;
 };
 
 /// Where the rows of one ubatch that belong to one stream go.

@@ -12,6 +12,7 @@
 
 #include "memory/kv_cache.h"
 #include "memory/kv_rotation.h"
+#include "memory/pos_range.h"
 #include "mnemo/state_io.h"
 
 namespace mnemo {
@@ -22,7 +23,6 @@ namespace {
 
 // Rows are read in views of at most this many bytes (one buffer for file sources).
 constexpr size_t kChunkBytes = size_t{1} << 20;
-constexpr Pos kPosMax = INT32_MAX - 1;
 
 const char* role_name(sf::PartRole r) {
   switch (r) {

@@ -5,21 +5,20 @@
 // occupied cells are converted layer by layer (K then V), then the old mapping is released with
 // munmap (AlignedBuffer), so the peak is old + new bytes of one stream and resident memory drops
 // right away. Rows of empty cells are left zero: they hold no data (invariant 2 in memory.h).
-// Large streams are converted by one thread per hardware core (a task per layer and K / V).
+// Large streams are converted on the cache's ThreadPool (a task per layer and K / V).
 #include <algorithm>
-#include <atomic>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "memory/kv_cache.h"
 #include "memory/kv_rotation.h"
 #include "memory/kv_storage.h"
+#include "mnemo/thread_pool.h"
 
 namespace mnemo {
 
-Status KvStorage::convert_stream(uint32_t s, StreamTypes types,
-                                 const std::vector<uint32_t>& cells) {
+Status KvStorage::convert_stream(uint32_t s, StreamTypes types, const std::vector<uint32_t>& cells,
+                                 ThreadPool* pool) {
   CHECK_LT(s, streams_.size());
   const StreamTypes old = streams_[s].types;
   if (old.k_type == types.k_type && old.v_type == types.v_type && old.rotation == types.rotation) {
@@ -28,8 +27,8 @@ Status KvStorage::convert_stream(uint32_t s, StreamTypes types,
   MNEMO_RETURN_IF_ERROR(check_types(layers_, s, types));
   MNEMO_ASSIGN_OR_RETURN(Stream fresh, make_stream(n_cells_, layers_, types));
   const Stream& cur = streams_[s];
-  // One task per (layer, K or V); large streams are converted by several threads (the work is
-  // independent per tensor), small ones on the calling thread.
+  // One task per (layer, K or V); large streams are converted on the pool's threads (the work
+  // is independent per tensor), small ones on the calling thread.
   const uint32_t n_tasks = uint32_t(layers_.size()) * 2;
   auto convert = [&](uint32_t task, std::vector<float>* scratch) {
     const size_t l = task / 2;
@@ -51,19 +50,15 @@ Status KvStorage::convert_stream(uint32_t s, StreamTypes types,
     }
   };
   const size_t work = cells.size() * n_tasks;
-  const uint32_t n_threads =
-      work < (size_t{1} << 14)
-          ? 1
-          : std::min(n_tasks, std::max(1u, std::thread::hardware_concurrency()));
-  std::atomic<uint32_t> next{0};
-  auto worker = [&] {
+  if (pool == nullptr || work < (size_t{1} << 14)) {
     std::vector<float> scratch;
-    for (uint32_t t = next++; t < n_tasks; t = next++) convert(t, &scratch);
-  };
-  std::vector<std::thread> threads;
-  for (uint32_t i = 1; i < n_threads; ++i) threads.emplace_back(worker);
-  worker();
-  for (std::thread& t : threads) t.join();
+    for (uint32_t t = 0; t < n_tasks; ++t) convert(t, &scratch);
+  } else {
+    std::vector<std::vector<float>> scratch(size_t(pool->n_threads()));  // one per thread
+    pool->parallel_for(n_tasks, [&](int64_t task, int thread) {
+      convert(uint32_t(task), &scratch[size_t(thread)]);
+    });
+  }
   streams_[s] = std::move(fresh);  // the old mapping is unmapped here
   return Status();
 }
@@ -72,9 +67,8 @@ Status KvCache::check_requantize(GgmlType k_type, GgmlType v_type) const {
   for (auto [what, t] : {std::pair{"K", k_type}, std::pair{"V", v_type}}) {
     if (!is_supported_kv_type(t)) {
       return Status::invalid_argument(std::string("requantize: ") + what + " type " +
-                                      std::string(type_name(t)) +
-                                      " is not a KV cache type (f32, f16, bf16, q8_0, q4_0, "
-                                      "q4_1, q5_0, q5_1, iq4_nl)");
+                                      std::string(type_name(t)) + " is not a KV cache type (" +
+                                      std::string(kv_cache_type_names()) + ")");
     }
     const uint32_t bs = block_size(t);
     for (uint32_t l = 0; l < storage_.n_layer(); ++l) {
@@ -110,7 +104,7 @@ Status KvCache::requantize_stream(uint32_t s, GgmlType k_type, GgmlType v_type) 
     if (!c.is_empty(i)) occupied.push_back(i);
   }
   KvStorage::StreamTypes t{k_type, v_type, rotation_for(k_type, v_type)};
-  MNEMO_RETURN_IF_ERROR(storage_.convert_stream(s, t, occupied));
+  MNEMO_RETURN_IF_ERROR(storage_.convert_stream(s, t, occupied, config_.pool));
   ++epoch_;  // views into the old mapping are gone
   return Status();
 }

@@ -145,6 +145,26 @@ size_t peak_bytes() {
 // Two 32 MiB f32 streams, every cell written; requantizing to q4_0 must return the difference to
 // the OS (RSS from /proc/self/statm, not counters), and converting stream by stream must keep the
 // peak within the old size plus one new stream.
+// A stream large enough to be converted on the pool's threads comes out byte for byte as the
+// calling thread alone converts it.
+TEST(RequantizeTest, PoolGivesTheSameBytes) {
+  ThreadPool pool(3);
+  KvCacheConfig cfg = state_config(4096, 2, false, GgmlType::F16, GgmlType::F16, 32);
+  auto alone = make_cache(cfg);
+  cfg.pool = &pool;
+  auto pooled = make_cache(cfg);
+  for (KvCache* c : {alone.get(), pooled.get()}) {
+    fill(*c, 0, 4096, 1);
+    fill(*c, 1, 100, 2);
+  }
+  ASSERT_EQ(full_snapshot(*alone), full_snapshot(*pooled));
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16}) {
+    ASSERT_TRUE(alone->requantize(t, GgmlType::Q5_1).ok());
+    ASSERT_TRUE(pooled->requantize(t, GgmlType::Q5_1).ok());
+    EXPECT_EQ(full_snapshot(*alone), full_snapshot(*pooled)) << type_name(t);
+  }
+}
+
 TEST(RequantizeTest, ResidentMemoryDropsAndPeakIsBounded) {
   KvCacheConfig cfg;
   cfg.n_ctx = 4096;

@@ -13,19 +13,7 @@ bool is_valid_kv_rotation(uint32_t d) {
   return d == 0 || (d >= 2 && d <= 4096 && std::has_single_bit(d));
 }
 
-bool is_quantized_kv_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::IQ4_NL:
-      return true;
-    default:
-      return false;
-  }
-}
+bool is_quantized_kv_type(GgmlType t) { return is_kv_cache_type(t) && block_size(t) > 1; }
 
 uint32_t kv_rotation_for(uint32_t dim, GgmlType k_type, GgmlType v_type) {
   if (dim == 0) return 0;

@@ -18,22 +18,7 @@ size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTens
 
 }  // namespace
 
-bool is_supported_kv_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::IQ4_NL:
-      return true;
-    default:
-      return false;
-  }
-}
+bool is_supported_kv_type(GgmlType t) { return is_kv_cache_type(t); }
 
 Status KvStorage::check_types(const std::vector<Layer>& layers, uint32_t s, StreamTypes t) {
   if (!is_valid_kv_rotation(t.rotation)) {
@@ -51,10 +36,10 @@ Status KvStorage::check_types(const std::vector<Layer>& layers, uint32_t s, Stre
     const GgmlType type = kind == 0 ? t.k_type : t.v_type;
     const char* what = kind == 0 ? "k_type" : "v_type";
     if (!is_supported_kv_type(type)) {
-      return Status::invalid_argument(
-          std::string(what) + " " + std::string(type_name(type)) + " of stream " +
-          std::to_string(s) +
-          " is not a KV cache type (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
+      return Status::invalid_argument(std::string(what) + " " + std::string(type_name(type)) +
+                                      " of stream " + std::to_string(s) +
+                                      " is not a KV cache type (use " +
+                                      std::string(kv_cache_type_names()) + ")");
     }
     const TypeTraits& tr = traits(type);
     if (!tr.can_quantize || !tr.can_dequantize) {

@@ -24,6 +24,8 @@
 
 namespace mnemo {
 
+class ThreadPool;
+
 /// A view of one K or V tensor of one (layer, stream): [n_embd, n_cells] of `type`.
 struct KvRows {
   GgmlType type = GgmlType::F16;
@@ -98,8 +100,11 @@ class KvStorage {
   /// of `cells` layer by layer (kv_row_convert), then releases the old mapping (munmap), so the
   /// peak is the old plus the new size of this one stream. Rows of other cells are zero. Errors
   /// as create(); on error the stream is unchanged. A no-op when the types are the same.
-  /// Large streams are converted by up to one thread per core (one task per layer and K / V).
-  Status convert_stream(uint32_t s, StreamTypes types, const std::vector<uint32_t>& cells);
+  /// Large streams are converted on pool's threads (one task per layer and K / V; the rows do
+  /// not depend on which thread converts them); small ones, or all when pool is null, on the
+  /// calling thread. pool must not be running another call (ThreadPool's one-call rule).
+  Status convert_stream(uint32_t s, StreamTypes types, const std::vector<uint32_t>& cells,
+                        ThreadPool* pool);
 
   /// Bytes of the K (kind 'K') or V tensor of (l, s): n_cells * row_size.
   size_t tensor_bytes(uint32_t l, uint32_t s, char kind) const;

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "memory/pos_range.h"
+
 namespace mnemo {
 
 // The undo log of one transaction: what apply() overwrote, saved the first time.
@@ -31,16 +33,6 @@ struct RsJournal {
 };
 
 namespace {
-
-constexpr Pos kPosMax = INT32_MAX - 1;
-
-struct Range {
-  Pos lo;
-  Pos hi;  // exclusive
-  bool empty() const { return lo >= hi; }
-};
-
-Range open_range(Pos p0, Pos p1) { return {p0 < 0 ? 0 : p0, p1 < 0 ? INT32_MAX : p1}; }
 
 // Rows [b, e) of a single-sequence ubatch, as a ubatch of its own.
 Ubatch slice_ubatch(const Ubatch& u, uint32_t b, uint32_t e) {
@@ -418,9 +410,9 @@ Status RecurrentState::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
   }
   MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_rm", "seq_id"));
   const SeqMeta& m = seqs_[seq];
-  const Range r = open_range(p0, p1);
-  if (m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) return Status();
-  if (r.lo <= m.pos_min && r.hi > m.pos_max) return Status();  // the whole sequence
+  const PosRange r = open_range(p0, p1);
+  if (r.misses(m.pos_min, m.pos_max)) return Status();
+  if (r.covers(m.pos_min, m.pos_max)) return Status();  // the whole sequence
   if (r.hi <= m.pos_max) {
     return Status::not_supported(
         "seq_rm: positions [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) +
@@ -440,10 +432,10 @@ Status RecurrentState::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
 
 Status RecurrentState::seq_rm(SeqId seq, Pos p0, Pos p1) {
   MNEMO_RETURN_IF_ERROR(check_seq_rm(seq, p0, p1));
-  const Range r = open_range(p0, p1);
+  const PosRange r = open_range(p0, p1);
   auto rm_one = [&](SeqId s) {
     SeqMeta& m = seqs_[s];
-    if (m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) return;
+    if (r.misses(m.pos_min, m.pos_max)) return;
     if (r.lo <= m.pos_min) {
       reset_seq(s);
       return;
@@ -470,8 +462,8 @@ Status RecurrentState::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const 
   MNEMO_RETURN_IF_ERROR(check_seq(src, "seq_cp", "source seq_id"));
   MNEMO_RETURN_IF_ERROR(check_seq(dst, "seq_cp", "destination seq_id"));
   const SeqMeta& m = seqs_[src];
-  const Range r = open_range(p0, p1);
-  if (src == dst || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+  const PosRange r = open_range(p0, p1);
+  if (src == dst || r.misses(m.pos_min, m.pos_max)) {
     return Status();
   }
   if (r.lo > m.pos_min) {
@@ -491,8 +483,8 @@ Status RecurrentState::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const 
 Status RecurrentState::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   MNEMO_RETURN_IF_ERROR(check_seq_cp(src, dst, p0, p1));
   const SeqMeta& m = seqs_[src];
-  const Range r = open_range(p0, p1);
-  if (src == dst || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+  const PosRange r = open_range(p0, p1);
+  if (src == dst || r.misses(m.pos_min, m.pos_max)) {
     return Status();
   }
   const size_t bytes = n_floats_ * sizeof(float);
@@ -534,11 +526,11 @@ Status RecurrentState::seq_keep(SeqId seq) {
 Status RecurrentState::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const {
   MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_add", "seq_id"));
   const SeqMeta& m = seqs_[seq];
-  const Range r = open_range(p0, p1);
-  if (delta == 0 || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+  const PosRange r = open_range(p0, p1);
+  if (delta == 0 || r.misses(m.pos_min, m.pos_max)) {
     return Status();
   }
-  if (r.lo > m.pos_min || r.hi <= m.pos_max) {
+  if (!r.covers(m.pos_min, m.pos_max)) {
     return Status::not_supported(
         "seq_add: a recurrent state moves as a whole; [" + std::to_string(r.lo) + ", " +
         std::to_string(r.hi) + ") covers only part of seq_id " + std::to_string(seq) + "'s [" +
@@ -557,8 +549,8 @@ Status RecurrentState::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const
 Status RecurrentState::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   MNEMO_RETURN_IF_ERROR(check_seq_add(seq, p0, p1, delta));
   SeqMeta& m = seqs_[seq];
-  const Range r = open_range(p0, p1);
-  if (delta == 0 || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+  const PosRange r = open_range(p0, p1);
+  if (delta == 0 || r.misses(m.pos_min, m.pos_max)) {
     return Status();
   }
   m.pos_min += delta;
@@ -572,11 +564,11 @@ Status RecurrentState::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const
   MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_div", "seq_id"));
   if (d < 1) return Status::invalid_argument("seq_div: divisor " + std::to_string(d) + " < 1");
   const SeqMeta& m = seqs_[seq];
-  const Range r = open_range(p0, p1);
-  if (d == 1 || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+  const PosRange r = open_range(p0, p1);
+  if (d == 1 || r.misses(m.pos_min, m.pos_max)) {
     return Status();
   }
-  if (r.lo > m.pos_min || r.hi <= m.pos_max) {
+  if (!r.covers(m.pos_min, m.pos_max)) {
     return Status::not_supported(
         "seq_div: a recurrent state moves as a whole; the range covers "
         "only part of seq_id " +
@@ -588,8 +580,8 @@ Status RecurrentState::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const
 Status RecurrentState::seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) {
   MNEMO_RETURN_IF_ERROR(check_seq_div(seq, p0, p1, d));
   SeqMeta& m = seqs_[seq];
-  const Range r = open_range(p0, p1);
-  if (d == 1 || m.pos_max < 0 || r.empty() || r.hi <= m.pos_min || r.lo > m.pos_max) {
+  const PosRange r = open_range(p0, p1);
+  if (d == 1 || r.misses(m.pos_min, m.pos_max)) {
     return Status();
   }
   m.pos_min /= d;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memory/hybrid_memory.h"
+#include "memory/pos_range.h"
 #include "memory/recurrent_state.h"
 #include "memory/recurrent_state_format.h"
 #include "mnemo/state_io.h"
@@ -20,7 +21,6 @@ namespace sf = state_format;
 
 namespace {
 
-constexpr Pos kPosMax = INT32_MAX - 1;
 // States are read in views of at most this many bytes (one buffer for file sources).
 constexpr size_t kChunkBytes = size_t{1} << 20;
 

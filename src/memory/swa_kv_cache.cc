@@ -61,6 +61,7 @@ Result<std::unique_ptr<SwaKvCache>> SwaKvCache::create(SwaKvCacheConfig config) 
   base.causal = config.causal;
   base.n_pad = config.n_pad;
   base.rotation_dim = config.rotation_dim;
+  base.pool = config.pool;
   KvCacheConfig swa = base;
 
   auto is_swa = config.is_swa_layer;

@@ -50,6 +50,7 @@ struct SwaKvCacheConfig {
   bool causal = true;
   uint32_t n_pad = 32;
   uint32_t rotation_dim = 0;  // Hadamard rotation of quantized rows (KvCacheConfig::rotation_dim)
+  ThreadPool* pool = nullptr;  // requantization's threads (KvCacheConfig::pool)
 };
 
 /// The transaction of a SwaKvCache: one child context per KvCache, moved in lockstep.

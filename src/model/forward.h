@@ -52,13 +52,20 @@ class Forward {
   void gemma3_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
   // Recurrent architectures. ssm_block runs block il of mamba2 / granitehybrid
   // (granite_layer for the latter); mamba2_mixer: in [T x n_embd] (normed) -> out [T x n_embd],
-  // the state of rs's sequence updated; granite_attention: in -> out likewise, K/V written to
-  // the cache. out may alias in.
+  // the state of rs's sequence updated. out may alias in.
   void ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
   void granite_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
   void mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in, float* out);
-  void granite_attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* in,
-                         float* out);
+
+  // Sub-blocks shared by the architectures (blocks.cc); in [T x n_embd] (normed) -> out
+  // [T x n_embd], out may alias in. attention_sublayer: Wo · attn(q, k, v) + bo with
+  // q = rope(norm_q(Wq·in + bq)), k = rope(norm_k(Wk·in + bk)), v = Wv·in + bv, K/V written to
+  // the cache; biases and q/k norms only where layer il has them, RoPE only when rope_dim > 0.
+  // gated_ffn: Wdown · (act(Wgate·in) * Wup·in), act SiLU (SwiGLU) or tanh-GELU (GeGLU).
+  enum class FfnAct { kSilu, kGelu };
+  void attention_sublayer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* in,
+                          float* out);
+  void gated_ffn(uint32_t il, FfnAct act, const float* in, float* out);
 
   // Shared pieces (forward.cc).
   kernels::RopeParams rope_params(uint32_t il) const;

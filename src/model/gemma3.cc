@@ -12,29 +12,16 @@ void Forward::gemma3_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& 
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;
   const int64_t n_embd = hp_.n_embd;
-  const int64_t hd = hp_.head_dim_k;
   const float eps = hp_.rms_eps;
 
+  // The loader requires the q/k norms of gemma3 and binds no biases for it.
   kernels::rms_norm(x_.data(), L.attn_norm.f32(), eps, T, n_embd, h_.data());
-  matmul(L.wq, h_.data(), T, q_.data());
-  matmul(L.wk, h_.data(), T, k_.data());
-  matmul(L.wv, h_.data(), T, v_.data());
-  kernels::rms_norm(q_.data(), L.attn_q_norm.f32(), eps, T * hp_.n_head, hd, q_.data());
-  kernels::rms_norm(k_.data(), L.attn_k_norm.f32(), eps, T * hp_.n_head_kv, hd, k_.data());
-  const kernels::RopeParams rp = rope_params(il);
-  const float* table = rope_table_for(il, ub);
-  kernels::rope_apply(rp, table, T, hp_.n_head, hd, q_.data(), int64_t(hp_.n_head) * hd);
-  kernels::rope_apply(rp, table, T, hp_.n_head_kv, hd, k_.data(), int64_t(hp_.n_head_kv) * hd);
-  attention(il, kv, ub, q_.data(), k_.data(), v_.data(), attn_.data());
-  matmul(L.wo, attn_.data(), T, h_.data());
+  attention_sublayer(il, kv, ub, h_.data(), h_.data());
   kernels::rms_norm(h_.data(), L.post_attn_norm.f32(), eps, T, n_embd, h_.data());
   kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
 
   kernels::rms_norm(x_.data(), L.ffn_norm.f32(), eps, T, n_embd, h_.data());
-  matmul(L.ffn_gate, h_.data(), T, gate_.data());
-  matmul(L.ffn_up, h_.data(), T, up_.data());
-  kernels::gelu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data());
-  matmul(L.ffn_down, gate_.data(), T, h_.data());
+  gated_ffn(il, FfnAct::kGelu, h_.data(), h_.data());
   kernels::rms_norm(h_.data(), L.post_ffn_norm.f32(), eps, T, n_embd, h_.data());
   kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
 }

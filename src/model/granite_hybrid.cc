@@ -18,28 +18,6 @@
 
 namespace mnemo {
 
-void Forward::granite_attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
-                                const float* in, float* out) {
-  const LayerWeights& L = model_.layers()[il];
-  const int64_t T = n_tokens_;
-  const int64_t hd = hp_.head_dim_k;
-  matmul(L.wq, in, T, q_.data());
-  matmul(L.wk, in, T, k_.data());
-  matmul(L.wv, in, T, v_.data());
-  add_bias(L.bq, q_.data(), T);
-  add_bias(L.bk, k_.data(), T);
-  add_bias(L.bv, v_.data(), T);
-  if (hp_.rope_dim > 0) {
-    const kernels::RopeParams rp = rope_params(il);
-    const float* table = rope_table_for(il, ub);
-    kernels::rope_apply(rp, table, T, hp_.n_head, hd, q_.data(), int64_t(hp_.n_head) * hd);
-    kernels::rope_apply(rp, table, T, hp_.n_head_kv, hd, k_.data(), int64_t(hp_.n_head_kv) * hd);
-  }
-  attention(il, kv, ub, q_.data(), k_.data(), v_.data(), attn_.data());
-  matmul(L.wo, attn_.data(), T, out);
-  add_bias(L.bo, out, T);
-}
-
 void Forward::granite_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;
@@ -54,16 +32,13 @@ void Forward::granite_layer(uint32_t il, const MemoryContext& mctx, const Ubatch
   } else {
     const KvCacheContext* kv = mctx.kv_for_layer(il);
     CHECK(kv != nullptr) << "no KV context for layer " << il;
-    granite_attention(il, *kv, ub, h_.data(), h_.data());
+    attention_sublayer(il, *kv, ub, h_.data(), h_.data());
   }
   if (hp_.residual_scale != 1.0f) kernels::scale(h_.data(), T * n_embd, hp_.residual_scale);
   kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
 
   kernels::rms_norm(x_.data(), L.ffn_norm.f32(), eps, T, n_embd, h_.data());
-  matmul(L.ffn_gate, h_.data(), T, gate_.data());
-  matmul(L.ffn_up, h_.data(), T, up_.data());
-  kernels::silu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data());
-  matmul(L.ffn_down, gate_.data(), T, h_.data());
+  gated_ffn(il, FfnAct::kSilu, h_.data(), h_.data());
   if (hp_.residual_scale != 1.0f) kernels::scale(h_.data(), T * n_embd, hp_.residual_scale);
   kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
 }

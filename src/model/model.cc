@@ -167,8 +167,9 @@ Status Model::load_hparams() {
   }
   hp_.rope_dim = hp_.head_dim_k;
   MNEMO_RETURN_IF_ERROR(read_u32(f, "rope.dimension_count", &hp_.rope_dim, false));
-  if (hp_.rope_dim > hp_.head_dim_k || hp_.rope_dim % 2 != 0) {
-    return Status::invalid_argument("rope.dimension_count must be even and <= key_length");
+  if (hp_.rope_dim == 0 || hp_.rope_dim > hp_.head_dim_k || hp_.rope_dim % 2 != 0) {
+    return Status::invalid_argument(
+        "rope.dimension_count must be even, positive and <= key_length");
   }
   MNEMO_RETURN_IF_ERROR(read_f32(f, "attention.layer_norm_rms_epsilon", &hp_.rms_eps));
   MNEMO_RETURN_IF_ERROR(read_f32(f, "rope.freq_base", &hp_.rope_freq_base));
@@ -278,9 +279,11 @@ Status Model::bind_weights() {
     MNEMO_RETURN_IF_ERROR(bind(name("attn_k.weight"), hp.n_embd, hp.n_embd_k_gqa(), true, &l.wk));
     MNEMO_RETURN_IF_ERROR(bind(name("attn_v.weight"), hp.n_embd, hp.n_embd_v_gqa(), true, &l.wv));
     MNEMO_RETURN_IF_ERROR(bind(name("attn_output.weight"), n_attn_out, hp.n_embd, true, &l.wo));
-    MNEMO_RETURN_IF_ERROR(bind(name("attn_q.bias"), n_q, 1, bias, &l.bq));
-    MNEMO_RETURN_IF_ERROR(bind(name("attn_k.bias"), hp.n_embd_k_gqa(), 1, bias, &l.bk));
-    MNEMO_RETURN_IF_ERROR(bind(name("attn_v.bias"), hp.n_embd_v_gqa(), 1, bias, &l.bv));
+    if (!gemma) {  // gemma3 has no q/k/v biases: any in the file are not used
+      MNEMO_RETURN_IF_ERROR(bind(name("attn_q.bias"), n_q, 1, bias, &l.bq));
+      MNEMO_RETURN_IF_ERROR(bind(name("attn_k.bias"), hp.n_embd_k_gqa(), 1, bias, &l.bk));
+      MNEMO_RETURN_IF_ERROR(bind(name("attn_v.bias"), hp.n_embd_v_gqa(), 1, bias, &l.bv));
+    }
     MNEMO_RETURN_IF_ERROR(bind(name("attn_q_norm.weight"), hp.head_dim_k, 1, qk_norm, &l.attn_q_norm));
     MNEMO_RETURN_IF_ERROR(bind(name("attn_k_norm.weight"), hp.head_dim_k, 1, qk_norm, &l.attn_k_norm));
     MNEMO_RETURN_IF_ERROR(bind(name("post_attention_norm.weight"), hp.n_embd, 1, gemma, &l.post_attn_norm));

@@ -131,6 +131,22 @@ std::optional<GgmlType> type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+bool is_kv_cache_type(GgmlType type) {
+  for (GgmlType t : kKvCacheTypes) {
+    if (t == type) return true;
+  }
+  return false;
+}
+
+std::string_view kv_cache_type_names() {
+  static const std::string names = [] {
+    std::string s;
+    for (GgmlType t : kKvCacheTypes) s += (s.empty() ? "" : ", ") + std::string(type_name(t));
+    return s;
+  }();
+  return names;
+}
+
 size_t row_size(GgmlType t, int64_t n) {
   const TypeTraits& tr = traits(t);
   CHECK(n >= 0 && n % tr.block_size == 0) << "row of " << n << " elements of type " << tr.name

@@ -12,8 +12,7 @@ void ModelFlags::add_to(CLI::App& app, bool with_parallel) {
   app.add_option("-b,--batch-size", ctx.n_batch, "most tokens per decode call");
   app.add_option("--ubatch-size", ctx.n_ubatch, "most tokens per forward pass");
   app.add_option("-t,--threads", ctx.n_threads, "threads (0: all hardware threads)");
-  app.add_option("--cache-type-k", type_k,
-                 "K cache type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl");
+  app.add_option("--cache-type-k", type_k, "K cache type: " + std::string(kv_cache_type_names()));
   app.add_option("--cache-type-v", type_v, "V cache type (as -ctk)");
   app.add_flag("--kv-unified", ctx.kv_unified,
                "one KV stream shared by all sequences (default: one stream per sequence)");
