@@ -31,8 +31,8 @@ struct CheckVoidify {
 
 }  // namespace mnemo::internal
 
-#define CHECK(cond)                   \
-  (cond) ? (void)0                    \
+#define CHECK(cond)                            \
+  (cond) ? (void)0                             \
          : ::mnemo::internal::CheckVoidify() & \
                ::mnemo::internal::CheckFailure(__FILE__, __LINE__, #cond)
 

@@ -33,18 +33,18 @@ class Forward;  // src/model/forward.h: one forward pass per ubatch
 
 /// Settings of a Context (names as llama.cpp's context parameters and CLI flags).
 struct ContextParams {
-  uint32_t n_ctx = 4096;     // -c: total KV cells (split mode: divided among the sequences)
-  uint32_t n_batch = 2048;   // -b: most rows one decode() accepts
-  uint32_t n_ubatch = 512;   // -ub: most rows one forward pass processes
-  uint32_t n_seq_max = 1;    // -np: sequences [0, n_seq_max)
-  bool kv_unified = false;   // -kvu: one stream shared by all sequences
+  uint32_t n_ctx = 4096;            // -c: total KV cells (split mode: divided among the sequences)
+  uint32_t n_batch = 2048;          // -b: most rows one decode() accepts
+  uint32_t n_ubatch = 512;          // -ub: most rows one forward pass processes
+  uint32_t n_seq_max = 1;           // -np: sequences [0, n_seq_max)
+  bool kv_unified = false;          // -kvu: one stream shared by all sequences
   GgmlType type_k = GgmlType::F16;  // -ctk
   GgmlType type_v = GgmlType::F16;  // -ctv
-  int n_threads = 0;         // -t: 0 = the number of hardware threads
-  bool swa_full = false;     // --swa-full: full-size cache for sliding-window layers
+  int n_threads = 0;                // -t: 0 = the number of hardware threads
+  bool swa_full = false;            // --swa-full: full-size cache for sliding-window layers
   /// Hadamard rotation of quantized K/V (src/memory/kv_rotation.h): on by default; applies to
   /// streams whose K or V type is quantized, when the head size is a power of two.
-  bool kv_rotation = true;   // --no-kv-rotation turns it off
+  bool kv_rotation = true;  // --no-kv-rotation turns it off
   // Recurrent layers (mamba2, granitehybrid): each sequence's state is checkpointed
   // every rs_checkpoint_interval tokens, rs_n_checkpoints kept per sequence (either 0: none).
   // Checkpoints let seq_rm / plan_truncate cut a sequence back (prompt caching, rollback).

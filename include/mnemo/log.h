@@ -37,7 +37,7 @@ class LogLine {
 
 }  // namespace mnemo
 
-#define MNEMO_LOG(level)                                                 \
-  if (::mnemo::LogLevel::level < ::mnemo::log_level()) {                 \
-  } else                                                                 \
+#define MNEMO_LOG(level)                                 \
+  if (::mnemo::LogLevel::level < ::mnemo::log_level()) { \
+  } else                                                 \
     ::mnemo::internal::LogLine(::mnemo::LogLevel::level)

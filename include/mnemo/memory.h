@@ -113,10 +113,10 @@
 namespace mnemo {
 
 class KvCacheContext;
-class StateWriter;     // include/mnemo/state_io.h
-class StateReader;     // include/mnemo/state_io.h
-struct StateWriteSpec;  // include/mnemo/state_io.h
-struct StateReadSpec;   // include/mnemo/state_io.h
+class StateWriter;            // include/mnemo/state_io.h
+class StateReader;            // include/mnemo/state_io.h
+struct StateWriteSpec;        // include/mnemo/state_io.h
+struct StateReadSpec;         // include/mnemo/state_io.h
 class RecurrentStateContext;  // src/memory/recurrent_state.h
 
 /// Outcome of preparing or running a memory transaction (a capacity outcome; docs/contributing.md).
@@ -309,7 +309,9 @@ class Memory {
   virtual uint32_t n_seq_max() const = 0;
 
   // State save / restore and requantization: contracts in the block at the top of this header.
-  virtual state_format::MemoryKindId state_kind() const { return state_format::MemoryKindId::kNone; }
+  virtual state_format::MemoryKindId state_kind() const {
+    return state_format::MemoryKindId::kNone;
+  }
   virtual Status state_write(StateWriter& w, const StateWriteSpec& spec) const {
     return Status::not_supported("this memory cannot save its state");
   }

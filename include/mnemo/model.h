@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "mnemo/gguf.h"
-#include "mnemo/swa.h"
 #include "mnemo/quant.h"
 #include "mnemo/rope.h"
 #include "mnemo/status.h"
+#include "mnemo/swa.h"
 
 namespace mnemo {
 
@@ -40,26 +40,26 @@ Result<Arch> arch_from_name(const std::string& name);
 struct HParams {
   Arch arch = Arch::kLlama;
   uint32_t n_vocab = 0;
-  uint32_t n_ctx_train = 0;     // {arch}.context_length
-  uint32_t n_embd = 0;          // {arch}.embedding_length
-  uint32_t n_layer = 0;         // {arch}.block_count
-  uint32_t n_head = 0;          // {arch}.attention.head_count
-  uint32_t n_head_kv = 0;       // {arch}.attention.head_count_kv (default n_head)
-  uint32_t head_dim_k = 0;      // {arch}.attention.key_length (default n_embd / n_head)
-  uint32_t head_dim_v = 0;      // {arch}.attention.value_length (default head_dim_k)
-  uint32_t n_ff = 0;            // {arch}.feed_forward_length
-  float rms_eps = 1e-5f;        // {arch}.attention.layer_norm_rms_epsilon
-  uint32_t rope_dim = 0;        // {arch}.rope.dimension_count (default head_dim_k)
+  uint32_t n_ctx_train = 0;             // {arch}.context_length
+  uint32_t n_embd = 0;                  // {arch}.embedding_length
+  uint32_t n_layer = 0;                 // {arch}.block_count
+  uint32_t n_head = 0;                  // {arch}.attention.head_count
+  uint32_t n_head_kv = 0;               // {arch}.attention.head_count_kv (default n_head)
+  uint32_t head_dim_k = 0;              // {arch}.attention.key_length (default n_embd / n_head)
+  uint32_t head_dim_v = 0;              // {arch}.attention.value_length (default head_dim_k)
+  uint32_t n_ff = 0;                    // {arch}.feed_forward_length
+  float rms_eps = 1e-5f;                // {arch}.attention.layer_norm_rms_epsilon
+  uint32_t rope_dim = 0;                // {arch}.rope.dimension_count (default head_dim_k)
   float rope_freq_base = 10000.0f;      // {arch}.rope.freq_base
   float rope_freq_base_swa = 10000.0f;  // base of the sliding-window layers (gemma3: 10000)
   float rope_freq_scale = 1.0f;         // 1 / {arch}.rope.scaling.factor for linear scaling
   kernels::RopeMode rope_mode = kernels::RopeMode::kNormal;  // kNeox for qwen2/3, gemma3
-  uint32_t n_swa = 0;           // {arch}.attention.sliding_window (0: none)
+  uint32_t n_swa = 0;                 // {arch}.attention.sliding_window (0: none)
   SwaType swa_type = SwaType::kNone;  // mask kind of the sliding-window layers (swa.h)
-  uint32_t swa_period = 0;      // gemma3: every 6th layer (il % 6 == 5) is global
-  float attn_scale = 0.0f;      // multiplier of Q before QK^T (1/sqrt(head_dim_k) by default)
-  float embd_scale = 1.0f;      // gemma: sqrt(n_embd)
-  bool tied_output = false;     // output projection is token_embd
+  uint32_t swa_period = 0;            // gemma3: every 6th layer (il % 6 == 5) is global
+  float attn_scale = 0.0f;            // multiplier of Q before QK^T (1/sqrt(head_dim_k) by default)
+  float embd_scale = 1.0f;            // gemma: sqrt(n_embd)
+  bool tied_output = false;           // output projection is token_embd
   // --- recurrent layers (mamba2, granitehybrid): {arch}.ssm.* keys ----------------------------
   uint32_t ssm_d_conv = 0;   // ssm.conv_kernel: width of the causal depthwise conv
   uint32_t ssm_d_inner = 0;  // ssm.inner_size: d_inner = ssm_n_head * head dim
@@ -110,14 +110,14 @@ struct Weight {
 
 /// One transformer block's weights (absent tensors have data == nullptr).
 struct LayerWeights {
-  Weight attn_norm;                     // [n_embd]
-  Weight wq, wk, wv, wo;                // [n_embd -> n_head*hd], [-> n_embd_k_gqa], ..., [-> n_embd]
-  Weight bq, bk, bv;                    // qwen2 biases
-  Weight attn_q_norm, attn_k_norm;      // qwen3 / gemma3 per-head RMSNorm [head_dim]
-  Weight post_attn_norm;                // gemma3 [n_embd]
-  Weight ffn_norm;                      // [n_embd]
-  Weight ffn_gate, ffn_up, ffn_down;    // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]
-  Weight post_ffn_norm;                 // gemma3 [n_embd]
+  Weight attn_norm;                   // [n_embd]
+  Weight wq, wk, wv, wo;              // [n_embd -> n_head*hd], [-> n_embd_k_gqa], ..., [-> n_embd]
+  Weight bq, bk, bv;                  // qwen2 biases
+  Weight attn_q_norm, attn_k_norm;    // qwen3 / gemma3 per-head RMSNorm [head_dim]
+  Weight post_attn_norm;              // gemma3 [n_embd]
+  Weight ffn_norm;                    // [n_embd]
+  Weight ffn_gate, ffn_up, ffn_down;  // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]
+  Weight post_ffn_norm;               // gemma3 [n_embd]
   // Mamba-2 mixer (recurrent layers of mamba2 / granitehybrid). H = ssm_n_head.
   Weight ssm_in;        // [n_embd -> 2 * d_inner + 2 * n_group * d_state + H]: z, xBC, dt
   Weight ssm_conv1d;    // f32 [conv channels rows of d_conv taps]
@@ -158,7 +158,7 @@ class Model {
   const gguf::File& file() const { return file_; }
   const Weight& token_embd() const { return token_embd_; }  // [n_vocab rows of n_embd]
   const Weight& output_norm() const { return output_norm_; }
-  const Weight& output() const { return output_; }          // [n_vocab rows of n_embd]
+  const Weight& output() const { return output_; }  // [n_vocab rows of n_embd]
   const std::vector<LayerWeights>& layers() const { return layers_; }
   /// Total bytes of all tensors.
   uint64_t n_bytes() const;

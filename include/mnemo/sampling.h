@@ -24,12 +24,12 @@ namespace mnemo {
 
 /// Sampling settings (names as llama.cpp's CLI and server use them).
 struct SamplingParams {
-  float temp = 0.8f;              // <= 0: greedy
-  int32_t top_k = 40;             // <= 0: off
-  float top_p = 0.95f;            // >= 1: off
-  float min_p = 0.05f;            // <= 0: off
-  float repeat_penalty = 1.0f;    // 1: off
-  int32_t repeat_last_n = 64;     // window of recent tokens the penalties look at; 0: off
+  float temp = 0.8f;            // <= 0: greedy
+  int32_t top_k = 40;           // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off
+  int32_t repeat_last_n = 64;   // window of recent tokens the penalties look at; 0: off
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   uint64_t seed = 0xFFFFFFFFull;  // kDefaultSeed draws a random seed
@@ -68,8 +68,8 @@ class Sampler {
   SamplingParams params_;
   uint64_t seed_;
   std::mt19937_64 rng_;
-  std::deque<int32_t> recent_;          // last repeat_last_n accepted tokens
-  std::vector<TokenCandidate> cands_;   // scratch, n_vocab
+  std::deque<int32_t> recent_;         // last repeat_last_n accepted tokens
+  std::vector<TokenCandidate> cands_;  // scratch, n_vocab
 };
 
 namespace sampling {

@@ -44,7 +44,9 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status ok_status() { return Status(); }
-  static Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status invalid_argument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
   static Status not_supported(std::string m) { return {StatusCode::kNotSupported, std::move(m)}; }
@@ -73,7 +75,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     CHECK(!std::get<Status>(v_).ok()) << "Result constructed from an ok Status without a value";
   }
@@ -106,10 +108,10 @@ class [[nodiscard]] Result {
 }  // namespace mnemo
 
 /// Returns the Status of `expr` from the enclosing function if it is not ok.
-#define MNEMO_RETURN_IF_ERROR(expr)              \
-  do {                                           \
-    ::mnemo::Status _mnemo_st = (expr);          \
-    if (!_mnemo_st.ok()) return _mnemo_st;       \
+#define MNEMO_RETURN_IF_ERROR(expr)        \
+  do {                                     \
+    ::mnemo::Status _mnemo_st = (expr);    \
+    if (!_mnemo_st.ok()) return _mnemo_st; \
   } while (0)
 
 #define MNEMO_CONCAT_INNER_(a, b) a##b

@@ -4,13 +4,13 @@
 
 #include <thread>
 
+#include "context/recurrent_memory.h"
 #include "memory/kv_cache.h"
-#include "model/forward.h"
 #include "memory/kv_rotation.h"
 #include "memory/kv_storage.h"
-#include "context/recurrent_memory.h"
 #include "memory/swa_kv_cache.h"
 #include "mnemo/ubatch.h"
+#include "model/forward.h"
 
 namespace mnemo {
 
@@ -28,8 +28,8 @@ Status ContextParams::validate() const {
         fmt::format("n_seq_max {} is outside [1, {}]", n_seq_max, kMaxSeq));
   }
   if (!kv_unified && n_ctx / n_seq_max == 0) {
-    return Status::invalid_argument(fmt::format(
-        "n_ctx {} is too small for {} sequences in split mode", n_ctx, n_seq_max));
+    return Status::invalid_argument(
+        fmt::format("n_ctx {} is too small for {} sequences in split mode", n_ctx, n_seq_max));
   }
   for (auto [name, t] : {std::pair{"K", type_k}, std::pair{"V", type_v}}) {
     if (!is_kv_cache_type(t)) {

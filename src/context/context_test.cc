@@ -33,9 +33,9 @@ using LogitsBySeqPos = std::map<std::pair<int, int>, std::vector<float>>;
 // per process: ctest runs test processes in parallel, and rewriting a file another process has
 // mapped would pull its pages away (SIGBUS).
 std::string tiny_model_path(const std::string& arch, bool all_f32) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("mnemo_context_test_" + std::to_string(::getpid()) + "_" + arch +
-                      (all_f32 ? "_f32" : "") + ".gguf");
+  const fs::path p =
+      fs::temp_directory_path() / ("mnemo_context_test_" + std::to_string(::getpid()) + "_" + arch +
+                                   (all_f32 ? "_f32" : "") + ".gguf");
   Status st = testing::write_tiny_model(arch, p.string(), 11, all_f32);
   EXPECT_TRUE(st.ok()) << st.to_string();
   // Removed when the process ends (loaded models keep their mappings until then).
@@ -224,8 +224,8 @@ void check_modes(const std::string& path, std::vector<int> lengths) {
     for (uint32_t ub : {1u, 7u, 512u}) {
       // One batch with everything, and small batches of 5 rows (prompt chunks + continuation).
       for (size_t rows : {size_t(512), size_t(5)}) {
-        SCOPED_TRACE(::testing::Message() << (unified ? "unified" : "split") << " -ub " << ub
-                                          << " batch rows " << rows);
+        SCOPED_TRACE(::testing::Message()
+                     << (unified ? "unified" : "split") << " -ub " << ub << " batch rows " << rows);
         LogitsBySeqPos got = run_interleaved(**model, prompts, unified, ub, rows);
         EXPECT_EQ(count_different(ref, got), 0u)
             << "of " << ref.size() << " rows; max relative difference " << max_rel_diff(ref, got);

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "support/recurrent_testing.h"
-#include "mnemo/context.h"
 #include "memory/hybrid_memory.h"
-#include "mnemo/model.h"
 #include "memory/recurrent_state.h"
+#include "mnemo/context.h"
+#include "mnemo/model.h"
 #include "mnemo/state.h"
+#include "support/recurrent_testing.h"
 #include "tools/tiny_ssm_model.h"
 
 namespace mnemo {

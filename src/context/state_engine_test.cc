@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "memory/kv_cache.h"
+#include "memory/swa_kv_cache.h"
 #include "mnemo/context.h"
 #include "mnemo/context_state.h"
-#include "memory/kv_cache.h"
 #include "mnemo/model.h"
 #include "mnemo/model_fingerprint.h"
-#include "memory/swa_kv_cache.h"
 
 namespace mnemo {
 namespace {
@@ -161,7 +161,7 @@ double type_tolerance(GgmlType t) {
   // Measured with the plain kernels / with repacked weights. The lossless restore (f16 rows
   // into f32 cells) moves 0.014 / 0.028: the floor of this one-token comparison.
   switch (t) {
-    case GgmlType::F32:   // 0.014 / 0.028
+    case GgmlType::F32:  // 0.014 / 0.028
     case GgmlType::F16:
     case GgmlType::BF16:  // 0.017 / 0.028
     case GgmlType::Q8_0:  // 0.016 - 0.021 / 0.047

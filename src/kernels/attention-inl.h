@@ -36,14 +36,14 @@
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "kernels/attention_direct-inl.h"
 #include "kernels/internal.h"
+#include "kernels/kernels.h"
 #include "kernels/matmul-inl.h"
 #include "kernels/quant_unpack-inl.h"
-#include "kernels/attention_direct-inl.h"
 #include "kernels/simd-inl.h"
-#include "quant/blocks.h"
 #include "mnemo/check.h"
-#include "kernels/kernels.h"
+#include "quant/blocks.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace mnemo::kernels::HWY_NAMESPACE {
@@ -149,7 +149,7 @@ struct Call {
 #if MNEMO_INT_DOT
   QuantRows qr;  // Q quantized (integer K scores)
 #endif
-  const float* qf = nullptr;  // Q padded to hd_pad (float K scores)
+  const float* qf = nullptr;       // Q padded to hd_pad (float K scores)
   FloatScoresFn fscore = nullptr;  // direct float-K scores (null: unpack + FloatTile)
   VAccFn vacc = nullptr;           // direct V accumulation (null: dequantize + AccumulateV)
 };
@@ -225,7 +225,8 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
     for (int64_t k = 0; k < n_act; k += 4) {
       const uint8_t* cells[4];
       const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
-      for (int j = 0; j < 4; ++j) cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
+      for (int j = 0; j < 4; ++j)
+        cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
       for (int64_t j = k + 16; j < std::min(n_act, k + 20); ++j) {  // strided rows: fetch ahead
         const uint8_t* row = kbase + act[j] * c.kv.k_stride;
         for (size_t b = 0; b < k_seg_bytes; b += 64) hwy::Prefetch(row + b);
@@ -248,7 +249,7 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
     }
   } else
 #endif
-  if (c.kc.use_int) {
+      if (c.kc.use_int) {
 #if MNEMO_INT_DOT
     const size_t k_seg_bytes = row_size(c.kv.k_type, hd);
     for (int64_t k = 0; k < n_act; ++k) {
@@ -289,7 +290,8 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
     for (int64_t k = 0; k < n_act; k += 4) {
       const uint8_t* cells[4];
       const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
-      for (int j = 0; j < 4; ++j) cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
+      for (int j = 0; j < 4; ++j)
+        cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
       // K rows are read at the cache-row stride, head segment by head segment: fetch ahead.
       for (int64_t j = k + 16; j < std::min(n_act, k + 20); ++j) {
         const uint8_t* row = kbase + act[j] * c.kv.k_stride;
@@ -311,7 +313,8 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
     ta.y_stride = s_stride;
     for (int64_t k = 0; k < n_act; k += kTileRows) {
       ta.n_rows = static_cast<int>(std::min<int64_t>(kTileRows, n_act - k));
-      for (int j = 0; j < kTileRows; ++j) ta.w[j] = ks.kf + std::min<int64_t>(k + j, n_act - 1) * hd_pad;
+      for (int j = 0; j < kTileRows; ++j)
+        ta.w[j] = ks.kf + std::min<int64_t>(k + j, n_act - 1) * hd_pad;
       for (int64_t i = 0; i < n_rows; i += kTileCols) {
         ta.n_cols = static_cast<int>(std::min<int64_t>(kTileCols, n_rows - i));
         for (int j = 0; j < kTileCols; ++j) {
@@ -400,7 +403,6 @@ HWY_INLINE void AccumulateV(const float* p, int64_t n, const float* v, int64_t v
   }
 }
 
-
 /// V scratch of one task: a tile of dequantized rows and the unpack temporaries.
 struct VScratch {
   float* vbuf = nullptr;  // kCellTile x v_stride
@@ -487,8 +489,8 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
   }
 #endif
   const int64_t n_list = kv.order != nullptr ? kv.n_order : kv.n_kv;
-  const int64_t call_bytes = n_list * 4 + n_rows_all * (hd_pad * 4 + hd_pad + hd_pad + c.n_off * 4) +
-                             8 * 64;
+  const int64_t call_bytes =
+      n_list * 4 + n_rows_all * (hd_pad * 4 + hd_pad + hd_pad + c.n_off * 4) + 8 * 64;
   Carver call(static_cast<uint8_t*>(
       internal::thread_scratch(internal::kSlotCall).get(static_cast<size_t>(call_bytes))));
   if (kv.order != nullptr) {
@@ -546,8 +548,9 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       const int64_t t0 = (rest / n_ranges) * tokens_per_task;
       const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
       const int64_t n_rows = (t1 - t0) * gqa;
-      Carver ts(static_cast<uint8_t*>(internal::thread_scratch(internal::kSlotTask)
-                                          .get(static_cast<size_t>(KScratchBytes(c) + 8 * n_rows + 2 * 64))));
+      Carver ts(static_cast<uint8_t*>(
+          internal::thread_scratch(internal::kSlotTask)
+              .get(static_cast<size_t>(KScratchBytes(c) + 8 * n_rows + 2 * 64))));
       const KScratch ks = TakeKScratch(c, ts);
       int64_t* qrows = ts.take<int64_t>(n_rows);
       for (int64_t i = 0; i < n_rows; ++i) qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
@@ -641,10 +644,10 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     }
     const int64_t n_act = static_cast<int64_t>(act.size());
     const int64_t s_stride = round_up(std::max<int64_t>(1, n_act), nf);
-    const int64_t task_bytes = KScratchBytes(c) +
-                               4 * (n_rows * (hd_pad + 2 + s_stride) + kCellTile * hd_pad +
-                                    3 * hd_pad) +
-                               8 * n_rows + 10 * 64;
+    const int64_t task_bytes =
+        KScratchBytes(c) +
+        4 * (n_rows * (hd_pad + 2 + s_stride) + kCellTile * hd_pad + 3 * hd_pad) + 8 * n_rows +
+        10 * 64;
     Carver ts(static_cast<uint8_t*>(
         internal::thread_scratch(internal::kSlotTask).get(static_cast<size_t>(task_bytes))));
     const KScratch ks = TakeKScratch(c, ts);

@@ -9,8 +9,8 @@
 #if HWY_ONCE
 #include <algorithm>
 
-#include "mnemo/check.h"
 #include "kernels/kernels.h"
+#include "mnemo/check.h"
 
 namespace mnemo::kernels {
 

@@ -123,8 +123,8 @@ HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
         // DotQuads<true>: the sign trick, then maddubs + madd.
         const __m256i dot = _mm256_madd_epi16(
             _mm256_maddubs_epi16(wabs[j], _mm256_sign_epi8(a, w[j])), _mm256_set1_epi16(1));
-        acc[r][j] = hn::MulAdd(hn::ConvertTo(df, hn::Vec<DI32>{dot}), hn::Set(df, d[j] * dxr),
-                               acc[r][j]);
+        acc[r][j] =
+            hn::MulAdd(hn::ConvertTo(df, hn::Vec<DI32>{dot}), hn::Set(df, d[j] * dxr), acc[r][j]);
       }
     }
   }
@@ -157,7 +157,8 @@ void FloatScoresRows(const uint8_t* const* cells, int n_cells, int64_t hd, const
     case 3:
       return FloatScores<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
     default:
-      if constexpr (kDirectRows >= 4) return FloatScores<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
+      if constexpr (kDirectRows >= 4)
+        return FloatScores<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
       CHECK(false) << "bad row count " << n_q;
   }
 }
@@ -205,10 +206,10 @@ HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const f
   }
   // V rows are read at the cache-row stride: fetch the bytes of row k + kAhead's range ahead.
   constexpr int64_t kAhead = 16;
-  const int64_t span0 = kType == GgmlType::Q8_0 ? d / 32 * 34
+  const int64_t span0 = kType == GgmlType::Q8_0  ? d / 32 * 34
                         : kType == GgmlType::F32 ? d * 4
                                                  : d * 2;
-  const int64_t span1 = kType == GgmlType::Q8_0 ? ((d + kV * nf - 1) / 32 + 1) * 34
+  const int64_t span1 = kType == GgmlType::Q8_0  ? ((d + kV * nf - 1) / 32 + 1) * 34
                         : kType == GgmlType::F32 ? (d + kV * nf) * 4
                                                  : (d + kV * nf) * 2;
   for (int64_t k = 0; k < n; ++k) {

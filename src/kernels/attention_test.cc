@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "kernels/internal.h"
-#include "kernels/reference.h"
-#include "support/kernels_test_util.h"
 #include "kernels/kernels.h"
+#include "kernels/reference.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
+#include "support/kernels_test_util.h"
 
 namespace mnemo::kernels {
 namespace {
@@ -217,10 +217,11 @@ TEST(AttentionTest, NoMaskAndEmptyCache) {
 // stored in another order with `order` listing them as before, change nothing.
 TEST(AttentionTest, RowsAreBatchInvariant) {
   std::mt19937 rng(45);
-  const std::vector<std::pair<GgmlType, GgmlType>> types = {
-      {GgmlType::F16, GgmlType::F16},   {GgmlType::Q8_0, GgmlType::Q8_0},
-      {GgmlType::Q4_0, GgmlType::Q5_1}, {GgmlType::F32, GgmlType::BF16},
-      {GgmlType::BF16, GgmlType::Q4_1}};
+  const std::vector<std::pair<GgmlType, GgmlType>> types = {{GgmlType::F16, GgmlType::F16},
+                                                            {GgmlType::Q8_0, GgmlType::Q8_0},
+                                                            {GgmlType::Q4_0, GgmlType::Q5_1},
+                                                            {GgmlType::F32, GgmlType::BF16},
+                                                            {GgmlType::BF16, GgmlType::Q4_1}};
   const int64_t n_head = 6, n_head_kv = 2, hd = 64, n_kv = 300, n_tokens = 20;
   const int64_t n_elems = n_head_kv * hd;
   for (const auto& [kt, vt] : types) {

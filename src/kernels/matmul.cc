@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "kernels/internal.h"
-#include "mnemo/check.h"
 #include "kernels/kernels.h"
+#include "mnemo/check.h"
 
 namespace mnemo::kernels {
 namespace internal {

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "kernels/internal.h"
-#include "kernels/reference.h"
-#include "support/kernels_test_util.h"
 #include "kernels/kernels.h"
+#include "kernels/reference.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
+#include "support/kernels_test_util.h"
 
 namespace mnemo::kernels {
 namespace {

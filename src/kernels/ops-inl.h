@@ -17,9 +17,9 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/internal.h"
+#include "kernels/kernels.h"
 #include "kernels/simd-inl.h"
 #include "mnemo/check.h"
-#include "kernels/kernels.h"
 #include "mnemo/quant.h"
 #include "quant/blocks.h"
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "kernels/internal.h"
-#include "mnemo/check.h"
 #include "kernels/kernels.h"
+#include "mnemo/check.h"
 
 namespace mnemo::kernels {
 

@@ -19,12 +19,12 @@
 #include <random>
 #include <vector>
 
-#include "kernels/reference.h"
-#include "support/kernels_test_util.h"
 #include "kernels/kernels.h"
+#include "kernels/reference.h"
 #include "mnemo/quant.h"
 #include "mnemo/thread_pool.h"
 #include "quant/blocks.h"
+#include "support/kernels_test_util.h"
 
 namespace mnemo::kernels {
 namespace {

@@ -189,8 +189,10 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// The AMX functions name the whole target (HWY_TARGET_STR) plus the AMX features: clang lets a
+// function's own target attribute replace the one HWY_BEFORE_NAMESPACE pushes (simd-inl.h).
 template <int kS>
-__attribute__((target("amx-tile"))) HWY_NOINLINE void AmxConfigure() {
+__attribute__((target(HWY_TARGET_STR ",amx-tile"))) HWY_NOINLINE void AmxConfigure() {
   TileConfig cfg;
   cfg.rows[0] = 16;
   cfg.colsb[0] = 64;
@@ -205,7 +207,7 @@ __attribute__((target("amx-tile"))) HWY_NOINLINE void AmxConfigure() {
 }
 
 template <int kUnused>
-__attribute__((target("amx-tile"))) HWY_NOINLINE void AmxRelease() {
+__attribute__((target(HWY_TARGET_STR ",amx-tile"))) HWY_NOINLINE void AmxRelease() {
   _tile_release();
 }
 
@@ -213,7 +215,7 @@ __attribute__((target("amx-tile"))) HWY_NOINLINE void AmxRelease() {
 /// rows) x one 16-row group. bbuf: n_sub * 16 * kS bytes of scratch for U4 / U5 quants
 /// widened to bytes; cbuf: 16 x 16 int32.
 template <int kKind, int kS, bool kF16, int kOff>
-__attribute__((target("amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
+__attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
     const uint8_t* group, const PackedLayout& L, const QuantRows& qr, int64_t t0, int64_t t1,
     float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf) {
   // B operands: U8 quants are tile-ready in place; U4 / U5 are widened once per group.

@@ -95,8 +95,8 @@ HWY_AFTER_NAMESPACE();
 #include <unistd.h>
 #endif
 
-#include "mnemo/check.h"
 #include "kernels/kernels.h"
+#include "mnemo/check.h"
 
 namespace mnemo::kernels {
 
@@ -249,8 +249,7 @@ PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
     const int64_t group_bytes = HWY_DYNAMIC_DISPATCH(Pack8GroupBytes)(w.type, w.n_in);
     if (group_bytes == 0) return pm;
     const int64_t n_groups = internal::ceil_div(w.n_out, 8);
-    const size_t bytes =
-        static_cast<size_t>(internal::round_up(n_groups * group_bytes, 64));
+    const size_t bytes = static_cast<size_t>(internal::round_up(n_groups * group_bytes, 64));
     void* data = std::aligned_alloc(64, bytes);
     CHECK(data != nullptr) << "pack_matrix: out of memory for " << bytes << " bytes";
     pm.data_.reset(data);

@@ -299,7 +299,8 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
       }
       NibbleUnits<kU5, 2, 4, kC>(rec, fifth, a, e0, p16);
 #pragma GCC unroll 8
-      for (int c = 0; c < kC; ++c) isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p16[c], ones));
+      for (int c = 0; c < kC; ++c)
+        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p16[c], ones));
     } else if constexpr (kKind == kU6) {
       // S = 16: 4 units; at most 4 products of 63 * 127 per int16 lane between flushes.
 #pragma GCC unroll 8
@@ -325,7 +326,8 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
 #pragma GCC unroll 8
         for (int c = 0; c < kC; ++c) {
           const __m256i as = _mm256_sign_epi8(Bcast4(a[c] + e0 + 4 * u), v);
-          isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(av, as), ones));
+          isum[c] =
+              _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(av, as), ones));
         }
       }
     }

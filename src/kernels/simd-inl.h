@@ -33,10 +33,12 @@
 
 // MNEMO_VNNI_ATTR: added to every function that (transitively, inlined) issues a VNNI
 // instruction. Highway 1.0.3's AVX3_DL target attributes omit avx512vnni, although its run-time
-// check requires it, so the attribute is safe on that target and only there.
+// check requires it, so the attribute is safe on that target and only there. It names the whole
+// target (HWY_TARGET_STR) plus avx512vnni: clang lets a function's own target attribute replace
+// the one HWY_BEFORE_NAMESPACE pushes, where gcc adds to it.
 #undef MNEMO_VNNI_ATTR
 #if HWY_TARGET == HWY_AVX3_DL
-#define MNEMO_VNNI_ATTR __attribute__((target("avx512vnni")))
+#define MNEMO_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
 #else
 #define MNEMO_VNNI_ATTR
 #endif

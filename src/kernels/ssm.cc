@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "mnemo/check.h"
 #include "kernels/ssm_kernels.h"
+#include "mnemo/check.h"
 #include "mnemo/thread_pool.h"
 
 namespace mnemo::kernels {

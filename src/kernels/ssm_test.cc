@@ -15,8 +15,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/ssm_reference.h"
 #include "kernels/ssm_kernels.h"
+#include "kernels/ssm_reference.h"
 #include "mnemo/thread_pool.h"
 
 namespace mnemo::kernels {

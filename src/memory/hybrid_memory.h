@@ -24,8 +24,8 @@
 #include <span>
 
 #include "memory/kv_cache.h"
-#include "mnemo/memory.h"
 #include "memory/recurrent_state.h"
+#include "mnemo/memory.h"
 
 namespace mnemo {
 

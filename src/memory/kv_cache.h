@@ -41,10 +41,10 @@
 #include <string_view>
 #include <vector>
 
-#include "mnemo/batch.h"
 #include "kernels/kernels.h"
 #include "memory/kv_cells.h"
 #include "memory/kv_storage.h"
+#include "mnemo/batch.h"
 #include "mnemo/memory.h"
 #include "mnemo/quant.h"
 #include "mnemo/state_format.h"
@@ -159,7 +159,7 @@ class KvCacheContext final : public MemoryContext {
 
   /// What attention over placement()[i] reads in layer il; valid until the next ubatch.
   struct AttentionInput {
-    kernels::KvView kv;          // K and V rows of cells [0, n_kv) and the visiting order
+    kernels::KvView kv;           // K and V rows of cells [0, n_kv) and the visiting order
     const float* mask = nullptr;  // [rows x n_kv]: 0 or -inf (build_mask)
     int64_t mask_stride = 0;      // n_kv
     uint32_t rotation = 0;        // 0, or the head size d: stored rows are rotated by H_d, so Q
@@ -194,8 +194,8 @@ class KvCacheContext final : public MemoryContext {
   mutable uint32_t inputs_ubatch_ = UINT32_MAX;
   mutable std::vector<std::vector<float>> masks_;
   mutable std::vector<std::vector<int32_t>> orders_;
-  uint64_t epoch_ = 0;      // the cache's epoch this context expects (CHECKed)
-  bool spent_ = false;      // rolled back; no further apply
+  uint64_t epoch_ = 0;  // the cache's epoch this context expects (CHECKed)
+  bool spent_ = false;  // rolled back; no further apply
 };
 
 class KvCache final : public Memory {

@@ -5,8 +5,8 @@
 #include <limits>
 #include <string>
 
-#include "memory/kv_journal.h"
 #include "memory/kv_cache.h"
+#include "memory/kv_journal.h"
 
 namespace mnemo {
 

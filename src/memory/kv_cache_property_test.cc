@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "support/memory_testing.h"
 #include "memory/kv_cache.h"
 #include "memory/swa_kv_cache.h"
+#include "support/memory_testing.h"
 
 namespace mnemo {
 namespace {

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <vector>
 
-#include "mnemo/check.h"
 #include "kernels/kernels.h"
 #include "memory/kv_cache.h"
 #include "memory/kv_rotation.h"
+#include "mnemo/check.h"
 #include "mnemo/quant.h"
 
 namespace mnemo {
@@ -95,8 +95,8 @@ void KvCacheContext::apply_k_shifts(uint32_t il, const kernels::RopeParams& p, i
         Status st = dequantize_row(kr.type, dst, row.data(), kr.n_embd);
         CHECK(st.ok()) << st.to_string();
         hadamard_rotate(row.data(), kr.n_embd, rot);
-        kernels::rope_shift(p, GgmlType::F32, row.data(), kr.n_embd * sizeof(float), 1,
-                            n_head_kv, head_dim, &ss.deltas[j], nullptr);
+        kernels::rope_shift(p, GgmlType::F32, row.data(), kr.n_embd * sizeof(float), 1, n_head_kv,
+                            head_dim, &ss.deltas[j], nullptr);
         hadamard_rotate(row.data(), kr.n_embd, rot);
         st = quantize_row(kr.type, row.data(), dst, kr.n_embd);
         CHECK(st.ok()) << st.to_string();

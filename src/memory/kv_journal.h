@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "mnemo/batch.h"
 #include "memory/kv_cells.h"
+#include "mnemo/batch.h"
 
 namespace mnemo {
 

@@ -2,9 +2,9 @@
 
 #include <cstring>
 
-#include "memory/kv_rotation.h"
 #include <string>
 #include <utility>
+#include "memory/kv_rotation.h"
 
 namespace mnemo {
 

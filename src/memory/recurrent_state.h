@@ -60,8 +60,8 @@
 #include <string>
 #include <vector>
 
-#include "mnemo/batch.h"
 #include "base/buffer.h"
+#include "mnemo/batch.h"
 #include "mnemo/memory.h"
 #include "mnemo/state_format.h"
 #include "mnemo/ubatch.h"

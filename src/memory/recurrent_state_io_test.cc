@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "support/memory_testing.h"
-#include "support/recurrent_testing.h"
 #include "memory/hybrid_memory.h"
 #include "memory/recurrent_state.h"
 #include "memory/recurrent_state_format.h"
 #include "mnemo/state.h"
+#include "support/memory_testing.h"
+#include "support/recurrent_testing.h"
 
 namespace mnemo {
 namespace {

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "support/state_test_util.h"
 #include "mnemo/state.h"
 #include "mnemo/state_format.h"
 #include "mnemo/state_io.h"
+#include "support/state_test_util.h"
 
 namespace mnemo {
 namespace {

@@ -15,9 +15,9 @@
 #include <tuple>
 #include <vector>
 
-#include "support/state_test_util.h"
 #include "memory/kv_rotation.h"
 #include "mnemo/state_format.h"
+#include "support/state_test_util.h"
 
 namespace mnemo {
 namespace {

@@ -49,7 +49,7 @@ struct SwaKvCacheConfig {
   bool swa_full = false;    // give the SWA layers n_ctx cells too
   bool causal = true;
   uint32_t n_pad = 32;
-  uint32_t rotation_dim = 0;  // Hadamard rotation of quantized rows (KvCacheConfig::rotation_dim)
+  uint32_t rotation_dim = 0;   // Hadamard rotation of quantized rows (KvCacheConfig::rotation_dim)
   ThreadPool* pool = nullptr;  // requantization's threads (KvCacheConfig::pool)
 };
 

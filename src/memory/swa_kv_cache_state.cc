@@ -1,7 +1,7 @@
 // SwaKvCache state and requantization: both children, in the order base then swa (contracts in
 // memory.h and swa_kv_cache.h; byte layout in docs/formats/state.md).
-#include "mnemo/state_io.h"
 #include "memory/swa_kv_cache.h"
+#include "mnemo/state_io.h"
 
 namespace mnemo {
 

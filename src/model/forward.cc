@@ -109,7 +109,8 @@ void Forward::attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub,
     if (!contiguous) {
       if (in.rotation != 0) hadamard_rotate(og_.data(), n * o_width, in.rotation);
       for (int64_t j = 0; j < n; ++j) {
-        std::memcpy(out + int64_t(ss.rows[j]) * o_width, &og_[j * o_width], o_width * sizeof(float));
+        std::memcpy(out + int64_t(ss.rows[j]) * o_width, &og_[j * o_width],
+                    o_width * sizeof(float));
       }
     }
   }
@@ -177,7 +178,8 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
     const int64_t n = std::min<int64_t>(kOutputChunk, int64_t(out_idx.size() - c0));
     normed.resize(size_t(n) * n_embd);
     for (int64_t j = 0; j < n; ++j) {
-      std::memcpy(&normed[j * n_embd], &x_[size_t(out_idx[c0 + j]) * n_embd], n_embd * sizeof(float));
+      std::memcpy(&normed[j * n_embd], &x_[size_t(out_idx[c0 + j]) * n_embd],
+                  n_embd * sizeof(float));
     }
     kernels::rms_norm(normed.data(), model_.output_norm().f32(), hp_.rms_eps, n, n_embd,
                       normed.data());

@@ -28,7 +28,6 @@
 
 namespace mnemo {
 
-
 class Forward {
  public:
   /// n_ubatch_max: the most rows run() will see (sizes the scratch buffers).
@@ -85,14 +84,14 @@ class Forward {
   uint32_t n_tokens_ = 0;  // rows of the ubatch being run
 
   // Scratch, sized for n_ubatch_max rows.
-  std::vector<float> x_;      // [T x n_embd] residual stream
-  std::vector<float> h_;      // [T x n_embd] normed input of a sub-block / its output
-  std::vector<float> q_;      // [T x n_head * hd_k]
-  std::vector<float> k_;      // [T x n_embd_k_gqa]
-  std::vector<float> v_;      // [T x n_embd_v_gqa]
-  std::vector<float> attn_;   // [T x n_head * hd_v]
-  std::vector<float> gate_;   // [T x n_ff]
-  std::vector<float> up_;     // [T x n_ff]
+  std::vector<float> x_;        // [T x n_embd] residual stream
+  std::vector<float> h_;        // [T x n_embd] normed input of a sub-block / its output
+  std::vector<float> q_;        // [T x n_head * hd_k]
+  std::vector<float> k_;        // [T x n_embd_k_gqa]
+  std::vector<float> v_;        // [T x n_embd_v_gqa]
+  std::vector<float> attn_;     // [T x n_head * hd_v]
+  std::vector<float> gate_;     // [T x n_ff]
+  std::vector<float> up_;       // [T x n_ff]
   std::vector<float> ssm_buf_;  // mamba2 mixer scratch (src/model/mamba2.cc), grown on demand
   std::vector<float> qg_, og_;  // gathered rows of one stream: [rows x n_head * hd]
   std::vector<std::vector<float>> rope_tables_;  // [2] global / sliding-window layers

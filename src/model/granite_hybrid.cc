@@ -13,8 +13,8 @@
 // no positional encoding at all (rope_dim 0), Bamba RoPE "norm" (adjacent pairs). The model
 // needs a HybridMemory: a KvCache for the attention layers, a RecurrentState for the others.
 // Sources: IBM Granite 4.0 model cards; Dao & Gu 2024 (Mamba-2); Shazeer 2020 (SwiGLU).
-#include "model/forward.h"
 #include "memory/recurrent_state.h"
+#include "model/forward.h"
 
 namespace mnemo {
 

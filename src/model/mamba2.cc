@@ -14,9 +14,9 @@
 // layer, floats): conv [conv channels x (d_conv - 1)], oldest input first; ssm [H x head_dim x N]
 // (mnemo/ssm_kernels.h). A mamba2 model is a stack of such blocks with a residual:
 //   x += mixer(rms_norm(x) * w_attn_norm)
-#include "model/forward.h"
-#include "memory/recurrent_state.h"
 #include "kernels/ssm_kernels.h"
+#include "memory/recurrent_state.h"
+#include "model/forward.h"
 
 namespace mnemo {
 

@@ -20,8 +20,8 @@ struct ArchName {
   const char* name;
 };
 constexpr ArchName kArchNames[] = {
-    {Arch::kLlama, "llama"}, {Arch::kQwen2, "qwen2"}, {Arch::kQwen3, "qwen3"}, {Arch::kGemma3, "gemma3"},
-    {Arch::kMamba2, "mamba2"}, {Arch::kGraniteHybrid, "granitehybrid"}};
+    {Arch::kLlama, "llama"},   {Arch::kQwen2, "qwen2"},   {Arch::kQwen3, "qwen3"},
+    {Arch::kGemma3, "gemma3"}, {Arch::kMamba2, "mamba2"}, {Arch::kGraniteHybrid, "granitehybrid"}};
 
 // Reads an optional unsigned hyper-parameter; a present key of the wrong type is an error.
 Status read_u32(const gguf::File& f, const char* suffix, uint32_t* out, bool required) {
@@ -32,7 +32,8 @@ Status read_u32(const gguf::File& f, const char* suffix, uint32_t* out, bool req
   }
   auto v = f.get_uint(key);
   if (!v.ok()) return v.status();
-  if (*v > 0xFFFFFFFFull) return Status::invalid_argument(fmt::format("{} = {} is too large", key, *v));
+  if (*v > 0xFFFFFFFFull)
+    return Status::invalid_argument(fmt::format("{} = {} is too large", key, *v));
   *out = static_cast<uint32_t>(*v);
   return Status();
 }
@@ -91,8 +92,8 @@ void Model::repack_weights(int n_threads) {
   // read by rows (get_rows) and stays as it is, but a tied output matrix is repacked.
   std::vector<Weight*> linear = {&output_};
   for (LayerWeights& l : layers_) {
-    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
-                      &l.ssm_in, &l.ssm_out}) {
+    for (Weight* w :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ssm_in, &l.ssm_out}) {
       linear.push_back(w);
     }
   }
@@ -119,11 +120,31 @@ uint64_t Model::n_decode_bytes() const {
   // A tied output matrix is the token embedding itself (output_ is bound to it): counted once.
   n += bytes(output_);
   for (const LayerWeights& l : layers_) {
-    for (const Weight* w :
-         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.attn_q_norm,
-          &l.attn_k_norm, &l.post_attn_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
-          &l.post_ffn_norm, &l.ssm_in, &l.ssm_conv1d, &l.ssm_conv1d_b, &l.ssm_dt_b, &l.ssm_a,
-          &l.ssm_d, &l.ssm_norm, &l.ssm_out, &l.bo}) {
+    for (const Weight* w : {&l.attn_norm,
+                            &l.wq,
+                            &l.wk,
+                            &l.wv,
+                            &l.wo,
+                            &l.bq,
+                            &l.bk,
+                            &l.bv,
+                            &l.attn_q_norm,
+                            &l.attn_k_norm,
+                            &l.post_attn_norm,
+                            &l.ffn_norm,
+                            &l.ffn_gate,
+                            &l.ffn_up,
+                            &l.ffn_down,
+                            &l.post_ffn_norm,
+                            &l.ssm_in,
+                            &l.ssm_conv1d,
+                            &l.ssm_conv1d_b,
+                            &l.ssm_dt_b,
+                            &l.ssm_a,
+                            &l.ssm_d,
+                            &l.ssm_norm,
+                            &l.ssm_out,
+                            &l.bo}) {
       n += bytes(*w);
     }
   }
@@ -146,8 +167,9 @@ Status Model::load_hparams() {
   MNEMO_RETURN_IF_ERROR(read_u32(f, "feed_forward_length", &hp_.n_ff, true));
   MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.head_count", &hp_.n_head, true));
   if (hp_.n_embd == 0 || hp_.n_layer == 0 || hp_.n_head == 0 || hp_.n_ff == 0) {
-    return Status::invalid_argument("embedding_length, block_count, head_count and "
-                                    "feed_forward_length must be positive");
+    return Status::invalid_argument(
+        "embedding_length, block_count, head_count and "
+        "feed_forward_length must be positive");
   }
   if (hp_.n_layer > 4096 || hp_.n_embd > (1u << 20) || hp_.n_head > 4096) {
     return Status::invalid_argument("hyper-parameters are implausibly large");
@@ -155,8 +177,8 @@ Status Model::load_hparams() {
   hp_.n_head_kv = hp_.n_head;
   MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.head_count_kv", &hp_.n_head_kv, false));
   if (hp_.n_head_kv == 0 || hp_.n_head % hp_.n_head_kv != 0) {
-    return Status::invalid_argument(fmt::format(
-        "head_count_kv {} must divide head_count {}", hp_.n_head_kv, hp_.n_head));
+    return Status::invalid_argument(
+        fmt::format("head_count_kv {} must divide head_count {}", hp_.n_head_kv, hp_.n_head));
   }
   hp_.head_dim_k = hp_.n_embd / hp_.n_head;
   MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.key_length", &hp_.head_dim_k, false));
@@ -178,8 +200,9 @@ Status Model::load_hparams() {
   if (const gguf::Value* t = f.find(f.arch_key("rope.scaling.type"))) {
     const std::string* s = t->as_string();
     if (s == nullptr || (*s != "none" && *s != "linear")) {
-      return Status::not_supported(fmt::format("rope scaling type {} is not supported (none, linear)",
-                                               s ? *s : std::string("(not a string)")));
+      return Status::not_supported(
+          fmt::format("rope scaling type {} is not supported (none, linear)",
+                      s ? *s : std::string("(not a string)")));
     }
     if (*s == "none") scale_factor = 0.0f;
   }
@@ -241,8 +264,8 @@ Status Model::bind_weights() {
                                                   name, t_ne0, t_ne1, ne0, ne1));
     }
     if (!traits(t->type).can_dequantize) {
-      return Status::not_supported(fmt::format("tensor {}: type {} is not supported", name,
-                                               type_name(t->type)));
+      return Status::not_supported(
+          fmt::format("tensor {}: type {} is not supported", name, type_name(t->type)));
     }
     out->data = t->data;
     out->type = t->type;
@@ -284,19 +307,23 @@ Status Model::bind_weights() {
       MNEMO_RETURN_IF_ERROR(bind(name("attn_k.bias"), hp.n_embd_k_gqa(), 1, bias, &l.bk));
       MNEMO_RETURN_IF_ERROR(bind(name("attn_v.bias"), hp.n_embd_v_gqa(), 1, bias, &l.bv));
     }
-    MNEMO_RETURN_IF_ERROR(bind(name("attn_q_norm.weight"), hp.head_dim_k, 1, qk_norm, &l.attn_q_norm));
-    MNEMO_RETURN_IF_ERROR(bind(name("attn_k_norm.weight"), hp.head_dim_k, 1, qk_norm, &l.attn_k_norm));
-    MNEMO_RETURN_IF_ERROR(bind(name("post_attention_norm.weight"), hp.n_embd, 1, gemma, &l.post_attn_norm));
+    MNEMO_RETURN_IF_ERROR(
+        bind(name("attn_q_norm.weight"), hp.head_dim_k, 1, qk_norm, &l.attn_q_norm));
+    MNEMO_RETURN_IF_ERROR(
+        bind(name("attn_k_norm.weight"), hp.head_dim_k, 1, qk_norm, &l.attn_k_norm));
+    MNEMO_RETURN_IF_ERROR(
+        bind(name("post_attention_norm.weight"), hp.n_embd, 1, gemma, &l.post_attn_norm));
     MNEMO_RETURN_IF_ERROR(bind(name("ffn_norm.weight"), hp.n_embd, 1, true, &l.ffn_norm));
     MNEMO_RETURN_IF_ERROR(bind(name("ffn_gate.weight"), hp.n_embd, hp.n_ff, true, &l.ffn_gate));
     MNEMO_RETURN_IF_ERROR(bind(name("ffn_up.weight"), hp.n_embd, hp.n_ff, true, &l.ffn_up));
     MNEMO_RETURN_IF_ERROR(bind(name("ffn_down.weight"), hp.n_ff, hp.n_embd, true, &l.ffn_down));
-    MNEMO_RETURN_IF_ERROR(bind(name("post_ffw_norm.weight"), hp.n_embd, 1, gemma, &l.post_ffn_norm));
+    MNEMO_RETURN_IF_ERROR(
+        bind(name("post_ffw_norm.weight"), hp.n_embd, 1, gemma, &l.post_ffn_norm));
     for (const Weight* w : {&l.attn_norm, &l.ffn_norm, &l.attn_q_norm, &l.attn_k_norm,
                             &l.post_attn_norm, &l.post_ffn_norm, &l.bq, &l.bk, &l.bv}) {
       if (w->present() && w->type != GgmlType::F32) {
-        return Status::not_supported(fmt::format("blk.{}: norm and bias tensors must be f32, got {}",
-                                                 il, type_name(w->type)));
+        return Status::not_supported(fmt::format(
+            "blk.{}: norm and bias tensors must be f32, got {}", il, type_name(w->type)));
       }
     }
   }

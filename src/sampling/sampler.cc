@@ -52,7 +52,8 @@ void apply_penalties(std::vector<TokenCandidate>& c, std::span<const int32_t> re
     if (by_index) {
       if (id >= 0 && size_t(id) < c.size()) cand = &c[id];
     } else {
-      auto it = std::find_if(c.begin(), c.end(), [id = id](const TokenCandidate& x) { return x.id == id; });
+      auto it = std::find_if(c.begin(), c.end(),
+                             [id = id](const TokenCandidate& x) { return x.id == id; });
       if (it != c.end()) cand = &*it;
     }
     if (cand == nullptr) continue;
@@ -136,9 +137,9 @@ void Sampler::accept(int32_t token) {
 
 int32_t Sampler::sample(std::span<const float> logits) {
   CHECK(!logits.empty());
-  const bool penalize = !recent_.empty() &&
-                        (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
-                         params_.presence_penalty != 0.0f);
+  const bool penalize =
+      !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+                           params_.presence_penalty != 0.0f);
   if (params_.temp <= 0.0f && !penalize) return sampling::argmax(logits);
 
   cands_.resize(logits.size());

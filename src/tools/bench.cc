@@ -16,11 +16,11 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
-#include <thread>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -125,8 +125,8 @@ double kv_bytes_per_token(const Model& model, const ContextParams& cp, double de
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     if (hp.is_recurrent_layer(il)) continue;
     const double cells = hp.is_swa_layer(il) ? std::min<double>(depth, hp.n_swa) : depth;
-    n += cells * double(row_size(cp.type_k, hp.n_embd_k_gqa()) +
-                        row_size(cp.type_v, hp.n_embd_v_gqa()));
+    n += cells *
+         double(row_size(cp.type_k, hp.n_embd_k_gqa()) + row_size(cp.type_v, hp.n_embd_v_gqa()));
   }
   return n;
 }
@@ -263,16 +263,19 @@ int bench_main(BenchFlags& f) {
     }
     fmt::print("{}\n", out.dump(2));
   } else {
-    fmt::print("| model                          |       size |     params | backend    | threads "
-               "| type_k | type_v |            test |                  t/s |\n");
-    fmt::print("| ------------------------------ | ---------: | ---------: | ---------- | ------: "
-               "| -----: | -----: | --------------: | -------------------: |\n");
+    fmt::print(
+        "| model                          |       size |     params | backend    | threads "
+        "| type_k | type_v |            test |                  t/s |\n");
+    fmt::print(
+        "| ------------------------------ | ---------: | ---------: | ---------- | ------: "
+        "| -----: | -----: | --------------: | -------------------: |\n");
     for (const TestResult& r : results) {
-      fmt::print("| {:<30} | {:>6.2f} MiB | {:>8.2f} M | {:<10} | {:>7} | {:>6} | {:>6} | {:>15} | "
-                 "{:>20} |\n",
-                 model_type.substr(0, 30), model.n_bytes() / 1048576.0, model.n_params() / 1e6,
-                 "CPU", ctx.params().n_threads, ctk, ctv, test_name(r),
-                 fmt::format("{:.2f} ± {:.2f}", r.avg_ts, r.stddev_ts));
+      fmt::print(
+          "| {:<30} | {:>6.2f} MiB | {:>8.2f} M | {:<10} | {:>7} | {:>6} | {:>6} | {:>15} | "
+          "{:>20} |\n",
+          model_type.substr(0, 30), model.n_bytes() / 1048576.0, model.n_params() / 1e6, "CPU",
+          ctx.params().n_threads, ctk, ctv, test_name(r),
+          fmt::format("{:.2f} ± {:.2f}", r.avg_ts, r.stddev_ts));
     }
     if (f.bandwidth) {
       fmt::print("\nread bandwidth, {} threads: {:.2f} GB/s\n", ctx.params().n_threads,
@@ -280,11 +283,12 @@ int bench_main(BenchFlags& f) {
       for (const TestResult& r : results) {
         if (r.n_gen == 0 || r.n_prompt > 0) continue;
         const double b = token_bytes(r);
-        fmt::print("{}: {:.1f} MB per token (weights {:.1f}, K/V {:.1f}) x {:.2f} t/s = {:.2f} "
-                   "GB/s, {:.0f}% of the read bandwidth\n",
-                   test_name(r), b / 1e6, model.n_decode_bytes() / 1e6,
-                   (b - double(model.n_decode_bytes())) / 1e6, r.avg_ts, b * r.avg_ts / 1e9,
-                   100.0 * b * r.avg_ts / read_bw);
+        fmt::print(
+            "{}: {:.1f} MB per token (weights {:.1f}, K/V {:.1f}) x {:.2f} t/s = {:.2f} "
+            "GB/s, {:.0f}% of the read bandwidth\n",
+            test_name(r), b / 1e6, model.n_decode_bytes() / 1e6,
+            (b - double(model.n_decode_bytes())) / 1e6, r.avg_ts, b * r.avg_ts / 1e9,
+            100.0 * b * r.avg_ts / read_bw);
       }
     }
   }

@@ -139,9 +139,11 @@ json build_report(const gguf::File& f, const std::string& path) {
   uint64_t n_params = 0, n_bytes = 0;
   for (const auto& t : f.tensors()) {
     std::string type(type_name(t.type));
-    tensors.push_back(
-        {{"name", t.name}, {"type", type}, {"shape", t.dims}, {"bytes", t.n_bytes},
-         {"offset", t.offset}});
+    tensors.push_back({{"name", t.name},
+                       {"type", type},
+                       {"shape", t.dims},
+                       {"bytes", t.n_bytes},
+                       {"offset", t.offset}});
     n_params += static_cast<uint64_t>(t.n_elements());
     n_bytes += t.n_bytes;
     per_type[type].first += 1;
@@ -152,7 +154,8 @@ json build_report(const gguf::File& f, const std::string& path) {
   r["n_params"] = n_params;
   r["tensor_bytes"] = n_bytes;
   json by_type = json::object();
-  for (const auto& [type, cb] : per_type) by_type[type] = {{"tensors", cb.first}, {"bytes", cb.second}};
+  for (const auto& [type, cb] : per_type)
+    by_type[type] = {{"tensors", cb.first}, {"bytes", cb.second}};
   r["bytes_per_type"] = by_type;
 
   json meta = json::object();
@@ -183,7 +186,8 @@ void print_text(const gguf::File& f, const json& r) {
     if (tok.contains(k)) fmt::print("  {:<20} {}\n", k, tok[k].dump());
   }
   for (const auto& [which, info] : tok["special"].items()) {
-    fmt::print("  {:<20} {} {}\n", which + " token", info["id"].get<int64_t>(), info["text"].dump());
+    fmt::print("  {:<20} {} {}\n", which + " token", info["id"].get<int64_t>(),
+               info["text"].dump());
   }
 
   fmt::print("\ntensors ({}):\n", f.tensors().size());

@@ -15,8 +15,8 @@ namespace {
 // letter after a single dash, so these aliases are rewritten to their long forms before parsing.
 // An "=value" suffix is kept ("-ctk=q8_0" -> "--cache-type-k=q8_0").
 constexpr std::pair<const char*, const char*> kLlamaAliases[] = {
-    {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
-    {"-kvu", "--kv-unified"}, {"-np", "--parallel"},      {"-fa", "--flash-attn"},
+    {"-ub", "--ubatch-size"},   {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
+    {"-kvu", "--kv-unified"},   {"-np", "--parallel"},      {"-fa", "--flash-attn"},
     {"-ngl", "--n-gpu-layers"}, {"-nr", "--no-repack"},
 };
 
@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // The SIMD target the kernels dispatch to (after any MNEMO_SIMD cap): scripts/test reads it
   // to run the real-model tests under every target this CPU has.
-  app.set_version_flag("--version", std::string("mnemo 0.1.0 (SIMD ") +
-                                        mnemo::kernels::simd_target() + ")");
+  app.set_version_flag("--version",
+                       std::string("mnemo 0.1.0 (SIMD ") + mnemo::kernels::simd_target() + ")");
 
   std::map<const CLI::App*, mnemo::tools::RunFn> runs;
   auto add = [&](const char* name, const char* help, auto reg) {

@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "mnemo/chat.h"
 #include "kernels/kernels.h"
+#include "mnemo/chat.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 

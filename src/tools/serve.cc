@@ -33,7 +33,8 @@ int serve_main(ServeFlags& f) {
     return 1;
   }
   fmt::print(stderr, "mnemo serve: {} (loaded in {:.0f} ms)\n", lm->model->describe(), lm->load_ms);
-  if (std::string r = repack_summary(*lm->model); !r.empty()) fmt::print(stderr, "mnemo serve: {}\n", r);
+  if (std::string r = repack_summary(*lm->model); !r.empty())
+    fmt::print(stderr, "mnemo serve: {}\n", r);
   f.server.model_path = f.model.model_path;
   f.server.ctx = f.model.ctx;
   Status st = server::run_server(*lm->model, *lm->tokenizer, f.server);

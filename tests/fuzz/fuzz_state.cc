@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "support/state_test_util.h"
 #include "mnemo/state.h"
+#include "support/state_test_util.h"
 
 namespace {
 

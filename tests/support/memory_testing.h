@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "memory/kv_cache.h"
-#include "mnemo/memory.h"
 #include "memory/swa_kv_cache.h"
+#include "mnemo/memory.h"
 
 namespace mnemo::testing {
 

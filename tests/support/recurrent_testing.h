@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "memory/hybrid_memory.h"
-#include "mnemo/memory.h"
 #include "memory/recurrent_state.h"
+#include "mnemo/memory.h"
 
 namespace mnemo::testing {
 

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "support/memory_testing.h"
 #include "memory/kv_cache.h"
-#include "mnemo/state.h"
 #include "memory/swa_kv_cache.h"
+#include "mnemo/state.h"
+#include "support/memory_testing.h"
 
 namespace mnemo::testing {
 

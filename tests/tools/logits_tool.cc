@@ -43,18 +43,30 @@ int main(int argc, char** argv) {
   cp.n_threads = 2;
   for (int i = 2; i < argc; ++i) {
     auto arg = [&](const char* name) { return std::strcmp(argv[i], name) == 0 && i + 1 < argc; };
-    if (arg("--tokens")) tokens = parse_ids(argv[++i]);
-    else if (arg("--ids")) ids = parse_ids(argv[++i]);
-    else if (arg("--top")) top = std::atoi(argv[++i]);
-    else if (arg("-ub")) cp.n_ubatch = uint32_t(std::atoi(argv[++i]));
-    else if (arg("-b")) cp.n_batch = uint32_t(std::atoi(argv[++i]));
-    else if (arg("-t")) cp.n_threads = std::atoi(argv[++i]);
-    else if (arg("-c")) cp.n_ctx = uint32_t(std::atoi(argv[++i]));
-    else if (arg("-ctk")) cp.type_k = *mnemo::type_from_name(argv[++i]);
-    else if (arg("-ctv")) cp.type_v = *mnemo::type_from_name(argv[++i]);
-    else if (std::strcmp(argv[i], "--full") == 0) full = true;
-    else if (std::strcmp(argv[i], "--kvu") == 0) cp.kv_unified = true;
-    else if (std::strcmp(argv[i], "--swa-full") == 0) cp.swa_full = true;
+    if (arg("--tokens"))
+      tokens = parse_ids(argv[++i]);
+    else if (arg("--ids"))
+      ids = parse_ids(argv[++i]);
+    else if (arg("--top"))
+      top = std::atoi(argv[++i]);
+    else if (arg("-ub"))
+      cp.n_ubatch = uint32_t(std::atoi(argv[++i]));
+    else if (arg("-b"))
+      cp.n_batch = uint32_t(std::atoi(argv[++i]));
+    else if (arg("-t"))
+      cp.n_threads = std::atoi(argv[++i]);
+    else if (arg("-c"))
+      cp.n_ctx = uint32_t(std::atoi(argv[++i]));
+    else if (arg("-ctk"))
+      cp.type_k = *mnemo::type_from_name(argv[++i]);
+    else if (arg("-ctv"))
+      cp.type_v = *mnemo::type_from_name(argv[++i]);
+    else if (std::strcmp(argv[i], "--full") == 0)
+      full = true;
+    else if (std::strcmp(argv[i], "--kvu") == 0)
+      cp.kv_unified = true;
+    else if (std::strcmp(argv[i], "--swa-full") == 0)
+      cp.swa_full = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -92,8 +104,9 @@ int main(int argc, char** argv) {
       std::vector<int32_t> order(n_vocab);
       std::iota(order.begin(), order.end(), 0);
       const int k_top = std::min(top, n_vocab);
-      std::partial_sort(order.begin(), order.begin() + k_top, order.end(),
-                        [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
+      std::partial_sort(
+          order.begin(), order.begin() + k_top, order.end(),
+          [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
       nlohmann::json row;
       std::vector<int32_t> top_ids(order.begin(), order.begin() + k_top);
       std::vector<double> top_lp;

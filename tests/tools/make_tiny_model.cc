@@ -20,8 +20,10 @@ int main(int argc, char** argv) {
   uint32_t seed = 1;
   bool all_f32 = false;
   for (int i = 3; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = uint32_t(std::atoi(argv[++i]));
-    else if (std::strcmp(argv[i], "--f32") == 0) all_f32 = true;
+    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+      seed = uint32_t(std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--f32") == 0)
+      all_f32 = true;
   }
   mnemo::Status st = mnemo::testing::write_tiny_model(argv[1], argv[2], seed, all_f32);
   if (!st.ok()) {

@@ -139,12 +139,12 @@ Status write_tiny_model(const std::string& arch, const std::string& out, uint32_
     }
     if (gemma) tensor(p + "post_attention_norm.weight", {n_embd}, GgmlType::F32, 1.0f, 0.1f);
     tensor(p + "ffn_norm.weight", {n_embd}, GgmlType::F32, 1.0f, 0.1f);
-    tensor(p + "ffn_gate.weight", {n_embd, n_ff}, T(il % 2 ? GgmlType::Q4_K : GgmlType::Q5_0),
-           0.0f, s_embd);
+    tensor(p + "ffn_gate.weight", {n_embd, n_ff}, T(il % 2 ? GgmlType::Q4_K : GgmlType::Q5_0), 0.0f,
+           s_embd);
     tensor(p + "ffn_up.weight", {n_embd, n_ff}, T(il % 2 ? GgmlType::Q5_K : GgmlType::BF16), 0.0f,
            s_embd);
-    tensor(p + "ffn_down.weight", {n_ff, n_embd}, T(il % 2 ? GgmlType::Q6_K : GgmlType::Q8_0),
-           0.0f, s_ff);
+    tensor(p + "ffn_down.weight", {n_ff, n_embd}, T(il % 2 ? GgmlType::Q6_K : GgmlType::Q8_0), 0.0f,
+           s_ff);
     if (gemma) tensor(p + "post_ffw_norm.weight", {n_embd}, GgmlType::F32, 1.0f, 0.1f);
   }
   MNEMO_RETURN_IF_ERROR(status);
