@@ -206,6 +206,8 @@ httplib::Server::Handler Front::wrap(Handler h) {
     RequestLog log;
     try {
       (this->*h)(req, res, log);
+    } catch (const Json::exception& e) {  // a value of the wrong type or range in the body
+      reply_error(res, ErrorKind::kInvalidRequest, std::string("invalid request: ") + e.what());
     } catch (const std::exception& e) {  // a library's exception (nlohmann, std): never crash
       MNEMO_LOG(kError) << req.method << " " << req.path << ": " << e.what();
       reply_error(res, ErrorKind::kInternal, std::string("internal error: ") + e.what());
@@ -215,10 +217,23 @@ httplib::Server::Handler Front::wrap(Handler h) {
 }
 
 bool Front::parse_body(const Request& req, Response& res, Json* out) {
+  // Nesting is bounded (no request needs more than a few levels; deep values cost stack when
+  // they are destroyed); a number out of double's range is an error of the body, not of the
+  // server (nlohmann reports it as out_of_range, not parse_error).
+  constexpr int kMaxDepth = 64;
+  bool too_deep = false;
   try {
-    *out = Json::parse(req.body);
-  } catch (const Json::parse_error& e) {
+    *out = Json::parse(req.body, [&](int depth, Json::parse_event_t, Json&) {
+      if (depth > kMaxDepth) too_deep = true;
+      return !too_deep;
+    });
+  } catch (const Json::exception& e) {
     reply_error(res, ErrorKind::kInvalidRequest, std::string("malformed JSON: ") + e.what());
+    return false;
+  }
+  if (too_deep) {
+    reply_error(res, ErrorKind::kInvalidRequest,
+                fmt::format("malformed JSON: nested deeper than {} levels", kMaxDepth));
     return false;
   }
   return true;

@@ -23,13 +23,20 @@ TEST(SlotFileName, AcceptsPlainNames) {
   for (const char* ok : {"a", "slot0.bin", "user-42_state", "état.bin", "a.b.c", "x y"}) {
     EXPECT_TRUE(validate_slot_filename(ok).ok()) << ok;
   }
-  EXPECT_TRUE(validate_slot_filename(std::string(255, 'a')).ok());
+  EXPECT_TRUE(validate_slot_filename(std::string(kMaxSlotFileName, 'a')).ok());
+  EXPECT_TRUE(validate_slot_filename("\u00e9t\u00e9 \u65e5\u672c \u2603.bin").ok());
 }
 
 TEST(SlotFileName, RejectsEveryListedCase) {
   const std::string cases[] = {
       "",                      // empty
       std::string(256, 'a'),   // over 255 bytes
+      std::string(kMaxSlotFileName + 1, 'a'),  // no room for the temporary ".tmp.PID" name
+      "\xef\xbb\xbfbom",           // U+FEFF byte-order mark
+      "evil\xe2\x80\xaegnp.bin",   // U+202E right-to-left override
+      "line\xe2\x80\xa8sep",       // U+2028 line separator
+      "iso\xe2\x81\xa6late",       // U+2066 left-to-right isolate
+      "c1\xc2\x85",                 // U+0085 next line (C1 control)
       "../etc/passwd",         // traversal and separator
       "a/b",                   // separator
       "a\\b",                  // Windows separator

@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <cstdint>
+
 namespace mnemo::server {
 namespace {
 
 // Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not one (overlong forms,
-// surrogates and code points above U+10FFFF are invalid).
-size_t utf8_sequence_length(std::string_view s, size_t i) {
+// surrogates and code points above U+10FFFF are invalid); its code point in *cp_out.
+size_t utf8_sequence_length(std::string_view s, size_t i, uint32_t* cp_out) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = b(i);
+  *cp_out = c;
   if (c < 0x80) return 1;
   size_t n = 0;
   uint32_t cp = 0;
@@ -33,7 +36,16 @@ size_t utf8_sequence_length(std::string_view s, size_t i) {
   }
   static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
   if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  *cp_out = cp;
   return n;
+}
+
+// Characters a file name may not hold because they hide or reorder what a reader sees (Unicode
+// Standard Annex #9 for the bidirectional controls; U+2028 / U+2029 break lines in logs).
+bool is_deceptive(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || cp == 0xFEFF || cp == 0x061C || cp == 0x200E ||
+         cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) ||
+         cp == 0x2028 || cp == 0x2029;
 }
 
 }  // namespace
@@ -54,10 +66,16 @@ Status validate_slot_filename(std::string_view name) {
       return Status::invalid_argument(
           fmt::format("the file name has a path separator at byte {}", i));
     }
-    const size_t n = utf8_sequence_length(name, i);
+    uint32_t cp = 0;
+    const size_t n = utf8_sequence_length(name, i, &cp);
     if (n == 0) {
       return Status::invalid_argument(
           fmt::format("the file name is not valid UTF-8 at byte {}", i));
+    }
+    if (is_deceptive(cp)) {
+      return Status::invalid_argument(fmt::format(
+          "the file name has U+{:04X} (a control, bidirectional or separator character) at byte {}",
+          cp, i));
     }
     i += n;
   }

@@ -429,7 +429,11 @@ def test_requantize_one_slot_while_another_streams(server):
 
 
 BAD_NAMES = ["../escape.bin", "a/b.bin", "..", "a..b", ".hidden", " lead", "trail ", "trail.",
-             "tab\there", "nul\x00x", "bell\x07", "back\\slash", "", "x" * 256, "/etc/passwd"]
+             "tab\there", "nul\x00x", "bell\x07", "back\\slash", "", "x" * 256, "/etc/passwd",
+             # no room left for the temporary "NAME.tmp.PID" a save writes first
+             "x" * 241, "x" * 250,
+             # characters that hide or reorder what a reader sees
+             "\ufeffbom.bin", "evil\u202egnp.bin", "line\u2028sep", "iso\u2066late", "c1\x85"]
 
 
 @pytest.mark.parametrize("action", ["save", "restore"])
@@ -445,6 +449,15 @@ def test_bad_slot_file_names_are_rejected(server, save_dir, action):
     assert sorted(os.listdir(save_dir)) == before
     assert sorted(os.listdir(save_dir.parent)) == parent_before
     assert server.alive()
+
+
+def test_longest_accepted_slot_file_name_saves_and_leaves_no_temporary(server, save_dir):
+    name = "n" * 240  # kMaxSlotFileName: 255 less ".tmp." and a 10-digit process id
+    r = post(server, "/slots/3?action=save", {"filename": name})
+    assert r.status_code == 200, r.text
+    assert (save_dir / name).stat().st_size == r.json()["n_written"]
+    assert not [f for f in os.listdir(save_dir) if ".tmp." in f]
+    assert str(save_dir) not in r.text
 
 
 def test_slot_action_errors(server):
@@ -479,6 +492,22 @@ def test_malformed_and_invalid_requests(server):
         r = post(server, path, body)
         assert r.status_code == 400, (path, body, r.text)
         assert r.json()["error"]["message"]
+    # Numbers out of double's range, values of the wrong type deep in a body, and nesting
+    # beyond any request's needs: 400, never 500.
+    raw = [
+        ("/completion", b'{"prompt": "x", "n_predict": 2, "temperature": 1e400}'),
+        ("/completion", b'{"prompt": "x", "n_predict": 2, "extra": [-1e999]}'),
+        ("/tokenize", b'{"content": "x", "n": 1e400}'),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "x": 1e400}'),
+        ("/completion", b'{"prompt": "x", "n_predict": 2, "deep": ' + b"[" * 100 + b"]" * 100
+         + b"}"),
+        ("/slots/0?action=save", b'{"filename": "a.bin", "x": 1e400}'),
+    ]
+    for path, body in raw:
+        r = requests.post(server.url + path, data=body,
+                          headers={"Content-Type": "application/json"}, timeout=30)
+        assert r.status_code == 400, (path, body, r.text)
+        assert r.json()["error"]["type"] == "invalid_request_error", r.text
     # A prompt that cannot fit a slot: 413 before any compute, with the numbers.
     long_prompt = list(range(100, 100 + 2048 // SLOTS + 5))
     r = post(server, "/completion", {"prompt": long_prompt, "n_predict": 4})
