@@ -29,29 +29,29 @@ TEST(SlotFileName, AcceptsPlainNames) {
 
 TEST(SlotFileName, RejectsEveryListedCase) {
   const std::string cases[] = {
-      "",                      // empty
-      std::string(256, 'a'),   // over 255 bytes
+      "",                                      // empty
+      std::string(256, 'a'),                   // over 255 bytes
       std::string(kMaxSlotFileName + 1, 'a'),  // no room for the temporary ".tmp.PID" name
-      "\xef\xbb\xbfbom",           // U+FEFF byte-order mark
-      "evil\xe2\x80\xaegnp.bin",   // U+202E right-to-left override
-      "line\xe2\x80\xa8sep",       // U+2028 line separator
-      "iso\xe2\x81\xa6late",       // U+2066 left-to-right isolate
-      "c1\xc2\x85",                 // U+0085 next line (C1 control)
-      "../etc/passwd",         // traversal and separator
-      "a/b",                   // separator
-      "a\\b",                  // Windows separator
-      "..",                    // parent
-      "a..b",                  // contains ".."
-      ".hidden",               // leading dot
-      " lead",                 // leading space
-      "trail.",                // trailing dot
-      "trail ",                // trailing space
-      std::string("a\0b", 3),  // NUL
-      "tab\there",             // control character
-      "del\x7f",               // DEL
-      "bad\xff",               // not UTF-8
-      "\xc0\xaf",              // overlong '/'
-      "/abs",                  // absolute path
+      "\xef\xbb\xbfbom",                       // U+FEFF byte-order mark
+      "evil\xe2\x80\xaegnp.bin",               // U+202E right-to-left override
+      "line\xe2\x80\xa8sep",                   // U+2028 line separator
+      "iso\xe2\x81\xa6late",                   // U+2066 left-to-right isolate
+      "c1\xc2\x85",                            // U+0085 next line (C1 control)
+      "../etc/passwd",                         // traversal and separator
+      "a/b",                                   // separator
+      "a\\b",                                  // Windows separator
+      "..",                                    // parent
+      "a..b",                                  // contains ".."
+      ".hidden",                               // leading dot
+      " lead",                                 // leading space
+      "trail.",                                // trailing dot
+      "trail ",                                // trailing space
+      std::string("a\0b", 3),                  // NUL
+      "tab\there",                             // control character
+      "del\x7f",                               // DEL
+      "bad\xff",                               // not UTF-8
+      "\xc0\xaf",                              // overlong '/'
+      "/abs",                                  // absolute path
   };
   for (const std::string& c : cases) {
     Status st = validate_slot_filename(c);
