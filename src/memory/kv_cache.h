@@ -268,9 +268,29 @@ class KvCache final : public Memory {
   /// Converts stream s to new types (requantize's unit of work; see KvStorage::convert_stream).
   /// Errors: kNoSpace when the new mapping is refused (the stream is then unchanged).
   Status requantize_stream(uint32_t s, GgmlType k_type, GgmlType v_type);
+
+  /// Whole-cache requantize in two steps, so that a memory made of several caches (SwaKvCache)
+  /// maps all of their streams before it changes any. prepare_requantize: the checks of
+  /// requantize and every stream's new mapping (kInvalidArgument / kNoSpace; nothing changes);
+  /// commit_requantize converts every stream into its mapping and cannot fail.
+  struct PreparedRequantize {
+    GgmlType k_type = GgmlType::F16;
+    GgmlType v_type = GgmlType::F16;
+    std::vector<KvStorage::Prepared> streams;  // [n_stream]
+  };
+  Result<PreparedRequantize> prepare_requantize(GgmlType k_type, GgmlType v_type) const;
+  void commit_requantize(PreparedRequantize p);
   /// The rotation rows of these types get in this cache: kv_rotation_for(rotation_dim, k, v).
   uint32_t rotation_for(GgmlType k_type, GgmlType v_type) const;
 
+ private:
+  /// The cells of stream s holding data, ascending (what a conversion must carry over).
+  std::vector<uint32_t> occupied_cells(uint32_t s) const;
+  /// Converts stream s into its prepared mapping (KvStorage::commit_convert); views are
+  /// invalidated.
+  void commit_stream(KvStorage::Prepared p, uint32_t s);
+
+ public:
   const KvCacheConfig& config() const { return config_; }
   /// One stream shared by all sequences (true) or one per sequence (false).
   bool unified() const { return config_.unified; }

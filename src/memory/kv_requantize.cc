@@ -3,9 +3,11 @@
 //
 // Unit of work: one stream. Its new mapping (all layers, new types) is made first, the rows of
 // occupied cells are converted layer by layer (K then V), then the old mapping is released with
-// munmap (AlignedBuffer), so the peak is old + new bytes of one stream and resident memory drops
-// right away. Rows of empty cells are left zero: they hold no data (invariant 2 in memory.h).
-// Large streams are converted on the cache's ThreadPool (a task per layer and K / V).
+// munmap (AlignedBuffer), so resident memory drops right away. A per-sequence requantize maps one
+// stream (peak: old + new bytes of that stream); a whole-cache one maps every stream before it
+// converts any (peak: old + new bytes of the whole cache), so that it is all or nothing. Rows of
+// empty cells are left zero: they hold no data (invariant 2 in memory.h). Large streams are
+// converted on the cache's ThreadPool (a task per layer and K / V).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -19,13 +21,33 @@ namespace mnemo {
 
 Status KvStorage::convert_stream(uint32_t s, StreamTypes types, const std::vector<uint32_t>& cells,
                                  ThreadPool* pool) {
+  MNEMO_ASSIGN_OR_RETURN(Prepared p, prepare_convert(s, types));
+  commit_convert(std::move(p), cells, pool);
+  return Status();
+}
+
+Result<KvStorage::Prepared> KvStorage::prepare_convert(uint32_t s, StreamTypes types) const {
   CHECK_LT(s, streams_.size());
+  Prepared p;
+  p.s_ = s;
+  p.types_ = types;
   const StreamTypes old = streams_[s].types;
   if (old.k_type == types.k_type && old.v_type == types.v_type && old.rotation == types.rotation) {
-    return Status();
+    return p;
   }
   MNEMO_RETURN_IF_ERROR(check_types(layers_, s, types));
   MNEMO_ASSIGN_OR_RETURN(Stream fresh, make_stream(n_cells_, layers_, types));
+  p.fresh_ = std::move(fresh);
+  return p;
+}
+
+void KvStorage::commit_convert(Prepared p, const std::vector<uint32_t>& cells, ThreadPool* pool) {
+  if (!p.fresh_) return;
+  const uint32_t s = p.s_;
+  CHECK_LT(s, streams_.size());
+  const StreamTypes old = streams_[s].types;
+  const StreamTypes types = p.types_;
+  Stream& fresh = *p.fresh_;
   const Stream& cur = streams_[s];
   // One task per (layer, K or V); large streams are converted on the pool's threads (the work
   // is independent per tensor), small ones on the calling thread.
@@ -60,7 +82,6 @@ Status KvStorage::convert_stream(uint32_t s, StreamTypes types, const std::vecto
     });
   }
   streams_[s] = std::move(fresh);  // the old mapping is unmapped here
-  return Status();
 }
 
 Status KvCache::check_requantize(GgmlType k_type, GgmlType v_type) const {
@@ -97,26 +118,53 @@ Status KvCache::check_requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type
 Status KvCache::requantize_stream(uint32_t s, GgmlType k_type, GgmlType v_type) {
   CHECK_LT(s, n_stream());
   MNEMO_RETURN_IF_ERROR(check_requantize(k_type, v_type));
+  KvStorage::StreamTypes t{k_type, v_type, rotation_for(k_type, v_type)};
+  MNEMO_ASSIGN_OR_RETURN(KvStorage::Prepared p, storage_.prepare_convert(s, t));
+  commit_stream(std::move(p), s);
+  return Status();
+}
+
+std::vector<uint32_t> KvCache::occupied_cells(uint32_t s) const {
   const KvCells& c = cells_[s];
   std::vector<uint32_t> occupied;
   occupied.reserve(c.used());
   for (uint32_t i = 0; i < c.used_max(); ++i) {
     if (!c.is_empty(i)) occupied.push_back(i);
   }
-  KvStorage::StreamTypes t{k_type, v_type, rotation_for(k_type, v_type)};
-  MNEMO_RETURN_IF_ERROR(storage_.convert_stream(s, t, occupied, config_.pool));
+  return occupied;
+}
+
+void KvCache::commit_stream(KvStorage::Prepared p, uint32_t s) {
+  storage_.commit_convert(std::move(p), occupied_cells(s), config_.pool);
   ++epoch_;  // views into the old mapping are gone
-  return Status();
+}
+
+Result<KvCache::PreparedRequantize> KvCache::prepare_requantize(GgmlType k_type,
+                                                                GgmlType v_type) const {
+  MNEMO_RETURN_IF_ERROR(check_requantize(k_type, v_type));
+  PreparedRequantize out;
+  out.k_type = k_type;
+  out.v_type = v_type;
+  const KvStorage::StreamTypes t{k_type, v_type, rotation_for(k_type, v_type)};
+  for (uint32_t s = 0; s < n_stream(); ++s) {
+    MNEMO_ASSIGN_OR_RETURN(KvStorage::Prepared p, storage_.prepare_convert(s, t));
+    out.streams.push_back(std::move(p));
+  }
+  return out;
+}
+
+void KvCache::commit_requantize(PreparedRequantize p) {
+  for (uint32_t s = 0; s < p.streams.size(); ++s) commit_stream(std::move(p.streams[s]), s);
+  config_.k_type = p.k_type;
+  config_.v_type = p.v_type;
+  config_.stream_types.clear();
 }
 
 Status KvCache::requantize(GgmlType k_type, GgmlType v_type) {
-  MNEMO_RETURN_IF_ERROR(check_requantize(k_type, v_type));
-  for (uint32_t s = 0; s < n_stream(); ++s) {
-    MNEMO_RETURN_IF_ERROR(requantize_stream(s, k_type, v_type));
-  }
-  config_.k_type = k_type;
-  config_.v_type = v_type;
-  config_.stream_types.clear();
+  // Every stream's new mapping is made before any stream changes: running out of memory on a
+  // later stream leaves the cache as it was.
+  MNEMO_ASSIGN_OR_RETURN(PreparedRequantize p, prepare_requantize(k_type, v_type));
+  commit_requantize(std::move(p));
   return Status();
 }
 

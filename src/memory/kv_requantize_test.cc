@@ -2,6 +2,7 @@
 // asked stream converted, errors change nothing, resident memory really drops, and the peak stays
 // within the old size plus one new stream.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -163,6 +164,39 @@ TEST(RequantizeTest, PoolGivesTheSameBytes) {
     ASSERT_TRUE(pooled->requantize(t, GgmlType::Q5_1).ok());
     EXPECT_EQ(full_snapshot(*alone), full_snapshot(*pooled)) << type_name(t);
   }
+}
+
+// Virtual memory of this process now, in bytes (/proc/self/statm, first field in pages).
+size_t vm_bytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t pages = 0;
+  f >> pages;
+  return pages * size_t(sysconf(_SC_PAGESIZE));
+}
+
+TEST(RequantizeTest, OutOfMemoryOnALaterStreamChangesNothing) {
+  // Two 16 MiB f16 streams to f32 (32 MiB each), with room for one new stream only: the whole
+  // cache must come back as it was, bytes and types, not with its first stream converted.
+  KvCacheConfig cfg = state_config(4096, 2, false, GgmlType::F16, GgmlType::F16, 32);
+  cfg.n_embd_k_gqa.assign(4, 256);
+  cfg.n_embd_v_gqa.assign(4, 256);
+  auto c = make_cache(cfg);
+  fill(*c, 0, 300, 1);
+  fill(*c, 1, 200, 2);
+  const std::string before = full_snapshot(*c);
+  rlimit old_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old_limit), 0);
+  rlimit tight = old_limit;
+  tight.rlim_cur = vm_bytes() + (size_t(40) << 20);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+  const Status st = c->requantize(GgmlType::F32, GgmlType::F32);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old_limit), 0);
+  EXPECT_EQ(st.code(), StatusCode::kNoSpace) << st.to_string();
+  for (uint32_t s = 0; s < 2; ++s) EXPECT_EQ(c->storage().k_type(s), GgmlType::F16) << s;
+  EXPECT_EQ(full_snapshot(*c), before);
+  // With room, the same call converts both.
+  ASSERT_TRUE(c->requantize(GgmlType::F32, GgmlType::F32).ok());
+  for (uint32_t s = 0; s < 2; ++s) EXPECT_EQ(c->storage().k_type(s), GgmlType::F32) << s;
 }
 
 TEST(RequantizeTest, ResidentMemoryDropsAndPeakIsBounded) {

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "base/buffer.h"
@@ -106,6 +107,15 @@ class KvStorage {
   Status convert_stream(uint32_t s, StreamTypes types, const std::vector<uint32_t>& cells,
                         ThreadPool* pool);
 
+  class Prepared;
+  /// convert_stream in two steps, so that a caller converting several streams maps them all
+  /// before it changes any (whole-cache requantize is all or nothing). prepare_convert checks
+  /// the types and maps the new tensors (errors as convert_stream; nothing changes);
+  /// commit_convert converts the rows of `cells` into them and releases the old mapping, and
+  /// cannot fail. A Prepared for unchanged types maps nothing and commits as a no-op.
+  Result<Prepared> prepare_convert(uint32_t s, StreamTypes types) const;
+  void commit_convert(Prepared p, const std::vector<uint32_t>& cells, ThreadPool* pool);
+
   /// Bytes of the K (kind 'K') or V tensor of (l, s): n_cells * row_size.
   size_t tensor_bytes(uint32_t l, uint32_t s, char kind) const;
   /// Bytes mapped for stream s (page-rounded).
@@ -121,6 +131,20 @@ class KvStorage {
     std::vector<size_t> v_row;  // [n_layer] V row bytes
     size_t cell_bytes = 0;      // sum of k_row + v_row
   };
+
+ public:
+  /// A stream's new mapping, made by prepare_convert and consumed by commit_convert (move-only;
+  /// dropping it unmaps it and changes nothing).
+  class Prepared {
+   private:
+    friend class KvStorage;
+    Prepared() = default;
+    uint32_t s_ = 0;
+    StreamTypes types_{};
+    std::optional<Stream> fresh_;  // empty: the types are unchanged
+  };
+
+ private:
   KvStorage() = default;
   static Status check_types(const std::vector<Layer>& layers, uint32_t s, StreamTypes t);
   static Result<Stream> make_stream(uint32_t n_cells, const std::vector<Layer>& layers,

@@ -31,8 +31,13 @@ Status SwaKvCache::requantize(GgmlType k_type, GgmlType v_type) {
   MNEMO_RETURN_IF_ERROR(base_->check_requantize(k_type, v_type));
   MNEMO_RETURN_IF_ERROR(
       swa_->check_requantize(k_type, v_type).with_context("sliding-window layers"));
-  MNEMO_RETURN_IF_ERROR(base_->requantize(k_type, v_type));
-  MNEMO_RETURN_IF_ERROR(swa_->requantize(k_type, v_type));
+  // Both children's new mappings are made before either changes: all or nothing.
+  MNEMO_ASSIGN_OR_RETURN(KvCache::PreparedRequantize base,
+                         base_->prepare_requantize(k_type, v_type));
+  auto swa = swa_->prepare_requantize(k_type, v_type);
+  if (!swa.ok()) return swa.status().with_context("sliding-window layers");
+  base_->commit_requantize(std::move(base));
+  swa_->commit_requantize(std::move(*swa));
   config_.k_type = k_type;
   config_.v_type = v_type;
   return Status();
