@@ -32,6 +32,6 @@ Status state_seq_set_data(Context& ctx, std::span<const uint8_t> src, SeqId dst_
 Status state_seq_save_file(const Context& ctx, const std::string& path, SeqId seq,
                            std::span<const int32_t> tokens);
 Result<std::vector<int32_t>> state_seq_load_file(Context& ctx, const std::string& path,
-                                                 SeqId dst_seq);
+                                                 SeqId dst_seq, const StateSeqCheck& check = {});
 
 }  // namespace mnemo

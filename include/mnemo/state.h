@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -116,9 +117,17 @@ Status state_seq_set_data(Memory& mem, const ModelFingerprint& fp, std::span<con
 /// state_seq_get_data plus the caller's token list of that sequence, into a file (atomic).
 Status state_seq_save_file(const Memory& mem, const ModelFingerprint& fp, const std::string& path,
                            SeqId seq, std::span<const int32_t> tokens);
-/// state_seq_set_data from a file into dst_seq; returns the saved token list.
+/// A caller's last word on a sequence state, asked after the validation pass and before anything
+/// changes: the state's token list and the positions it would give the sequence. A non-OK
+/// answer is the restore's error, and the memory is unchanged.
+using StateSeqCheck =
+    std::function<Status(std::span<const int32_t> tokens, const StateSeqSummary& summary)>;
+
+/// state_seq_set_data from a file into dst_seq; returns the saved token list. `check`, when
+/// given, runs between the two passes (StateSeqCheck).
 Result<std::vector<int32_t>> state_seq_load_file(Memory& mem, const ModelFingerprint& fp,
-                                                 const std::string& path, SeqId dst_seq);
+                                                 const std::string& path, SeqId dst_seq,
+                                                 const StateSeqCheck& check = {});
 
 // ---------------------------------------------------------------------------------------------
 // Streaming building blocks (the functions above are thin wrappers)
@@ -128,9 +137,10 @@ Status state_write(const Memory& mem, const ModelFingerprint& fp, StateSink* sin
                    const StateWriteSpec& spec, std::span<const int32_t> tokens);
 /// Validates then applies a complete state from `source` (two passes; see the header comment).
 /// scope must match the state's; dst_seq is used for kSequence. Returns the token list.
+/// `check` (kSequence only) runs between the passes: see StateSeqCheck.
 Result<std::vector<int32_t>> state_read(Memory& mem, const ModelFingerprint& fp,
                                         StateSource* source, state_format::Scope scope,
-                                        SeqId dst_seq);
+                                        SeqId dst_seq, const StateSeqCheck& check = {});
 /// Reads the file header and HEAD only. Errors as for a restore's header checks.
 Result<StateInfo> state_inspect(StateSource* source);
 

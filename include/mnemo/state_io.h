@@ -296,11 +296,25 @@ struct StateWriteSpec {
   SeqId seq = -1;  // kSequence: the sequence to save
 };
 
+/// What the validation pass of a sequence-scope restore found: the positions the destination
+/// sequence will hold once the restore is applied (as seq_pos_min / seq_pos_max will answer
+/// then), so that a caller can check its own record of the sequence (a slot's token list)
+/// before anything changes. set = false: no part reported (a memory without positions).
+struct StateSeqSummary {
+  bool set = false;
+  Pos pos_min = -1;  // -1 when the state holds no cell
+  Pos pos_max = -1;
+};
+
 struct StateReadSpec {
   state_format::Scope scope = state_format::Scope::kWhole;
   SeqId src_seq = -1;   // kSequence: the seq_id recorded in the state
   SeqId dst_seq = -1;   // kSequence: the sequence that receives the cells (replacing its own)
   bool dry_run = true;  // validate only; nothing changes
+  /// Dry run, kSequence scope: filled by the first part that holds positions (a KV cache's
+  /// cells; a recurrent state's range). The full-attention part comes first in every memory
+  /// made of several parts, so its range is what is reported. May be null.
+  StateSeqSummary* summary = nullptr;
 };
 
 }  // namespace mnemo

@@ -44,8 +44,8 @@ Status state_seq_save_file(const Context& ctx, const std::string& path, SeqId se
 }
 
 Result<std::vector<int32_t>> state_seq_load_file(Context& ctx, const std::string& path,
-                                                 SeqId dst_seq) {
-  return state_seq_load_file(ctx.memory(), model_fingerprint(ctx.model()), path, dst_seq);
+                                                 SeqId dst_seq, const StateSeqCheck& check) {
+  return state_seq_load_file(ctx.memory(), model_fingerprint(ctx.model()), path, dst_seq, check);
 }
 
 }  // namespace mnemo

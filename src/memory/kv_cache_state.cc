@@ -355,6 +355,14 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
     }
     st = r.end_section();
     if (!st.ok()) return fail(st);
+    if (seq_scope && !apply && spec.summary != nullptr && !spec.summary->set) {
+      spec.summary->set = true;
+      for (const CellInfo& ci : cells) {
+        const Pos p = ci.pos;
+        if (spec.summary->pos_min < 0 || p < spec.summary->pos_min) spec.summary->pos_min = p;
+        if (p > spec.summary->pos_max) spec.summary->pos_max = p;
+      }
+    }
 
     // Placement: one target per cell (seq scope; whole scope into a unified cache), or one per
     // sequence of the cell (whole scope into a split cache: a shared cell is copied per stream).

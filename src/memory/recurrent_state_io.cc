@@ -204,6 +204,9 @@ Status RecurrentState::state_read(StateReader& r, const StateReadSpec& spec) {
       }
     }
     MNEMO_RETURN_IF_ERROR(fail(r.end_section()));
+    if (seq_scope && !apply && spec.summary != nullptr && !spec.summary->set) {
+      *spec.summary = StateSeqSummary{true, pos_min, pos_max};
+    }
 
     // RSDT: the live state, then the checkpoints; the newest ones that fit are kept.
     MNEMO_RETURN_IF_ERROR(fail(r.expect_section(sf::kTagRsData).status()));

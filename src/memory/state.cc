@@ -185,7 +185,8 @@ Result<StateInfo> state_inspect(StateSource* source) {
 }
 
 Result<std::vector<int32_t>> state_read(Memory& mem, const ModelFingerprint& fp,
-                                        StateSource* source, sf::Scope scope, SeqId dst_seq) {
+                                        StateSource* source, sf::Scope scope, SeqId dst_seq,
+                                        const StateSeqCheck& check) {
   MNEMO_RETURN_IF_ERROR(check_fingerprint(fp));
   const sf::MemoryKindId kind = mem.state_kind();
   if (kind == sf::MemoryKindId::kNone) {
@@ -218,6 +219,8 @@ Result<std::vector<int32_t>> state_read(Memory& mem, const ModelFingerprint& fp,
   spec.src_seq = info.seq;
   spec.dst_seq = dst_seq;
   spec.dry_run = true;
+  StateSeqSummary summary;
+  if (scope == sf::Scope::kSequence) spec.summary = &summary;
   const uint64_t parts_offset = r.offset();
   MNEMO_RETURN_IF_ERROR(mem.state_read(r, spec));
   std::vector<int32_t> tokens;
@@ -229,11 +232,13 @@ Result<std::vector<int32_t>> state_read(Memory& mem, const ModelFingerprint& fp,
                               " unexpected bytes after the end marker at offset " +
                               std::to_string(r.offset()));
   }
+  if (check && scope == sf::Scope::kSequence) MNEMO_RETURN_IF_ERROR(check(tokens, summary));
 
   // Pass 2: apply. A stable source (a caller's buffer) was verified already.
   MNEMO_RETURN_IF_ERROR(r.seek(parts_offset));
   r.set_verify(!source->stable());
   spec.dry_run = false;
+  spec.summary = nullptr;
   Status st = mem.state_read(r, spec);
   if (!st.ok()) {
     return st.with_context("state changed while it was being restored; the destination " +
@@ -268,9 +273,10 @@ Status save_file(const Memory& mem, const ModelFingerprint& fp, const StateWrite
 }
 
 Result<std::vector<int32_t>> load_file(Memory& mem, const ModelFingerprint& fp,
-                                       const std::string& path, sf::Scope scope, SeqId dst) {
+                                       const std::string& path, sf::Scope scope, SeqId dst,
+                                       const StateSeqCheck& check = {}) {
   MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<FileSource> src, FileSource::open(path));
-  Result<std::vector<int32_t>> r = state_read(mem, fp, src.get(), scope, dst);
+  Result<std::vector<int32_t>> r = state_read(mem, fp, src.get(), scope, dst, check);
   if (!r.ok()) return r.status().with_context(path);
   return r;
 }
@@ -325,8 +331,9 @@ Status state_seq_save_file(const Memory& mem, const ModelFingerprint& fp, const 
 }
 
 Result<std::vector<int32_t>> state_seq_load_file(Memory& mem, const ModelFingerprint& fp,
-                                                 const std::string& path, SeqId dst_seq) {
-  return load_file(mem, fp, path, sf::Scope::kSequence, dst_seq);
+                                                 const std::string& path, SeqId dst_seq,
+                                                 const StateSeqCheck& check) {
+  return load_file(mem, fp, path, sf::Scope::kSequence, dst_seq, check);
 }
 
 }  // namespace mnemo

@@ -711,3 +711,69 @@ def test_an_erased_slot_computes_what_a_never_used_slot_does(binary, model, tmp_
         assert s.alive(), s.log()
     finally:
         assert s.stop() == 0, s.log()
+
+
+def _xxh3(data):
+    """XXH3-64 (seed 0) through Debian's libxxhash, the library the state format names."""
+    import ctypes
+    import ctypes.util
+    lib = ctypes.CDLL(ctypes.util.find_library("xxhash"))
+    lib.XXH3_64bits.restype = ctypes.c_uint64
+    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return lib.XXH3_64bits(data, len(data))
+
+
+def with_tokens(state, tokens):
+    """A copy of a state file (docs/formats/state.md) whose TOKN section holds `tokens`, its
+    checksum recomputed: a file that is well formed but lies about its tokens."""
+    import struct
+    out, at = bytearray(state[:16]), 16
+    while at < len(state):
+        tag, flags, length = struct.unpack_from("<4sIQ", state, at)
+        payload = state[at + 16:at + 16 + length]
+        if tag == b"TOKN":
+            payload = struct.pack("<Q", len(tokens)) + struct.pack(f"<{len(tokens)}i", *tokens)
+        head = struct.pack("<4sIQ", tag, flags, len(payload))
+        out += head + payload + struct.pack("<Q", _xxh3(bytes(head + payload)))
+        at += 16 + length + 8
+    return bytes(out)
+
+
+def test_a_restore_that_lies_about_its_tokens_changes_nothing(binary, model, tmp_path):
+    """A slot file whose token list disagrees with its cells, or holds an id outside the
+    vocabulary, is refused before anything changes: the target slot keeps its conversation
+    (same n_tokens, its prompt still reused) and no server path appears in the error."""
+    s = Server(binary, model, "-np", 2, "-c", 1024, "--temp", 0, "--slot-save-path", tmp_path)
+    try:
+        a = "The printing press was invented by"
+        b = "Write a long story about a lighthouse keeper."
+        completion(s, a, 8, id_slot=0, cache_prompt=True)
+        completion(s, b, 8, id_slot=1, cache_prompt=True)
+        assert post(s, "/slots/0?action=save", {"filename": "a.bin"}).status_code == 200
+        saved = (tmp_path / "a.bin").read_bytes()
+        n_before = requests.get(s.url + "/slots").json()[1]["n_tokens"]
+        assert n_before > 0
+        import struct
+        at = saved.index(b"TOKN")
+        n = struct.unpack_from("<Q", saved, at + 16)[0]
+        tokens = list(struct.unpack_from(f"<{n}i", saved, at + 24))
+        lies = {"short.bin": tokens[:-1], "long.bin": tokens + [tokens[-1]],
+                "vocab.bin": tokens[:-1] + [1_000_000_000], "negative.bin": [-5] + tokens[1:]}
+        for name, toks in lies.items():
+            (tmp_path / name).write_bytes(with_tokens(saved, toks))
+            r = post(s, "/slots/1?action=restore", {"filename": name})
+            assert r.status_code == 400, (name, r.text)
+            assert name in r.text and str(tmp_path) not in r.text, r.text
+            assert "cleared" not in r.text, r.text
+            assert requests.get(s.url + "/slots").json()[1]["n_tokens"] == n_before, name
+        # The conversation is intact: its prompt is reused, not read again.
+        again = completion(s, b, 4, id_slot=1, cache_prompt=True)
+        assert again["timings"]["prompt_n"] <= 1, again["timings"]
+        # The honest file (TOKN rewritten with the same tokens) restores.
+        (tmp_path / "same.bin").write_bytes(with_tokens(saved, tokens))
+        r = post(s, "/slots/1?action=restore", {"filename": "same.bin"})
+        assert r.status_code == 200, r.text
+        assert r.json()["n_restored"] == n
+        assert s.alive(), s.log()
+    finally:
+        assert s.stop() == 0, s.log()
