@@ -23,7 +23,9 @@
 //     rotate, quantize) between any pair of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl.
 // and safe: restore reads the state twice. Pass 1 validates everything (structure, checksums,
 // fingerprint, layers, types, positions, seq ids, room at the destination) and changes nothing;
-// pass 2 applies. Every error of pass 1 (wrong model, newer version, truncation, damaged bytes,
+// pass 2 applies. Between the two, a sequence restore from a file asks the caller's StateSeqCheck
+// (the token list and the positions pass 1 found): the server refuses there a file whose tokens
+// disagree with its cells or leave the vocabulary. Every error of pass 1 or of the check (wrong model, newer version, truncation, damaged bytes,
 // no room, missing file, ...) leaves the memory byte-equal to before. Pass 2 can fail only if the
 // source changed between the passes (a file rewritten meanwhile); the destination sequence (for
 // a whole-memory restore: the memory) is then left empty and the error says so.
