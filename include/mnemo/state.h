@@ -145,5 +145,15 @@ Result<std::vector<int32_t>> state_read(Memory& mem, const ModelFingerprint& fp,
                                         SeqId dst_seq, const StateSeqCheck& check = {});
 /// Reads the file header and HEAD only. Errors as for a restore's header checks.
 Result<StateInfo> state_inspect(StateSource* source);
+/// Reads the file header, HEAD and the token list (TOKN) of a state without reading its memory
+/// parts: the sections between HEAD and TOKN are stepped over by their declared lengths (two
+/// small reads each, whatever their size; their checksums are not verified here), TOKN's
+/// checksum is, and DONE must end the state. For an index of state files (the prompt cache's
+/// disk tier). Errors: as state_inspect, plus kCorruption for a missing or damaged TOKN.
+Result<StateInfo> state_inspect_tokens(StateSource* source, std::vector<int32_t>* tokens);
+/// Verifies a state's framing and every section's checksum, without a memory or a model: what
+/// `mnemo cache verify` does. Cost: one read of the whole state. Errors: as state_inspect, plus
+/// kCorruption naming the first damaged section and its offset.
+Status state_verify(StateSource* source);
 
 }  // namespace mnemo

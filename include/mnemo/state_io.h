@@ -19,11 +19,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "mnemo/batch.h"
+#include "mnemo/quant.h"
 #include "mnemo/state_format.h"
 #include "mnemo/status.h"
 
@@ -294,6 +296,13 @@ std::string tag_name(uint32_t tag);
 struct StateWriteSpec {
   state_format::Scope scope = state_format::Scope::kWhole;
   SeqId seq = -1;  // kSequence: the sequence to save
+  /// When set, attention K (V) rows are written converted to this K/V cache type, with the
+  /// rotation a stream of the written types gets (kv_rotation_for over the cache's rotation
+  /// size): the state then reads as if saved from a cache of those types. The memory itself is
+  /// not changed. A type that is not a K/V cache type is kInvalidArgument. Recurrent parts
+  /// ignore them (always f32). Used by the prompt cache to store entries in a cheaper type.
+  std::optional<GgmlType> k_type;
+  std::optional<GgmlType> v_type;
 };
 
 /// What the validation pass of a sequence-scope restore found: the positions the destination

@@ -96,6 +96,19 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
     }
   }
 
+  for (const auto& t : {spec.k_type, spec.v_type}) {
+    if (t && !is_supported_kv_type(*t)) {
+      return Status::invalid_argument(std::string("state: ") + std::string(type_name(*t)) +
+                                      " is not a K/V cache type");
+    }
+  }
+  const bool convert = spec.k_type.has_value() || spec.v_type.has_value();
+  for (uint32_t l = 0; convert && l < storage_.n_layer(); ++l) {
+    const KvStorage::Layer& li = storage_.layer(l);
+    if (spec.k_type) MNEMO_RETURN_IF_ERROR(check_row_shape(*spec.k_type, li.n_embd_k));
+    if (spec.v_type) MNEMO_RETURN_IF_ERROR(check_row_shape(*spec.v_type, li.n_embd_v));
+  }
+
   MNEMO_RETURN_IF_ERROR(w.begin_section(sf::kTagKvPart, sf::kKvPartBytes));
   MNEMO_RETURN_IF_ERROR(w.put_u32(uint32_t(role)));
   MNEMO_RETURN_IF_ERROR(w.put_u32(config_.unified ? 1 : 0));
@@ -110,6 +123,15 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
   for (const Block& b : blocks) {
     const KvCells& c = cells_[b.stream];
     const uint32_t s = b.stream;
+    // The rows as written: the stream's own types and rotation, or the spec's (converted).
+    const uint32_t src_rot = storage_.rotation(s);
+    auto out_type = [&](const KvRows& view, bool is_k) {
+      return (is_k ? spec.k_type : spec.v_type).value_or(view.type);
+    };
+    const uint32_t out_rot = !convert || n_layer == 0
+                                 ? src_rot
+                                 : rotation_for(out_type(storage_.k(0, s), true),
+                                                out_type(storage_.v(0, s), false));
     // KVCL: src_stream, rotation, n_layer, layer infos, n_cells, cell records.
     uint64_t len = 3 * 4 + uint64_t(n_layer) * sf::kKvLayerInfoBytes + 4;
     for (uint32_t cell : b.cells) {
@@ -118,18 +140,20 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
     }
     MNEMO_RETURN_IF_ERROR(w.begin_section(sf::kTagKvCells, len));
     MNEMO_RETURN_IF_ERROR(w.put_u32(s));
-    MNEMO_RETURN_IF_ERROR(w.put_u32(storage_.rotation(s)));
+    MNEMO_RETURN_IF_ERROR(w.put_u32(out_rot));
     MNEMO_RETURN_IF_ERROR(w.put_u32(n_layer));
     for (uint32_t l = 0; l < n_layer; ++l) {
       const KvRows k = storage_.k(l, s);
       const KvRows v = storage_.v(l, s);
+      const GgmlType kt = out_type(k, true);
+      const GgmlType vt = out_type(v, false);
       MNEMO_RETURN_IF_ERROR(w.put_u32(storage_.layer(l).il));
-      MNEMO_RETURN_IF_ERROR(w.put_u32(uint32_t(k.type)));
-      MNEMO_RETURN_IF_ERROR(w.put_u32(uint32_t(v.type)));
+      MNEMO_RETURN_IF_ERROR(w.put_u32(uint32_t(kt)));
+      MNEMO_RETURN_IF_ERROR(w.put_u32(uint32_t(vt)));
       MNEMO_RETURN_IF_ERROR(w.put_u32(k.n_embd));
       MNEMO_RETURN_IF_ERROR(w.put_u32(v.n_embd));
-      MNEMO_RETURN_IF_ERROR(w.put_u64(k.row_bytes));
-      MNEMO_RETURN_IF_ERROR(w.put_u64(v.row_bytes));
+      MNEMO_RETURN_IF_ERROR(w.put_u64(row_size(kt, k.n_embd)));
+      MNEMO_RETURN_IF_ERROR(w.put_u64(row_size(vt, v.n_embd)));
     }
     MNEMO_RETURN_IF_ERROR(w.put_u32(uint32_t(b.cells.size())));
     for (uint32_t cell : b.cells) {
@@ -149,17 +173,34 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
     }
     MNEMO_RETURN_IF_ERROR(w.end_section());
 
-    // KVLY per layer: il, K rows, V rows. Runs of consecutive cells are one contiguous put.
+    // KVLY per layer: il, K rows, V rows. Runs of consecutive cells are one contiguous put;
+    // converted rows go one by one through a scratch row.
     const uint64_t n = b.cells.size();
+    std::vector<uint8_t> row_out;
+    std::vector<float> scratch;
     for (uint32_t l = 0; l < n_layer; ++l) {
       const KvRows k = storage_.k(l, s);
       const KvRows v = storage_.v(l, s);
-      MNEMO_RETURN_IF_ERROR(
-          w.begin_section(sf::kTagKvLayer, 4 + n * (uint64_t(k.row_bytes) + v.row_bytes)));
+      const size_t k_out = row_size(out_type(k, true), k.n_embd);
+      const size_t v_out = row_size(out_type(v, false), v.n_embd);
+      MNEMO_RETURN_IF_ERROR(w.begin_section(sf::kTagKvLayer, 4 + n * (uint64_t(k_out) + v_out)));
       MNEMO_RETURN_IF_ERROR(w.put_u32(storage_.layer(l).il));
-      for (const KvRows& view : {k, v}) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const KvRows& view = kind == 0 ? k : v;
+        const GgmlType ot = out_type(view, kind == 0);
+        const size_t out_bytes = kind == 0 ? k_out : v_out;
         if (w.counts_only()) {
-          MNEMO_RETURN_IF_ERROR(w.skip(n * view.row_bytes));
+          MNEMO_RETURN_IF_ERROR(w.skip(n * out_bytes));
+          continue;
+        }
+        if (ot != view.type || out_rot != src_rot) {
+          row_out.resize(out_bytes);
+          scratch.resize(view.n_embd);
+          for (uint32_t cell : b.cells) {
+            MNEMO_RETURN_IF_ERROR(kv_row_convert(view.type, src_rot, view.row(cell), ot, out_rot,
+                                                 row_out.data(), view.n_embd, scratch.data()));
+            MNEMO_RETURN_IF_ERROR(w.put(row_out.data(), out_bytes));
+          }
           continue;
         }
         size_t i = 0;

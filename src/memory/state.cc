@@ -184,6 +184,52 @@ Result<StateInfo> state_inspect(StateSource* source) {
   return info;
 }
 
+Result<StateInfo> state_inspect_tokens(StateSource* source, std::vector<int32_t>* tokens) {
+  StateReader r(source);
+  StateInfo info;
+  MNEMO_ASSIGN_OR_RETURN(info.version, r.read_file_header());
+  MNEMO_RETURN_IF_ERROR(read_head(r, &info));
+  info.bytes = source->size();
+  // Step over the memory's parts without hashing them (a skip is a seek), then read TOKN again
+  // from its start with verification on.
+  r.set_verify(false);
+  while (true) {
+    MNEMO_ASSIGN_OR_RETURN(StateReader::Section sec, r.begin_section());
+    if (sec.tag == sf::kTagTokens) {
+      MNEMO_RETURN_IF_ERROR(r.seek(sec.offset));
+      break;
+    }
+    if (sec.tag == sf::kTagDone) return r.corrupt("the state has no token list");
+    MNEMO_RETURN_IF_ERROR(r.skip(sec.length));
+    MNEMO_RETURN_IF_ERROR(r.end_section());
+  }
+  r.set_verify(true);
+  MNEMO_RETURN_IF_ERROR(read_tokens(r, tokens));
+  MNEMO_RETURN_IF_ERROR(r.expect_section(sf::kTagDone).status());
+  MNEMO_RETURN_IF_ERROR(r.end_section());
+  if (r.offset() != r.source_size()) {
+    return Status::corruption("state: unexpected bytes after the end marker at offset " +
+                              std::to_string(r.offset()));
+  }
+  return info;
+}
+
+Status state_verify(StateSource* source) {
+  StateReader r(source);
+  MNEMO_RETURN_IF_ERROR(r.read_file_header().status());
+  while (true) {
+    MNEMO_ASSIGN_OR_RETURN(StateReader::Section sec, r.begin_section());
+    MNEMO_RETURN_IF_ERROR(r.skip(sec.length));
+    MNEMO_RETURN_IF_ERROR(r.end_section());
+    if (sec.tag == sf::kTagDone) break;
+  }
+  if (r.offset() != r.source_size()) {
+    return Status::corruption("state: unexpected bytes after the end marker at offset " +
+                              std::to_string(r.offset()));
+  }
+  return Status();
+}
+
 Result<std::vector<int32_t>> state_read(Memory& mem, const ModelFingerprint& fp,
                                         StateSource* source, sf::Scope scope, SeqId dst_seq,
                                         const StateSeqCheck& check) {
@@ -281,8 +327,12 @@ Result<std::vector<int32_t>> load_file(Memory& mem, const ModelFingerprint& fp,
   return r;
 }
 
-StateWriteSpec whole() { return StateWriteSpec{sf::Scope::kWhole, -1}; }
-StateWriteSpec one(SeqId seq) { return StateWriteSpec{sf::Scope::kSequence, seq}; }
+StateWriteSpec whole() {
+  return StateWriteSpec{.scope = sf::Scope::kWhole, .seq = -1, .k_type = {}, .v_type = {}};
+}
+StateWriteSpec one(SeqId seq) {
+  return StateWriteSpec{.scope = sf::Scope::kSequence, .seq = seq, .k_type = {}, .v_type = {}};
+}
 
 }  // namespace
 

@@ -246,6 +246,49 @@ TEST(StateTest, TypeConversionAllPairs) {
   }
 }
 
+// A state written converted (StateWriteSpec k_type / v_type) holds exactly the rows a restore
+// of the unconverted state into a cache of those types writes (same conversion, other end), and
+// restores into a cache of those types byte for byte; the source cache is not changed.
+TEST(StateTest, ConvertingWriteEqualsConvertingRestore) {
+  for (uint32_t rot : {0u, testing::kHead}) {
+    auto src = make_cache(state_config(16, 1, false, GgmlType::F16, GgmlType::F16, rot));
+    fill(*src, 0, 6, 4);
+    const std::string before = full_snapshot(*src);
+    for (auto [k, v] :
+         {std::pair{GgmlType::Q8_0, GgmlType::Q8_0}, std::pair{GgmlType::Q4_0, GgmlType::F16},
+          std::pair{GgmlType::F32, GgmlType::BF16}}) {
+      const std::string what = std::string(type_name(k)) + "/" + std::string(type_name(v)) +
+                               " rotation " + std::to_string(rot);
+      StateWriteSpec spec;
+      spec.scope = state_format::Scope::kSequence;
+      spec.seq = 0;
+      spec.k_type = k;
+      spec.v_type = v;
+      std::vector<uint8_t> converted;
+      VectorSink sink(&converted);
+      ASSERT_TRUE(state_write(*src, test_fingerprint(), &sink, spec, {}).ok()) << what;
+      CountingSink count;
+      ASSERT_TRUE(state_write(*src, test_fingerprint(), &count, spec, {}).ok());
+      EXPECT_EQ(count.bytes(), converted.size()) << what;
+      EXPECT_EQ(full_snapshot(*src), before) << what;
+
+      auto via_write = make_cache(state_config(16, 1, false, k, v, rot));
+      ASSERT_TRUE(state_seq_set_data(*via_write, test_fingerprint(), converted, 0).ok()) << what;
+      auto via_read = make_cache(state_config(16, 1, false, k, v, rot));
+      ASSERT_TRUE(state_seq_set_data(*via_read, test_fingerprint(), save_seq(*src, 0), 0).ok());
+      EXPECT_EQ(seq_bytes(*via_write, 0), seq_bytes(*via_read, 0)) << what;
+    }
+  }
+  auto src = make_cache(state_config(16, 1, false));
+  StateWriteSpec bad;
+  bad.scope = state_format::Scope::kSequence;
+  bad.seq = 0;
+  bad.k_type = GgmlType::Q4_K;  // a weight type, not a K/V cache type
+  CountingSink count;
+  EXPECT_EQ(state_write(*src, test_fingerprint(), &count, bad, {}).code(),
+            StatusCode::kInvalidArgument);
+}
+
 // A state written with rotated rows restored into a cache without rotation (and the reverse)
 // un-rotates (rotates) the rows: the seed PR's "f16 -> q8_0 broken with rotation" bug.
 TEST(StateTest, RotationIsConvertedOnRestore) {
@@ -517,7 +560,10 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> fuzz_seeds() {
                  std::vector<int32_t> tokens) {
     std::vector<uint8_t> out;
     VectorSink sink(&out);
-    CHECK(state_write(m, test_fingerprint(), &sink, StateWriteSpec{scope, seq}, tokens).ok());
+    CHECK(state_write(m, test_fingerprint(), &sink,
+                      StateWriteSpec{.scope = scope, .seq = seq, .k_type = {}, .v_type = {}},
+                      tokens)
+              .ok());
     seeds.emplace_back(name, std::move(out));
   };
   using sf = state_format::Scope;

@@ -1,0 +1,103 @@
+#include "prompt_cache/cache_dir.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "mnemo/state.h"
+#include "mnemo/state_io.h"
+
+namespace mnemo::prompt_cache {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// "<arch>-<16 hex digits>": a namespace the cache made.
+bool is_namespace(const std::string& name) {
+  const size_t dash = name.rfind('-');
+  if (dash == std::string::npos || dash == 0 || name.size() - dash - 1 != 16) return false;
+  return std::all_of(name.begin() + dash + 1, name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+bool is_cache_file(const std::string& name) {
+  return name == "index.json" || name == ".lock" || name.find(".tmp.") != std::string::npos ||
+         (name.size() > 6 && name.compare(name.size() - 6, 6, ".state") == 0);
+}
+
+Status check_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::not_found("'" + dir + "' is not a directory");
+  return Status();
+}
+
+}  // namespace
+
+Result<std::vector<DirEntry>> scan_cache_dir(const std::string& dir, bool verify) {
+  MNEMO_RETURN_IF_ERROR(check_dir(dir));
+  std::vector<DirEntry> out;
+  std::error_code ec;
+  for (const fs::directory_entry& ns : fs::directory_iterator(dir, ec)) {
+    const std::string ns_name = ns.path().filename().string();
+    if (!is_namespace(ns_name) || !ns.is_directory(ec)) continue;
+    for (const fs::directory_entry& f : fs::directory_iterator(ns.path(), ec)) {
+      const std::string name = f.path().filename().string();
+      if (name.size() <= 6 || name.compare(name.size() - 6, 6, ".state") != 0) continue;
+      DirEntry e;
+      e.name = ns_name + "/" + name;
+      e.bytes = f.file_size(ec);
+      auto src = FileSource::open(f.path().string());
+      if (!src.ok()) {
+        e.status = src.status();
+        out.push_back(std::move(e));
+        continue;
+      }
+      std::vector<int32_t> tokens;
+      auto info = state_inspect_tokens(src->get(), &tokens);
+      if (!info.ok()) {
+        e.status = info.status();
+      } else {
+        e.arch = info->model.arch;
+        e.n_tokens = static_cast<uint32_t>(tokens.size());
+        if (verify) {
+          MNEMO_RETURN_IF_ERROR((*src)->seek(0));
+          e.status = state_verify(src->get());
+        }
+      }
+      out.push_back(std::move(e));
+    }
+  }
+  if (ec) return Status::io_error("cannot list '" + dir + "': " + ec.message());
+  std::sort(out.begin(), out.end(),
+            [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+Result<uint64_t> clear_cache_dir(const std::string& dir) {
+  MNEMO_RETURN_IF_ERROR(check_dir(dir));
+  uint64_t n = 0;
+  std::error_code ec;
+  std::vector<fs::path> namespaces;
+  for (const fs::directory_entry& ns : fs::directory_iterator(dir, ec)) {
+    if (is_namespace(ns.path().filename().string()) && ns.is_directory(ec)) {
+      namespaces.push_back(ns.path());
+    }
+  }
+  for (const fs::path& ns : namespaces) {
+    std::vector<fs::path> files;
+    for (const fs::directory_entry& f : fs::directory_iterator(ns, ec)) {
+      if (is_cache_file(f.path().filename().string())) files.push_back(f.path());
+    }
+    for (const fs::path& f : files) {
+      if (!fs::remove(f, ec) && ec) {
+        return Status::io_error("cannot delete '" + f.string() + "': " + ec.message());
+      }
+      ++n;
+    }
+    fs::remove(ns, ec);  // only when empty; anything else there is not the cache's
+    ec.clear();
+  }
+  return n;
+}
+
+}  // namespace mnemo::prompt_cache
