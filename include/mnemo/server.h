@@ -17,24 +17,35 @@
 
 namespace mnemo::server {
 
+/// ServerParams::cache_ram_mib's default: min(8192 MiB, a quarter of physical memory).
+inline constexpr int64_t kCacheRamAuto = -2;
+
 /// Everything `mnemo serve` is configured with (flag names as llama-server's where it has them).
 struct ServerParams {
-  std::string host = "127.0.0.1";    // --host: loopback unless told otherwise
-  int port = 8080;                   // --port: 0 picks a free port (printed when listening)
-  std::string model_path;            // -m (for /props)
-  std::string model_alias;           // -a / --alias: "model" in responses ("" = file name)
-  ContextParams ctx;                 // -c -b -ub -t -ctk -ctv -kvu -np (n_seq_max = slots)
-  SamplingParams sampling;           // defaults for fields a request leaves out
-  int32_t n_predict = -1;            // -n: default tokens per request (-1: n_predict_max)
-  int32_t n_predict_max = 4096;      // --n-predict-max: requests asking for more get 400
-  int32_t n_keep = 0;                // --keep: tokens a context shift keeps (-1: the prompt)
-  bool context_shift = false;        // --context-shift
-  std::string slot_save_path;        // --slot-save-path: enables /slots/{id}?action=...
-  std::string kv_policy;             // --kv-policy ladder (include/mnemo/kv_policy.h; "" = none)
-  std::string api_key;               // --api-key: Bearer token for every endpoint but /health
-  bool metrics = false;              // --metrics: enables GET /metrics
-  int timeout_s = 600;               // --timeout: socket read/write and queue-wait limit, seconds
-  int n_threads_http = 0;            // --threads-http: 0 = max(16, 4 * slots)
+  std::string host = "127.0.0.1";  // --host: loopback unless told otherwise
+  int port = 8080;                 // --port: 0 picks a free port (printed when listening)
+  std::string model_path;          // -m (for /props)
+  std::string model_alias;         // -a / --alias: "model" in responses ("" = file name)
+  ContextParams ctx;               // -c -b -ub -t -ctk -ctv -kvu -np (n_seq_max = slots)
+  SamplingParams sampling;         // defaults for fields a request leaves out
+  int32_t n_predict = -1;          // -n: default tokens per request (-1: n_predict_max)
+  int32_t n_predict_max = 4096;    // --n-predict-max: requests asking for more get 400
+  int32_t n_keep = 0;              // --keep: tokens a context shift keeps (-1: the prompt)
+  bool context_shift = false;      // --context-shift
+  std::string slot_save_path;      // --slot-save-path: enables /slots/{id}?action=...
+  std::string kv_policy;           // --kv-policy ladder (include/mnemo/kv_policy.h; "" = none)
+  /// --cache-ram: the prompt cache's RAM tier in MiB; 0 disables it, -1 means no limit; the
+  /// default (kCacheRamAuto) is min(8192, a quarter of the machine's memory).
+  int64_t cache_ram_mib = kCacheRamAuto;
+  std::string cache_dir;           // --cache-dir: the prompt cache's disk tier ("" = none)
+  int64_t cache_disk_mib = 10240;  // --cache-disk: its budget in MiB
+  uint32_t cache_block = 64;       // --cache-block: tokens per hashed block of the index
+  std::string cache_type_k;        // --prompt-cache-type-k: K type of stored entries ("" = slot's)
+  std::string cache_type_v;        // --prompt-cache-type-v
+  std::string api_key;             // --api-key: Bearer token for every endpoint but /health
+  bool metrics = false;            // --metrics: enables GET /metrics
+  int timeout_s = 600;             // --timeout: socket read/write and queue-wait limit, seconds
+  int n_threads_http = 0;          // --threads-http: 0 = max(16, 4 * slots)
   size_t max_body_bytes = 8u << 20;  // --max-body: larger request bodies get 413
   uint32_t max_queue = 256;          // --max-queue: waiting requests beyond this get 503
   /// Called once with the bound port when the server starts listening (tests, scripts/run).
@@ -44,7 +55,9 @@ struct ServerParams {
 /// Runs the server until SIGINT or SIGTERM (or until stop_server() from another thread).
 /// `model` and `tok` must outlive the call. Errors: the context's creation (bad params, no
 /// memory), a port that cannot be bound (IOError naming host and port), a bad --kv-policy or an
-/// --slot-save-path that is not a writable directory (InvalidArgument).
+/// --slot-save-path that is not a writable directory (InvalidArgument), a bad prompt-cache flag
+/// (InvalidArgument). A --cache-dir that cannot be used is not an error: the server starts and
+/// logs it (the prompt cache then works from RAM).
 Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& params);
 
 /// Asks a running run_server() to return (thread-safe; also what SIGINT / SIGTERM do).

@@ -183,6 +183,7 @@ Status chat_messages(const Json& b, std::vector<ChatMessage>* out) {
 Json timings_json(const CompletionStats& s) {
   const int32_t prompt_n = s.n_prompt - s.n_cached;
   return {
+      {"cache_n", s.n_cached},
       {"prompt_n", prompt_n},
       {"prompt_ms", s.prompt_ms},
       {"prompt_per_token_ms", prompt_n > 0 ? s.prompt_ms / prompt_n : 0.0},
@@ -496,6 +497,7 @@ std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& 
     Json u = oai_chunk(p, d, ids);
     u["choices"] = Json::array();
     u["usage"] = usage_json(r.stats);
+    u["timings"] = timings_json(r.stats);
     out.push_back(std::move(u));
   }
   return out;

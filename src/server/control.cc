@@ -50,6 +50,7 @@ ControlReply Engine::snapshot() {
   ControlReply r;
   r.breakdown = ctx_->memory().breakdown();
   r.n_queued = static_cast<int32_t>(waiting_.size());
+  if (cache_) r.cache = cache_->stats();
   for (auto& s : slots_) {
     if (s->state != SlotState::kIdle) ++r.n_processing;
     r.slots.push_back(slot_info(*s));
@@ -75,6 +76,7 @@ ControlReply Engine::slot_erase(const ControlRequest& req) {
   const double t0 = now_ms();
   ControlReply r;
   r.n_tokens = static_cast<int32_t>(s.cache_tokens.size());
+  stash(s);  // the memory outlives its slot: a later request still finds it
   if (Status st = ctx_->memory().seq_rm(s.id, -1, -1); !st.ok()) {
     return error_reply(ErrorKind::kInternal, st);
   }
@@ -103,6 +105,7 @@ ControlReply Engine::slot_restore(const ControlRequest& req) {
   Slot& s = *slots_[req.slot];
   const double t0 = now_ms();
   std::vector<TokenId> tokens;
+  stash(s);  // what the slot held is replaced
   auto bytes = load_slot_file(*ctx_, s.id, req.path, &tokens);
   if (!bytes.ok()) {
     // The state API leaves the sequence as it was on every error but one (a file changed while

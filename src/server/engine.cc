@@ -9,6 +9,7 @@
 
 #include "mnemo/check.h"
 #include "mnemo/log.h"
+#include "mnemo/model_fingerprint.h"
 #include "server/engine_state.h"
 
 namespace mnemo::server {
@@ -70,6 +71,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   e->info_.context_shift = params.context_shift;
   e->info_.n_threads = cp.n_threads;
   if (params.kv_policy) e->info_.kv_policy = params.kv_policy->to_string();
+  e->fp_ = model_fingerprint(model);
+  if (params.cache) {
+    prompt_cache::PromptCacheParams cp_cache = *params.cache;
+    cp_cache.model = e->fp_;
+    auto cache = prompt_cache::PromptCache::open(cp_cache);
+    if (!cache.ok()) return cache.status();
+    e->cache_ = std::move(cache).value();
+    e->info_.cache_ram_bytes = cp_cache.ram_bytes;
+    e->info_.cache_dir = cp_cache.dir;
+    e->info_.cache_disk_bytes = cp_cache.dir.empty() ? 0 : cp_cache.disk_bytes;
+  }
   for (uint32_t i = 0; i < cp.n_seq_max; ++i) {
     auto s = std::make_unique<Slot>();
     s->id = static_cast<int32_t>(i);
@@ -142,12 +154,23 @@ std::future<ControlReply> Engine::control(ControlRequest req) {
 // ---------------------------------------------------------------------------------------------
 // The loop
 
+void Engine::wake() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    wake_ = true;
+  }
+  cv_.notify_one();
+}
+
 void Engine::loop() {
   MNEMO_LOG(kDebug) << "server loop started";
   while (true) {
     bool active = false;
     for (auto& s : slots_) active = active || s->state != SlotState::kIdle;
-    drain(/*block=*/!active && waiting_.empty());
+    // Requests waiting for a disk entry cannot move until its fetch wakes the loop.
+    bool ready = false;
+    for (auto& w : waiting_) ready = ready || !w->pending();
+    drain(/*block=*/!active && !ready);
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stop_) break;
@@ -172,6 +195,12 @@ void Engine::shut_down() {
     w->channel->push(std::move(ev));
   }
   waiting_.clear();
+  // What every slot holds goes into the prompt cache, and the cache to disk: a restarted server
+  // continues these conversations without reading their prompts again.
+  if (cache_) {
+    for (auto& s : slots_) stash(*s);
+    cache_->flush();
+  }
   std::vector<Incoming> rest;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -197,7 +226,8 @@ void Engine::drain(bool block) {
   std::vector<Incoming> in;
   {
     std::unique_lock<std::mutex> lk(mu_);
-    if (block) cv_.wait(lk, [&] { return stop_ || !incoming_.empty(); });
+    if (block) cv_.wait(lk, [&] { return stop_ || wake_ || !incoming_.empty(); });
+    wake_ = false;
     in.swap(incoming_);
   }
   for (Incoming& x : in) {

@@ -29,11 +29,20 @@
 // cache) is retried slot by slot so one full conversation does not stop the others.
 //
 // Admission (before any compute): a prompt of n_ctx_seq tokens or more is refused
-// (kPromptTooLong); the prompt-cache prefix is reused as far as the memory can cut back to it
-// (Memory::plan_truncate); the cells the prompt needs are checked against the free cells the
-// memory reports for the slot's sequence (Memory::seq_info; a recurrent state has no cells to
-// run out of). In unified mode idle slots' caches are dropped, least recently used first, when
-// that makes the prompt fit; otherwise kCacheFull.
+// (kPromptTooLong). The longest reusable prefix of the prompt is looked for in three places
+// (cache_prompt: true only): the slot's own tokens, every other slot's tokens (copied with
+// seq_cp, as far as Memory::plan_truncate lets the copy be cut), and the prompt cache's tiers
+// (restored from a sequence state, converting K/V types; a disk entry is first fetched by the
+// cache's thread while the request waits). The cells the prompt needs are checked against the
+// free cells the memory reports for the slot's sequence (Memory::seq_info; a recurrent state has
+// no cells to run out of). In unified mode idle slots' caches are dropped, least recently used
+// first, when that makes the prompt fit; otherwise kCacheFull.
+//
+// The prompt cache (src/prompt_cache/prompt_cache.h): whenever a slot's memory is about to be
+// dropped — the slot taken by another conversation (losing at least one block of tokens), an
+// erase, a restore over it, an eviction, the server's shutdown — its sequence state goes into
+// the cache ("stash"), unless its request asked for cache_prompt: false. On shutdown the cache
+// is flushed to disk.
 //
 // The engine asks the memory only through the Memory interface (seq_info, plan_truncate and the
 // seq_* operations): it does not know which kind of memory it runs on, nor how its streams are
@@ -62,6 +71,7 @@
 #include "mnemo/sampling.h"
 #include "mnemo/status.h"
 #include "mnemo/tokenizer.h"
+#include "prompt_cache/prompt_cache.h"
 #include "server/errors.h"
 #include "server/metrics.h"
 
@@ -102,7 +112,8 @@ struct CompletionRequest {
 struct CompletionStats {
   int32_t id_slot = -1;
   int32_t n_prompt = 0;     // prompt tokens
-  int32_t n_cached = 0;     // prompt tokens reused from the slot's cache (not evaluated)
+  int32_t n_cached = 0;     // prompt tokens reused (not evaluated): from the slot, another slot
+                            // or the prompt cache (timings.cache_n)
   int32_t n_generated = 0;  // tokens sampled (an end-of-generation token counts)
   int32_t n_shifts = 0;     // context shifts done
   double prompt_ms = 0;     // admission to first sampled token
@@ -196,6 +207,8 @@ struct ControlReply {
   // kRequantize: the types converted to (the request's, with the ones it left out filled in).
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
+  // kSnapshot: the prompt cache's numbers; nullopt when the server has no prompt cache.
+  std::optional<prompt_cache::CacheStats> cache;
 };
 
 /// Static facts of a running engine (immutable after create(): readable from any thread).
@@ -209,6 +222,10 @@ struct EngineInfo {
   bool context_shift = false;
   int32_t n_threads = 0;
   std::string kv_policy;  // the ladder, "" when there is none
+  // The prompt cache: RAM budget and disk directory / budget (0 / "" when off).
+  size_t cache_ram_bytes = 0;
+  std::string cache_dir;
+  size_t cache_disk_bytes = 0;
 };
 
 /// Settings of an Engine.
@@ -219,6 +236,13 @@ struct EngineParams {
   /// --kv-policy: after each step, moves the least recently active slots down the K/V type
   /// ladder when the cache fills (include/mnemo/kv_policy.h).
   std::optional<KvPolicy> kv_policy;
+  /// The prompt cache below the slots (include docs: src/prompt_cache/prompt_cache.h); nullopt:
+  /// none. Its `model` is filled in by create().
+  std::optional<prompt_cache::PromptCacheParams> cache;
+  /// K / V types of the entries the cache stores (converted when the slot's differ); nullopt:
+  /// the slot's own types.
+  std::optional<GgmlType> cache_type_k;
+  std::optional<GgmlType> cache_type_v;
 };
 
 class Engine {
@@ -264,9 +288,17 @@ class Engine {
   void check_cancelled();
   void assign_waiting();
   Slot* pick_slot(const Waiting& w);
-  // Prepares `slot` for `w` or returns why not (error kind + message); changes nothing on error
-  // except dropping idle slots' caches that admission decided to evict.
-  bool admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why);
+  // Prepares `slot` for `w` (kAdmitted), or returns why not (kFailed: error kind + message), or
+  // asks `w` to wait for a disk entry being fetched (kDeferred). On kFailed nothing changed
+  // except idle slots' caches that admission decided to evict (stashed first).
+  enum class Admission : uint8_t { kAdmitted, kFailed, kDeferred };
+  struct Source;
+  Admission admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why);
+  // Where the longest reusable prefix of w's prompt is (no change to anything).
+  Source choose_source(const Waiting& w, const Slot& slot) const;
+  // Puts the chosen prefix into `slot`'s sequence; returns the tokens it now holds of the prompt
+  // (less than planned when a restore fails or cuts back further: the rest is decoded).
+  size_t apply_source(Waiting& w, Slot& slot, const Source& src);
   void step();
   // Decodes the items as one batch; on kNoSpace with several items, one by one.
   void decode_items(std::vector<WorkItem>& items);
@@ -280,6 +312,12 @@ class Engine {
   void finish(Slot& slot, FinishReason reason);
   void fail(Slot& slot, ErrorKind kind, const std::string& why);
   void release(Slot& slot);
+  // Puts the slot's sequence state into the prompt cache before its memory is dropped (no-op
+  // without a cache, for fewer than one block of tokens, for a cache_prompt: false request's
+  // tokens, or when an entry holds these tokens already).
+  void stash(Slot& slot);
+  // Wakes the loop (a fetch finished). Any thread.
+  void wake();
   void check_slot(const Slot& slot) const;
   // The slot as /slots reports it (types and bytes from Memory::seq_info).
   SlotInfo slot_info(const Slot& slot) const;
@@ -302,6 +340,8 @@ class Engine {
   EngineInfo info_;
   EngineParams params_;
   std::unique_ptr<Context> ctx_;  // loop thread only (after start())
+  ModelFingerprint fp_;           // of model_, for the state files of the prompt cache
+  std::unique_ptr<prompt_cache::PromptCache> cache_;  // thread-safe
   std::vector<std::unique_ptr<Slot>> slots_;
   std::deque<std::unique_ptr<Waiting>> waiting_;  // loop thread: admitted to the queue, FIFO
   uint64_t clock_ = 0;  // loop thread: step counter for least-recently-used order
@@ -312,6 +352,7 @@ class Engine {
   std::condition_variable cv_;
   std::vector<Incoming> incoming_;  // swapped out whole by drain()
   bool stop_ = false;
+  bool wake_ = false;                   // a fetch finished: drain() returns without incoming work
   std::atomic<uint32_t> n_waiting_{0};  // waiting_.size() + incoming completions (for submit)
   std::atomic<uint64_t> next_task_id_{1};
   std::thread thread_;

@@ -37,6 +37,9 @@ struct Engine::Waiting {
   uint64_t id = 0;
   CompletionRequest req;
   std::shared_ptr<TaskChannel> channel;
+  // A prompt-cache entry being read from disk for this request (admit waits for it once).
+  std::shared_ptr<prompt_cache::CacheFetch> fetch;
+  bool pending() const { return fetch && !fetch->done.load(std::memory_order_acquire); }
 };
 
 /// One entry of the incoming queue.
@@ -51,6 +54,7 @@ struct Engine::Slot {
   int32_t id = 0;
   SlotState state = SlotState::kIdle;
   std::vector<TokenId> cache_tokens;  // tokens held by sequence `id`, positions 0..size-1
+  bool cacheable = true;              // cache_tokens may go into the prompt cache (stash)
   uint64_t last_used = 0;             // clock_ when it was last released (LRU order)
   uint64_t last_active = 0;           // steps_ of its last decode (for the KV policy)
   // The request being served (state != kIdle).
@@ -63,6 +67,15 @@ struct Engine::Slot {
   CompletionStats stats;
   double t_start = 0;  // admission, ms (now_ms)
   double t_first = 0;  // first token sampled, ms (now_ms)
+};
+
+/// Where admission takes a prompt's reusable prefix from (Engine::choose_source).
+struct Engine::Source {
+  enum class Kind : uint8_t { kNone, kOwn, kSlot, kEntry };
+  Kind kind = Kind::kNone;
+  size_t keep = 0;                 // prompt tokens it gives (for kEntry: at most; the restore says)
+  const Slot* slot = nullptr;      // kSlot: the slot whose sequence is copied
+  prompt_cache::CacheMatch match;  // kEntry
 };
 
 /// Rows one slot contributes to a step: a prompt chunk or its pending generated token.

@@ -26,9 +26,12 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -36,6 +39,7 @@
 
 #include "mnemo/chat.h"
 #include "mnemo/log.h"
+#include "mnemo/quant.h"
 #include "mnemo/server.h"
 #include "server/api.h"
 #include "server/engine.h"
@@ -672,6 +676,49 @@ bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+// The prompt cache's settings from the flags (include/mnemo/server.h): none when both tiers are
+// off.
+Status cache_params(const ServerParams& p, EngineParams* ep) {
+  if (p.cache_ram_mib < kCacheRamAuto || p.cache_disk_mib <= 0 || p.cache_block == 0) {
+    return Status::invalid_argument(
+        "--cache-ram must be >= -1, --cache-disk > 0 and --cache-block > 0");
+  }
+  constexpr size_t kMiB = size_t{1} << 20;
+  size_t ram = 0;
+  if (p.cache_ram_mib == kCacheRamAuto) {
+    // As llama-server's 8 GiB, but never more than a quarter of this machine's memory: the
+    // weights, the slots' K/V and the page cache of a disk tier need the rest.
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    const size_t phys = pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0;
+    ram = std::min<size_t>(size_t{8192} * kMiB, phys / 4);
+  } else if (p.cache_ram_mib == -1) {
+    ram = SIZE_MAX;
+  } else {
+    ram = size_t(p.cache_ram_mib) * kMiB;
+  }
+  auto entry_type = [](const std::string& name, const char* flag,
+                       std::optional<GgmlType>* out) -> Status {
+    if (name.empty()) return Status();
+    auto t = type_from_name(name);
+    if (!t || !is_kv_cache_type(*t)) {
+      return Status::invalid_argument(
+          fmt::format("{}: '{}' is not a K/V cache type ({})", flag, name, kv_cache_type_names()));
+    }
+    *out = *t;
+    return Status();
+  };
+  MNEMO_RETURN_IF_ERROR(entry_type(p.cache_type_k, "--prompt-cache-type-k", &ep->cache_type_k));
+  MNEMO_RETURN_IF_ERROR(entry_type(p.cache_type_v, "--prompt-cache-type-v", &ep->cache_type_v));
+  if (ram == 0 && p.cache_dir.empty()) return Status();
+  prompt_cache::PromptCacheParams c;
+  c.ram_bytes = ram;
+  c.dir = p.cache_dir;
+  c.disk_bytes = size_t(p.cache_disk_mib) * kMiB;
+  c.block_tokens = p.cache_block;
+  ep->cache = std::move(c);
+  return Status();
+}
+
 }  // namespace
 
 void stop_server() { g_stop_requested.store(true); }
@@ -710,6 +757,7 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   ep.context_shift = params.context_shift;
   ep.max_queue = params.max_queue;
   ep.kv_policy = std::move(policy);
+  if (Status st = cache_params(params, &ep); !st.ok()) return st;
   auto engine_r = Engine::create(model, tok, ep, &metrics);
   if (!engine_r.ok()) {
     pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);

@@ -113,6 +113,47 @@ std::string prometheus_text(const Metrics& m, const EngineInfo& info, const Cont
   }
   gauge("kv_bytes_total", "K/V tensor bytes of the whole cache.",
         double(snap.breakdown.tensor_bytes));
+
+  // The prompt cache (src/prompt_cache/prompt_cache.h): outcomes per request, then the tiers.
+  family(&o, "prompt_cache_hits_total", "counter",
+         "Requests that reused prompt tokens, by where they came from.");
+  const char* kTiers[] = {"slot", "ram", "disk"};
+  for (size_t t = 0; t < 3; ++t) {
+    sample(&o, "prompt_cache_hits_total", load(m.prompt_cache_hits_total[t]),
+           fmt::format("tier=\"{}\"", kTiers[t]));
+  }
+  counter("prompt_cache_misses_total", "Requests (cache_prompt: true) that reused no prompt token.",
+          load(m.prompt_cache_misses_total));
+  counter("prompt_cache_tokens_reused_total",
+          "Prompt tokens reused from a slot or the prompt cache (not evaluated).",
+          load(m.prompt_tokens_cached_total));
+  if (snap.cache) {
+    const prompt_cache::CacheStats& c = *snap.cache;
+    family(&o, "prompt_cache_bytes", "gauge", "State bytes held by each prompt-cache tier.");
+    sample(&o, "prompt_cache_bytes", double(c.bytes_ram), "tier=\"ram\"");
+    sample(&o, "prompt_cache_bytes", double(c.bytes_disk), "tier=\"disk\"");
+    family(&o, "prompt_cache_entries", "gauge", "Entries held by each prompt-cache tier.");
+    sample(&o, "prompt_cache_entries", double(c.entries_ram), "tier=\"ram\"");
+    sample(&o, "prompt_cache_entries", double(c.entries_disk), "tier=\"disk\"");
+    family(&o, "prompt_cache_evictions_total", "counter",
+           "Entries that left a tier for its budget (least recently used first).");
+    sample(&o, "prompt_cache_evictions_total", double(c.evicted_ram_total), "tier=\"ram\"");
+    sample(&o, "prompt_cache_evictions_total", double(c.evicted_disk_total), "tier=\"disk\"");
+    counter("prompt_cache_stored_total", "Slot states stored into the prompt cache.",
+            double(c.stored_total));
+    counter("prompt_cache_superseded_total",
+            "Entries dropped because a longer entry serves their tokens.",
+            double(c.superseded_total));
+    counter("prompt_cache_ignored_total",
+            "Entries skipped or dropped as unusable: damaged, truncated, another model's, or "
+            "tokens that do not match.",
+            double(c.ignored_total));
+    counter("prompt_cache_disk_writes_total", "Entry files written.", double(c.disk_writes_total));
+    counter("prompt_cache_disk_reads_total", "Entry files read back.", double(c.disk_reads_total));
+    counter("prompt_cache_disk_errors_total",
+            "Failed disk-tier operations (directory, write, read, index); entries stay in RAM.",
+            double(c.disk_errors_total));
+  }
   return o;
 }
 

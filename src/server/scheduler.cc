@@ -1,7 +1,8 @@
 // Scheduling on the loop thread (engine.h): the waiting queue (cancellation, slot choice),
-// admission before any compute (prompt cache reuse through Memory::plan_truncate, room checked
-// against Memory::seq_info, eviction of idle caches in a shared stream), continuous batching of
-// one step, and generation (sampling, log-probabilities, text events). A slot's start, context
+// admission before any compute (the longest reusable prefix from the slot, another slot or the
+// prompt cache, cut where Memory::plan_truncate allows; room checked against Memory::seq_info;
+// eviction of idle caches in a shared stream), continuous batching of one step, and generation
+// (sampling, log-probabilities, text events). A slot's start, context
 // shift and end are in slots.cc.
 #include <fmt/format.h>
 
@@ -9,7 +10,10 @@
 #include <cmath>
 #include <utility>
 
+#include "mnemo/check.h"
 #include "mnemo/log.h"
+#include "mnemo/state.h"
+#include "mnemo/state_io.h"
 #include "server/engine.h"
 #include "server/engine_state.h"
 
@@ -54,6 +58,10 @@ Engine::Slot* Engine::pick_slot(const Waiting& w) {
 void Engine::assign_waiting() {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Waiting& w = **it;
+    if (w.pending()) {
+      ++it;  // its disk entry is still being read
+      continue;
+    }
     if (w.req.id_slot >= static_cast<int32_t>(slots_.size())) {
       CompletionEvent ev;
       ev.kind = CompletionEvent::Kind::kError;
@@ -73,7 +81,12 @@ void Engine::assign_waiting() {
     }
     ErrorKind kind = ErrorKind::kInternal;
     std::string why;
-    if (!admit(w, *slot, &kind, &why)) {
+    const Admission a = admit(w, *slot, &kind, &why);
+    if (a == Admission::kDeferred) {
+      ++it;
+      continue;
+    }
+    if (a == Admission::kFailed) {
       CompletionEvent ev;
       ev.kind = CompletionEvent::Kind::kError;
       ev.error_kind = kind;
@@ -88,13 +101,61 @@ void Engine::assign_waiting() {
   }
 }
 
-bool Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
+namespace {
+
+// A source must give this many more prompt tokens than the slot's own before its copy or
+// restore (which moves the whole prefix's rows) is preferred.
+constexpr size_t kMinGain = 16;
+
+}  // namespace
+
+Engine::Source Engine::choose_source(const Waiting& w, const Slot& slot) const {
+  Source best;
+  if (!w.req.cache_prompt) return best;  // kNone: bypasses every tier
+  const std::vector<TokenId>& prompt = w.req.prompt;
+  // The last prompt token is always evaluated: its logits give the first generated token.
+  const size_t limit = prompt.size() - 1;
+  const Memory& mem = ctx_->memory();
+  // What a copy of s's sequence cut at the common prefix keeps: a recurrent memory only returns
+  // to a checkpoint, a sliding window only where the window is still held (plan_truncate).
+  auto keep_of = [&](const Slot& s) -> size_t {
+    const size_t lcp = std::min(common_prefix(s.cache_tokens, prompt), limit);
+    if (lcp == 0) return 0;
+    auto plan = mem.plan_truncate(s.id, static_cast<Pos>(lcp));
+    return plan.ok() ? static_cast<size_t>(plan->keep) : 0;
+  };
+  best.kind = Source::Kind::kOwn;
+  best.keep = keep_of(slot);
+  for (const auto& o : slots_) {
+    if (o.get() == &slot || o->cache_tokens.size() < best.keep + kMinGain) continue;
+    const size_t k = keep_of(*o);
+    if (k >= best.keep + kMinGain) {
+      best.kind = Source::Kind::kSlot;
+      best.keep = k;
+      best.slot = o.get();
+    }
+  }
+  if (cache_) {
+    if (auto m = cache_->lookup(prompt)) {
+      const size_t k = std::min<size_t>(m->n_match, limit);
+      if (k >= best.keep + kMinGain) {
+        best.kind = Source::Kind::kEntry;
+        best.keep = k;
+        best.slot = nullptr;
+        best.match = *m;
+      }
+    }
+  }
+  return best;
+}
+
+Engine::Admission Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
   const std::vector<TokenId>& prompt = w.req.prompt;
   const size_t n_prompt = prompt.size();
   if (n_prompt == 0) {
     *kind = ErrorKind::kInvalidRequest;
     *why = "the prompt is empty";
-    return false;
+    return Admission::kFailed;
   }
   if (n_prompt >= info_.n_ctx_seq) {
     *kind = ErrorKind::kPromptTooLong;
@@ -103,35 +164,54 @@ bool Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
         "(n_ctx {}, {} slots, {} KV)",
         n_prompt, info_.n_ctx_seq, info_.n_ctx, info_.n_slots,
         info_.kv_unified ? "unified" : "split");
-    return false;
+    return Admission::kFailed;
+  }
+  Source src = choose_source(w, slot);
+  if (src.kind == Source::Kind::kEntry && !src.match.in_ram) {
+    // A disk entry: read by the cache's thread while the request waits (once per request).
+    const bool have = w.fetch && w.fetch->key == src.match.key && w.fetch->status.ok();
+    if (!have && !w.fetch) {
+      w.fetch = cache_->fetch(src.match.key, [this] { wake(); });
+      if (w.pending()) return Admission::kDeferred;
+    }
+    if (!(w.fetch && w.fetch->key == src.match.key && w.fetch->status.ok())) {
+      src.kind = Source::Kind::kOwn;  // the entry went away; the slot's own prefix then
+      src.keep = std::min(common_prefix(slot.cache_tokens, prompt), n_prompt - 1);
+      if (auto plan = ctx_->memory().plan_truncate(slot.id, static_cast<Pos>(src.keep));
+          plan.ok()) {
+        src.keep = static_cast<size_t>(plan->keep);
+      }
+    }
   }
   Memory& mem = ctx_->memory();
-  size_t n_cached = w.req.cache_prompt ? common_prefix(slot.cache_tokens, prompt) : 0;
-  // The last prompt token is always evaluated: its logits give the first generated token.
-  if (n_cached == n_prompt) --n_cached;
-  // A recurrent memory keeps a prefix only up to a checkpoint (memory.h, plan_truncate): resume
-  // from there. Attention-only memories keep every position (keep == n_cached).
-  if (auto plan = mem.plan_truncate(slot.id, static_cast<Pos>(n_cached)); plan.ok()) {
-    n_cached = static_cast<size_t>(plan->keep);
-  }
-  const uint32_t need = static_cast<uint32_t>(n_prompt - n_cached);
+  const size_t own_kept = src.kind == Source::Kind::kOwn ? src.keep : 0;
+  const uint32_t need = static_cast<uint32_t>(n_prompt - src.keep);
   auto seq = mem.seq_info(slot.id);
   if (!seq.ok()) {
     *kind = ErrorKind::kInternal;
     *why = "seq_info failed: " + seq.status().to_string();
-    return false;
+    return Admission::kFailed;
   }
   // A memory without cells (a recurrent state) has room for any prompt.
   if (seq->free_cells != SeqMemoryInfo::kUnbounded) {
-    // This slot's cells past the reused prefix are freed by the seq_rm below.
-    uint32_t free = seq->free_cells + static_cast<uint32_t>(slot.cache_tokens.size() - n_cached);
+    // The slot's cells past what it keeps of its own are freed; a copied or restored prefix
+    // takes cells of its own (in a unified stream a copy shares the source's cells instead).
+    const bool shares = src.kind == Source::Kind::kSlot && info_.kv_unified;
+    const uint32_t taken =
+        static_cast<uint32_t>(src.kind == Source::Kind::kOwn || shares ? 0 : src.keep);
+    uint32_t free = seq->free_cells + static_cast<uint32_t>(slot.cache_tokens.size() - own_kept);
+    free = free >= taken ? free - taken : 0;
     if (need > free) {
       // Idle slots' prompt caches in the same stream (unified mode) are the only cells that can
-      // go: least recently used first, and only when that makes the prompt fit.
+      // go: least recently used first, and only when that makes the prompt fit. They go into
+      // the prompt cache first.
       std::vector<Slot*> idle;
       uint32_t evictable = 0;
       for (auto& s : slots_) {
-        if (s.get() == &slot || s->state != SlotState::kIdle || s->cache_tokens.empty()) continue;
+        if (s.get() == &slot || s.get() == src.slot || s->state != SlotState::kIdle ||
+            s->cache_tokens.empty()) {
+          continue;
+        }
         auto other = mem.seq_info(s->id);
         if (!other.ok() || !other->has_kv || other->stream != seq->stream) continue;
         idle.push_back(s.get());
@@ -142,6 +222,7 @@ bool Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
                   [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
         for (Slot* s : idle) {
           if (free >= need) break;
+          stash(*s);
           if (!mem.seq_rm(s->id, -1, -1).ok()) continue;
           free += static_cast<uint32_t>(s->cache_tokens.size());
           s->cache_tokens.clear();
@@ -151,21 +232,123 @@ bool Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why) {
     if (need > free) {
       *kind = ErrorKind::kCacheFull;
       *why = fmt::format(
-          "KV cache full: the prompt needs {} new cells ({} tokens, {} reused from the slot's "
-          "cache) but stream {} has {} free cells of {}; retry later or start the server with a "
-          "larger -c",
-          need, n_prompt, n_cached, seq->stream, free,
+          "KV cache full: the prompt needs {} new cells ({} tokens, {} reused) but stream {} has "
+          "{} free cells of {}; retry later or start the server with a larger -c",
+          need, n_prompt, src.keep, seq->stream, free,
           info_.kv_unified ? info_.n_ctx : info_.n_ctx_seq);
-      return false;
+      return Admission::kFailed;
     }
   }
-  if (Status st = mem.seq_rm(slot.id, static_cast<Pos>(n_cached), -1); !st.ok()) {
-    *kind = ErrorKind::kInternal;
-    *why = "seq_rm failed: " + st.to_string();
-    return false;
+  // The slot's own tokens past what it keeps are dropped: into the prompt cache first when that
+  // is at least a block of them.
+  if (cache_ && slot.cache_tokens.size() >= own_kept + cache_->block_tokens()) stash(slot);
+  const size_t n_cached = apply_source(w, slot, src);
+  if (w.req.cache_prompt) {
+    Metrics& m = *metrics_;
+    if (n_cached == 0) {
+      m.prompt_cache_misses_total.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      // 0: a slot (its own or another's), 1: the RAM tier, 2: the disk tier.
+      const bool fetched = w.fetch && w.fetch->key == src.match.key;
+      const size_t tier = src.kind != Source::Kind::kEntry ? 0 : fetched ? 2 : 1;
+      m.prompt_cache_hits_total[tier].fetch_add(1, std::memory_order_relaxed);
+    }
   }
   begin(w, slot, n_cached);
-  return true;
+  return Admission::kAdmitted;
+}
+
+size_t Engine::apply_source(Waiting& w, Slot& slot, const Source& src) {
+  Memory& mem = ctx_->memory();
+  const std::vector<TokenId>& prompt = w.req.prompt;
+  // The slot keeps [0, keep) of its own sequence; the rest goes.
+  auto keep_own = [&](size_t keep) -> size_t {
+    if (Status st = mem.seq_rm(slot.id, static_cast<Pos>(keep), -1); !st.ok()) {
+      MNEMO_LOG(kError) << "slot " << slot.id << ": seq_rm failed: " << st.to_string();
+      CHECK(mem.seq_rm(slot.id, -1, -1).ok());
+      keep = 0;
+    }
+    slot.cache_tokens.resize(keep);
+    return keep;
+  };
+  auto own_prefix = [&]() -> size_t {
+    const size_t lcp = w.req.cache_prompt
+                           ? std::min(common_prefix(slot.cache_tokens, prompt), prompt.size() - 1)
+                           : 0;
+    auto plan = mem.plan_truncate(slot.id, static_cast<Pos>(lcp));
+    return plan.ok() ? static_cast<size_t>(plan->keep) : 0;
+  };
+  switch (src.kind) {
+    case Source::Kind::kNone:
+      return keep_own(0);
+    case Source::Kind::kOwn:
+      return keep_own(src.keep);
+    case Source::Kind::kSlot: {
+      // Another slot's prefix: copied (split KV: its rows; unified KV: shared cells).
+      keep_own(0);
+      const Pos keep = static_cast<Pos>(src.keep);
+      if (Status st = mem.seq_cp(src.slot->id, slot.id, 0, keep);
+          !st.ok() || mem.seq_pos_max(slot.id) != keep - 1) {
+        MNEMO_LOG(kWarn) << "slot " << slot.id << ": copying slot " << src.slot->id
+                         << "'s prefix failed: " << st.to_string();
+        return keep_own(0);
+      }
+      slot.cache_tokens.assign(src.slot->cache_tokens.begin(),
+                               src.slot->cache_tokens.begin() + src.keep);
+      return src.keep;
+    }
+    case Source::Kind::kEntry:
+      break;
+  }
+  // A prompt-cache entry: its state is restored over the slot's sequence, then cut back to the
+  // shared prefix. Its token list must be the slot's positions 0..n-1 and start with the prompt's
+  // matched tokens; anything else (damage, another model) fails the validation pass, which
+  // changes nothing, and the entry is dropped.
+  std::shared_ptr<const std::vector<uint8_t>> bytes =
+      w.fetch && w.fetch->key == src.match.key && w.fetch->status.ok() ? w.fetch->bytes
+                                                                       : cache_->get(src.match.key);
+  if (!bytes) return keep_own(own_prefix());  // evicted meanwhile
+  const uint32_t n_vocab = ctx_->model().hparams().n_vocab;
+  const size_t n_match = src.match.n_match;
+  auto check = [&](std::span<const int32_t> t, const StateSeqSummary& s) -> Status {
+    const Pos n = static_cast<Pos>(t.size());
+    if (s.set && !(n == 0 ? s.pos_max < 0 : (s.pos_min == 0 && s.pos_max == n - 1))) {
+      return Status::invalid_argument(
+          fmt::format("{} tokens but cells at positions [{}, {}]", t.size(), s.pos_min, s.pos_max));
+    }
+    if (t.size() < n_match || !std::equal(prompt.begin(), prompt.begin() + n_match, t.begin())) {
+      return Status::invalid_argument("its tokens do not match the index");
+    }
+    for (int32_t id : t) {
+      if (id < 0 || static_cast<uint32_t>(id) >= n_vocab) {
+        return Status::invalid_argument(fmt::format("token id {} is outside the vocabulary", id));
+      }
+    }
+    return Status();
+  };
+  SpanSource source(*bytes);
+  auto tokens = state_read(mem, fp_, &source, state_format::Scope::kSequence, slot.id, check);
+  if (!tokens.ok()) {
+    const StatusCode c = tokens.status().code();
+    // No room (a unified stream, or an entry of a longer context) is not the entry's fault.
+    if (c != StatusCode::kNoSpace) cache_->discard(src.match.key, tokens.status().message());
+    // Only a source that changed between the passes empties the sequence; the slot then
+    // starts from nothing.
+    if (mem.seq_pos_max(slot.id) != static_cast<Pos>(slot.cache_tokens.size()) - 1) {
+      return keep_own(0);
+    }
+    return keep_own(own_prefix());
+  }
+  if (mem.seq_pos_max(slot.id) != static_cast<Pos>(tokens->size()) - 1) {
+    // A memory whose parts report no positions: checked after the apply.
+    cache_->discard(src.match.key, "its positions do not match its tokens");
+    slot.cache_tokens.clear();
+    CHECK(mem.seq_rm(slot.id, -1, -1).ok());
+    return 0;
+  }
+  slot.cache_tokens = std::move(tokens).value();
+  auto plan = mem.plan_truncate(slot.id, static_cast<Pos>(src.keep));
+  return keep_own(plan.ok() ? static_cast<size_t>(plan->keep) : 0);
 }
 
 void Engine::step() {

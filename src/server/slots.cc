@@ -9,6 +9,8 @@
 
 #include "mnemo/check.h"
 #include "mnemo/log.h"
+#include "mnemo/state.h"
+#include "mnemo/state_io.h"
 #include "server/engine.h"
 #include "server/engine_state.h"
 
@@ -18,6 +20,7 @@ void Engine::begin(Waiting& w, Slot& slot, size_t n_cached) {
   const std::vector<TokenId>& prompt = w.req.prompt;
   const size_t n_prompt = prompt.size();
   slot.cache_tokens.resize(n_cached);
+  slot.cacheable = w.req.cache_prompt;
   slot.sampler = std::make_unique<Sampler>(w.req.sampling);
   const size_t n_window = static_cast<size_t>(std::max(0, w.req.sampling.repeat_last_n));
   for (size_t i = n_prompt - std::min(n_prompt, n_window); i < n_prompt; ++i) {
@@ -118,6 +121,33 @@ void Engine::release(Slot& s) {
   s.unsent_tokens.clear();
   s.unsent_probs.clear();
   s.last_used = ++clock_;
+}
+
+void Engine::stash(Slot& s) {
+  if (!cache_ || !s.cacheable || s.cache_tokens.size() < cache_->block_tokens()) return;
+  if (cache_->contains(s.cache_tokens)) return;
+  const double t0 = now_ms();
+  auto bytes = std::make_shared<std::vector<uint8_t>>();
+  VectorSink sink(bytes.get());
+  StateWriteSpec spec;
+  spec.scope = state_format::Scope::kSequence;
+  spec.seq = s.id;
+  spec.k_type = params_.cache_type_k;
+  spec.v_type = params_.cache_type_v;
+  const Memory& mem = ctx_->memory();
+  if (Status st = state_write(mem, fp_, &sink, spec, s.cache_tokens); !st.ok()) {
+    MNEMO_LOG(kWarn) << "slot " << s.id << ": not stored in the prompt cache: " << st.to_string();
+    return;
+  }
+  const size_t n_bytes = bytes->size();
+  // An entry holding a prefix of these tokens is redundant once this one can be cut back to it.
+  cache_->insert(s.cache_tokens, std::move(bytes), [&](uint32_t n) {
+    auto plan = mem.plan_truncate(s.id, static_cast<Pos>(n));
+    return plan.ok() && plan->keep == static_cast<Pos>(n);
+  });
+  MNEMO_LOG(kDebug) << fmt::format(
+      "slot {}: {} tokens stored in the prompt cache ({} bytes, {:.1f} ms)", s.id,
+      s.cache_tokens.size(), n_bytes, now_ms() - t0);
 }
 
 void Engine::check_slot(const Slot& s) const {

@@ -65,6 +65,18 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--slot-save-path", s.slot_save_path,
                  "directory for slot files (enables /slots/{id}?action=save|restore|erase)");
   app.add_option("--kv-policy", s.kv_policy, "KV precision policy, e.g. f16,q8_0@0.75,q4_0@0.90");
+  app.add_option("--cache-ram", s.cache_ram_mib,
+                 "prompt cache in RAM, MiB (0: off, -1: no limit; default: min(8192, a quarter "
+                 "of the machine's memory))");
+  app.add_option("--cache-dir", s.cache_dir,
+                 "prompt cache on disk: entries survive restarts (default: none)");
+  app.add_option("--cache-disk", s.cache_disk_mib, "the disk tier's budget, MiB (default 10240)");
+  app.add_option("--cache-block", s.cache_block,
+                 "tokens per hashed block of the prompt cache's index (default 64)");
+  app.add_option("--prompt-cache-type-k", s.cache_type_k,
+                 "K type of prompt-cache entries, e.g. q8_0 (default: the slot's own)");
+  app.add_option("--prompt-cache-type-v", s.cache_type_v,
+                 "V type of prompt-cache entries (default: the slot's own)");
   app.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (not on /health)");
   app.add_flag("--metrics", s.metrics, "enable GET /metrics (Prometheus text)");
   app.add_option("--timeout", s.timeout_s,
