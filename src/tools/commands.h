@@ -25,6 +25,10 @@ RunFn register_bench(CLI::App& app);
 /// llama-perplexity computes it; top-1 agreement with a reference run (src/tools/perplexity.cc).
 RunFn register_perplexity(CLI::App& app);
 
+/// `mnemo cache list|verify|clear DIR [--json]`: a prompt cache directory's entries (model,
+/// tokens, bytes; verify also checks every checksum), or deletes them (src/tools/cache.cc).
+RunFn register_cache(CLI::App& app);
+
 /// `mnemo serve -m FILE ...`: the HTTP server (llama-server's flags; include/mnemo/server.h).
 RunFn register_serve(CLI::App& app);
 

@@ -31,10 +31,11 @@ SLOTS = 4
 class Server:
     """A `mnemo serve` process; stderr is collected by a thread (the request log)."""
 
-    def __init__(self, binary, model, *args, env=None):
+    def __init__(self, binary, model, *args, env=None, preexec_fn=None):
         self.proc = subprocess.Popen(
             [str(binary), "serve", "-m", str(model), "--port", "0", "-t", "2", *map(str, args)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=preexec_fn)
         self.lines = []
         self.port = None
         ready = threading.Event()
