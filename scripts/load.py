@@ -17,6 +17,19 @@ competing for the same cores.
 
 Every request has a distinct prompt (no prompt-cache hits unless --shared-words makes them share
 a prefix) and ignore_eos, so each generates exactly --n-predict tokens.
+
+Conversation mode (--conversations N): N multi-turn chats (/v1/chat/completions, streamed,
+greedy) that share one system prompt (--system-words). Turn by turn, every conversation sends
+its history plus a new user message (--clients at a time); the reply joins the history. Reports,
+per turn, the prompt tokens the server decoded (timings.prompt_n), those it reused
+(timings.cache_n) and TTFT percentiles. --restart-after K stops the server (SIGTERM) after turn K
+and starts it again with the same arguments: a server whose prompt cache has a disk tier
+(--cache-dir) continues every conversation; one without reads them again.
+
+  scripts/load.py --serve "-np 4 -c 16384 --cache-dir /tmp/pc" --conversations 16 --turns 6 \
+      --restart-after 3 --clients 4
+  scripts/load.py --server-cmd "scripts/peer llama-server -m models/SmolLM2-135M-Instruct-Q4_1.gguf \
+      -np 4 -c 16384 --port {port}" --conversations 16 --turns 6 --restart-after 3 --clients 4
 """
 import argparse
 import json
@@ -45,6 +58,11 @@ def prompt_text(client, index, n_words, shared_words):
     own = " ".join(WORDS[(client * 7919 + index * 104729 + i * 31) % len(WORDS)]
                    for i in range(n_words))
     return f"{shared} Client {client} request {index}: {own}. Continue the story:"
+
+
+def chat_text(seed, n_words):
+    return " ".join(WORDS[(seed * 7919 + i * 31 + (i * i) % 17) % len(WORDS)]
+                    for i in range(n_words))
 
 
 def percentile(values, p):
@@ -171,6 +189,118 @@ def start_server(args):
     return proc, f"http://127.0.0.1:{port}"
 
 
+def start_command(cmd_template):
+    """Starts `cmd_template` with {port} replaced by a free loopback port; waits for /health."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = shlex.split(cmd_template.replace("{port}", str(port)))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+    end = time.time() + 180
+    while time.time() < end:
+        try:
+            if requests.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except requests.RequestException:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.25)
+    proc.kill()
+    sys.exit("load.py: the server did not start: " + " ".join(cmd))
+
+
+def chat_turn(url, messages, n_predict, timeout):
+    """One streamed greedy chat turn: (reply text, ttft s, timings dict or None, error)."""
+    body = {"messages": messages, "max_tokens": n_predict, "temperature": 0, "stream": True,
+            "cache_prompt": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first, text, timings = None, [], None
+    try:
+        with requests.post(url + "/v1/chat/completions", json=body, stream=True,
+                           timeout=timeout) as r:
+            if r.status_code != 200:
+                return None, None, None, f"HTTP {r.status_code}"
+            for line in r.iter_lines():
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                ev = json.loads(line[6:])
+                if "error" in ev:
+                    return None, None, None, ev["error"].get("type", "error")
+                timings = ev.get("timings", timings)
+                for ch in ev.get("choices", []):
+                    piece = (ch.get("delta") or {}).get("content")
+                    if piece:
+                        if first is None:
+                            first = time.perf_counter()
+                        text.append(piece)
+    except requests.RequestException as e:
+        return None, None, None, type(e).__name__
+    return "".join(text), (first or time.perf_counter()) - t0, timings, None
+
+
+def run_conversations(args):
+    """Conversation mode (module docstring). Returns the summary dict."""
+    def start():
+        if args.server_cmd:
+            return start_command(args.server_cmd)
+        return start_server(args)
+
+    proc, url = start()
+    system = "You are a careful assistant. Background notes: " + chat_text(0, args.system_words)
+    convs = [[{"role": "system", "content": system}] for _ in range(args.conversations)]
+    turns, errors = [], {}
+    try:
+        for turn in range(1, args.turns + 1):
+            if args.restart_after and turn == args.restart_after + 1:
+                proc.send_signal(15)
+                proc.wait(120)
+                proc, url = start()
+            rec = {"turn": turn, "ttft": [], "prompt_n": 0, "cache_n": 0, "unreported": 0}
+            lock = threading.Lock()
+            todo = list(range(args.conversations))
+
+            def client():
+                while True:
+                    with lock:
+                        if not todo:
+                            return
+                        c = todo.pop(0)
+                    msgs = convs[c] + [{"role": "user", "content":
+                                        f"Question {turn} of chat {c}: " +
+                                        chat_text(c * 100 + turn, args.user_words)}]
+                    reply, ttft, timings, err = chat_turn(url, msgs, args.n_predict, args.timeout)
+                    with lock:
+                        if err:
+                            errors[err] = errors.get(err, 0) + 1
+                            continue
+                        convs[c] = msgs + [{"role": "assistant", "content": reply}]
+                        rec["ttft"].append(ttft)
+                        if timings and "prompt_n" in timings:
+                            rec["prompt_n"] += timings["prompt_n"]
+                            rec["cache_n"] += timings.get("cache_n", 0)
+                        else:
+                            rec["unreported"] += 1
+
+            threads = [threading.Thread(target=client) for _ in range(args.clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            turns.append({"turn": turn, "prompt_n": rec["prompt_n"], "cache_n": rec["cache_n"],
+                          "unreported": rec["unreported"],
+                          "ttft_ms": {p: round(percentile(rec["ttft"], p) * 1000, 1)
+                                      for p in (50, 90)}})
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return {"conversations": args.conversations, "turns": turns, "errors": errors,
+            "prompt_n_total": sum(t["prompt_n"] for t in turns),
+            "cache_n_total": sum(t["cache_n"] for t in turns)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -188,7 +318,38 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--timeout", type=float, default=120, help="seconds per request")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ap.add_argument("--conversations", type=int, default=0,
+                    help="conversation mode: this many multi-turn chats (module docstring)")
+    ap.add_argument("--turns", type=int, default=6, help="conversation mode: turns per chat")
+    ap.add_argument("--system-words", type=int, default=750,
+                    help="conversation mode: words of the shared system prompt")
+    ap.add_argument("--user-words", type=int, default=30,
+                    help="conversation mode: words per user message")
+    ap.add_argument("--restart-after", type=int, default=0,
+                    help="conversation mode: restart the server after this turn (0: never)")
+    ap.add_argument("--server-cmd", default=None,
+                    help="start this command as the server ({port}: a free port), e.g. "
+                         "llama-server through scripts/peer")
     args = ap.parse_args()
+    if args.conversations:
+        if args.serve is None and args.server_cmd is None:
+            sys.exit("load.py: conversation mode starts its own server: --serve or --server-cmd")
+        if args.serve is None:
+            args.serve = ""
+        summary = run_conversations(args)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+            return
+        print(f"{args.conversations} conversations x {args.turns} turns, {args.clients} at a time"
+              + (f", restart after turn {args.restart_after}" if args.restart_after else ""))
+        print("turn | prompt tokens decoded | reused | TTFT p50 / p90 (ms)")
+        for t in summary["turns"]:
+            print(f"{t['turn']:4d} | {t['prompt_n']:21d} | {t['cache_n']:6d} | "
+                  f"{t['ttft_ms'][50]} / {t['ttft_ms'][90]}"
+                  + (f" ({t['unreported']} without timings)" if t["unreported"] else ""))
+        print(f"total decoded {summary['prompt_n_total']}, reused {summary['cache_n_total']}, "
+              f"errors {summary['errors'] or 0}")
+        return
     if not (1 <= args.clients <= 256 and 0 < args.seconds <= 3600 and 1 <= args.n_predict <= 4096):
         sys.exit("load.py: --clients in [1, 256], --seconds in (0, 3600], --n-predict in [1, 4096]")
 

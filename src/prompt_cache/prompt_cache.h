@@ -1,4 +1,4 @@
-// The prompt cache: memory that outlives its slot (docs/design.md §3.9, docs/prompt-cache.md).
+// The prompt cache: memory that outlives its slot (docs/design.md §3.9).
 //
 // An entry is one sequence's state (docs/formats/state.md, scope "one sequence", with its token
 // list in TOKN: the tokens it holds at positions 0..n-1). Entries live in up to two tiers:
