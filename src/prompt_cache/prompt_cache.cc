@@ -580,7 +580,14 @@ CacheStats PromptCache::stats() const {
 void PromptCache::enqueue(Job job) {
   {
     std::lock_guard<std::mutex> lk(jobs_mu_);
-    jobs_.push_back(std::move(job));
+    // A read has a request waiting for it: ahead of writes (after earlier reads, in order).
+    if (job.kind == Job::Kind::kRead) {
+      auto it = jobs_.begin();
+      while (it != jobs_.end() && it->kind == Job::Kind::kRead) ++it;
+      jobs_.insert(it, std::move(job));
+    } else {
+      jobs_.push_back(std::move(job));
+    }
   }
   jobs_cv_.notify_one();
 }

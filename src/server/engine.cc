@@ -51,7 +51,11 @@ std::optional<CompletionEvent> TaskChannel::pop(std::chrono::milliseconds timeou
 Engine::Engine(const Model& model, const Tokenizer& tok, Metrics* metrics)
     : model_(model), tok_(tok), metrics_(metrics) {}
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+  // The cache's thread may still call wake() (a fetch's on_done) until it is gone: before mu_.
+  cache_.reset();
+}
 
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokenizer& tok,
                                                const EngineParams& params, Metrics* metrics) {

@@ -39,7 +39,7 @@
 // first, when that makes the prompt fit; otherwise kCacheFull.
 //
 // The prompt cache (src/prompt_cache/prompt_cache.h): whenever a slot's memory is about to be
-// dropped — the slot taken by another conversation (losing at least one block of tokens), an
+// dropped — the slot taken by another conversation (losing 16 tokens or more), an
 // erase, a restore over it, an eviction, the server's shutdown — its sequence state goes into
 // the cache ("stash"), unless its request asked for cache_prompt: false. On shutdown the cache
 // is flushed to disk.

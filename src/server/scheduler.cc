@@ -106,6 +106,11 @@ namespace {
 // A source must give this many more prompt tokens than the slot's own before its copy or
 // restore (which moves the whole prefix's rows) is preferred.
 constexpr size_t kMinGain = 16;
+// A slot's memory goes into the prompt cache before a request drops at least this many of its
+// tokens. Fewer is the same conversation continuing (its new prompt re-tokenizes the end of the
+// last reply a little differently): storing it would keep a near-copy of what the slot goes on
+// holding. Another conversation taking the slot drops its whole last turn, more than this.
+constexpr size_t kMinStash = 16;
 
 }  // namespace
 
@@ -239,10 +244,10 @@ Engine::Admission Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::st
       return Admission::kFailed;
     }
   }
-  // The slot's own tokens past what it keeps are dropped: into the prompt cache first when that
-  // is at least a block of them.
-  if (cache_ && slot.cache_tokens.size() >= own_kept + cache_->block_tokens()) stash(slot);
+  // The slot's own tokens past what it keeps are dropped: into the prompt cache first.
+  if (cache_ && slot.cache_tokens.size() >= own_kept + kMinStash) stash(slot);
   const size_t n_cached = apply_source(w, slot, src);
+  check_slot(slot);
   if (w.req.cache_prompt) {
     Metrics& m = *metrics_;
     if (n_cached == 0) {

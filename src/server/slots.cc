@@ -127,15 +127,22 @@ void Engine::stash(Slot& s) {
   if (!cache_ || !s.cacheable || s.cache_tokens.size() < cache_->block_tokens()) return;
   if (cache_->contains(s.cache_tokens)) return;
   const double t0 = now_ms();
-  auto bytes = std::make_shared<std::vector<uint8_t>>();
-  VectorSink sink(bytes.get());
   StateWriteSpec spec;
   spec.scope = state_format::Scope::kSequence;
   spec.seq = s.id;
   spec.k_type = params_.cache_type_k;
   spec.v_type = params_.cache_type_v;
   const Memory& mem = ctx_->memory();
-  if (Status st = state_write(mem, fp_, &sink, spec, s.cache_tokens); !st.ok()) {
+  // The exact size first (O(metadata)), so the one copy of the rows is written without regrowth.
+  CountingSink count;
+  Status st = state_write(mem, fp_, &count, spec, s.cache_tokens);
+  auto bytes = std::make_shared<std::vector<uint8_t>>();
+  if (st.ok()) {
+    bytes->reserve(count.bytes());
+    VectorSink sink(bytes.get());
+    st = state_write(mem, fp_, &sink, spec, s.cache_tokens);
+  }
+  if (!st.ok()) {
     MNEMO_LOG(kWarn) << "slot " << s.id << ": not stored in the prompt cache: " << st.to_string();
     return;
   }
