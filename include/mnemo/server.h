@@ -42,10 +42,13 @@ struct ServerParams {
   uint32_t cache_block = 64;       // --cache-block: tokens per hashed block of the index
   std::string cache_type_k;        // --prompt-cache-type-k: K type of stored entries ("" = slot's)
   std::string cache_type_v;        // --prompt-cache-type-v
-  std::string api_key;             // --api-key: Bearer token for every endpoint but /health
-  bool metrics = false;            // --metrics: enables GET /metrics
-  int timeout_s = 600;             // --timeout: socket read/write and queue-wait limit, seconds
-  int n_threads_http = 0;          // --threads-http: 0 = max(16, 4 * slots)
+  std::string cache_store;         // --cache-store redis://[:password@]host:port[/db] ("" = none)
+  int cache_store_timeout_ms = 500;  // --cache-store-timeout: bound of every store command, ms
+  std::string kv_events;             // --kv-events tcp://host:port: publish KV events ("" = none)
+  std::string api_key;               // --api-key: Bearer token for every endpoint but /health
+  bool metrics = false;              // --metrics: enables GET /metrics
+  int timeout_s = 600;               // --timeout: socket read/write and queue-wait limit, seconds
+  int n_threads_http = 0;            // --threads-http: 0 = max(16, 4 * slots)
   size_t max_body_bytes = 8u << 20;  // --max-body: larger request bodies get 413
   uint32_t max_queue = 256;          // --max-queue: waiting requests beyond this get 503
   /// Called once with the bound port when the server starts listening (tests, scripts/run).

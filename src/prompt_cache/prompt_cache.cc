@@ -317,6 +317,7 @@ void PromptCache::add_locked(Entry e) {
   if (e.ram) ram_used_ += e.ram->size();
   if (e.on_disk) disk_used_ += e.disk_bytes;
   const uint64_t key = e.key;
+  if (params_.on_added) params_.on_added(key, e.tokens);
   entries_[key] = std::make_unique<Entry>(std::move(e));
   index_dirty_ = true;
 }
@@ -334,6 +335,7 @@ void PromptCache::remove_locked(uint64_t key) {
   }
   if (e.ram) ram_used_ -= e.ram->size();
   if (e.on_disk) disk_used_ -= e.disk_bytes;
+  if (params_.on_removed) params_.on_removed(key);
   entries_.erase(it);
   index_dirty_ = true;
 }

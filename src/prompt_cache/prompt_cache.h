@@ -54,6 +54,10 @@ struct PromptCacheParams {
   size_t disk_bytes = 0;       // disk tier budget in bytes (with dir)
   uint32_t block_tokens = 64;  // tokens per hashed block, >= 1
   ModelFingerprint model;      // entries of other models are ignored
+  /// Told of every entry that joins / leaves the cache (under the cache's lock: they must not
+  /// call back into it). The KV-event publisher listens here.
+  std::function<void(uint64_t key, std::span<const int32_t> tokens)> on_added;
+  std::function<void(uint64_t key)> on_removed;
 };
 
 /// The best entry for a prompt (PromptCache::lookup).

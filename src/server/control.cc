@@ -51,6 +51,7 @@ ControlReply Engine::snapshot() {
   r.breakdown = ctx_->memory().breakdown();
   r.n_queued = static_cast<int32_t>(waiting_.size());
   if (cache_) r.cache = cache_->stats();
+  if (store_) r.store = store_->stats();
   for (auto& s : slots_) {
     if (s->state != SlotState::kIdle) ++r.n_processing;
     r.slots.push_back(slot_info(*s));
@@ -81,6 +82,7 @@ ControlReply Engine::slot_erase(const ControlRequest& req) {
     return error_reply(ErrorKind::kInternal, st);
   }
   s.cache_tokens.clear();
+  publish(s);
   r.ms = now_ms() - t0;
   return r;
 }
@@ -118,6 +120,7 @@ ControlReply Engine::slot_restore(const ControlRequest& req) {
   }
   s.cache_tokens = std::move(tokens);
   check_slot(s);
+  publish(s);
   ControlReply r;
   r.n_tokens = static_cast<int32_t>(s.cache_tokens.size());
   r.bytes = *bytes;

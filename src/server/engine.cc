@@ -10,6 +10,7 @@
 #include "mnemo/check.h"
 #include "mnemo/log.h"
 #include "mnemo/model_fingerprint.h"
+#include "prompt_cache/block_hash.h"
 #include "server/engine_state.h"
 
 namespace mnemo::server {
@@ -53,8 +54,11 @@ Engine::Engine(const Model& model, const Tokenizer& tok, Metrics* metrics)
 
 Engine::~Engine() {
   stop();
-  // The cache's thread may still call wake() (a fetch's on_done) until it is gone: before mu_.
+  // The cache's and the store's threads may still call wake() (a fetch's on_done) until they are
+  // gone: before mu_. The publisher goes last (the cache tells it of entries it drops).
+  store_.reset();
   cache_.reset();
+  events_.reset();
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokenizer& tok,
@@ -76,15 +80,37 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   e->info_.n_threads = cp.n_threads;
   if (params.kv_policy) e->info_.kv_policy = params.kv_policy->to_string();
   e->fp_ = model_fingerprint(model);
+  e->root_ = prompt_cache::model_root_hash(e->fp_);
+  const uint32_t block = params.cache ? params.cache->block_tokens : params.block_tokens;
+  e->cache_block_ = block;
+  if (!params.kv_events.empty()) {
+    auto ev = kv_events::KvEventPublisher::open(params.kv_events, block, e->root_);
+    if (!ev.ok()) return ev.status();
+    e->events_ = std::move(ev).value();
+  }
   if (params.cache) {
     prompt_cache::PromptCacheParams cp_cache = *params.cache;
     cp_cache.model = e->fp_;
+    if (kv_events::KvEventPublisher* ev = e->events_.get()) {
+      cp_cache.on_added = [ev](uint64_t key, std::span<const int32_t> tokens) {
+        ev->hold("entry:" + prompt_cache::hex16(key), tokens, "CPU_CACHE");
+      };
+      cp_cache.on_removed = [ev](uint64_t key) {
+        ev->release("entry:" + prompt_cache::hex16(key));
+      };
+    }
     auto cache = prompt_cache::PromptCache::open(cp_cache);
     if (!cache.ok()) return cache.status();
     e->cache_ = std::move(cache).value();
     e->info_.cache_ram_bytes = cp_cache.ram_bytes;
     e->info_.cache_dir = cp_cache.dir;
     e->info_.cache_disk_bytes = cp_cache.dir.empty() ? 0 : cp_cache.disk_bytes;
+  }
+  if (params.store) {
+    prompt_cache::StoreParams sp = *params.store;
+    sp.model = e->fp_;
+    sp.block_tokens = block;
+    e->store_ = prompt_cache::Store::open(sp);
   }
   for (uint32_t i = 0; i < cp.n_seq_max; ++i) {
     auto s = std::make_unique<Slot>();
@@ -201,9 +227,10 @@ void Engine::shut_down() {
   waiting_.clear();
   // What every slot holds goes into the prompt cache, and the cache to disk: a restarted server
   // continues these conversations without reading their prompts again.
-  if (cache_) {
+  if (cache_ || store_) {
     for (auto& s : slots_) stash(*s);
-    cache_->flush();
+    if (cache_) cache_->flush();
+    if (store_) store_->flush();
   }
   std::vector<Incoming> rest;
   {

@@ -63,6 +63,7 @@
 #include <thread>
 #include <vector>
 
+#include "kv_events/kv_events.h"
 #include "mnemo/context.h"
 #include "mnemo/kv_policy.h"
 #include "mnemo/memory.h"
@@ -72,6 +73,7 @@
 #include "mnemo/status.h"
 #include "mnemo/tokenizer.h"
 #include "prompt_cache/prompt_cache.h"
+#include "prompt_cache/store.h"
 #include "server/errors.h"
 #include "server/metrics.h"
 
@@ -207,8 +209,10 @@ struct ControlReply {
   // kRequantize: the types converted to (the request's, with the ones it left out filled in).
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
-  // kSnapshot: the prompt cache's numbers; nullopt when the server has no prompt cache.
+  // kSnapshot: the prompt cache's numbers (nullopt without a local tier) and the shared
+  // store's (nullopt without one).
   std::optional<prompt_cache::CacheStats> cache;
+  std::optional<prompt_cache::StoreStats> store;
 };
 
 /// Static facts of a running engine (immutable after create(): readable from any thread).
@@ -243,6 +247,14 @@ struct EngineParams {
   /// the slot's own types.
   std::optional<GgmlType> cache_type_k;
   std::optional<GgmlType> cache_type_v;
+  /// The shared tier (src/prompt_cache/store.h): entries every replica reads and writes; its
+  /// `model` and `block_tokens` are filled in by create(). With it, a slot is also stashed when
+  /// each request ends, so the next turn can land on another replica.
+  std::optional<prompt_cache::StoreParams> store;
+  /// KV events for routers (src/kv_events/kv_events.h): a ZeroMQ endpoint to bind, "" = none.
+  std::string kv_events;
+  /// Tokens per hashed block when there is no local tier (else the cache's block_tokens).
+  uint32_t block_tokens = 64;
 };
 
 class Engine {
@@ -318,6 +330,8 @@ class Engine {
   void stash(Slot& slot);
   // Wakes the loop (a fetch finished). Any thread.
   void wake();
+  // Tells the KV-event stream which blocks the slot's sequence now holds (no-op without one).
+  void publish(const Slot& slot);
   void check_slot(const Slot& slot) const;
   // The slot as /slots reports it (types and bytes from Memory::seq_info).
   SlotInfo slot_info(const Slot& slot) const;
@@ -341,7 +355,11 @@ class Engine {
   EngineParams params_;
   std::unique_ptr<Context> ctx_;  // loop thread only (after start())
   ModelFingerprint fp_;           // of model_, for the state files of the prompt cache
-  std::unique_ptr<prompt_cache::PromptCache> cache_;  // thread-safe
+  uint64_t root_ = 0;             // model_root_hash(fp_): the block hashes' chain root
+  uint32_t cache_block_ = 64;     // tokens per hashed block (the cache's, the store's, events')
+  std::unique_ptr<kv_events::KvEventPublisher> events_;  // thread-safe; before cache_ (it calls it)
+  std::unique_ptr<prompt_cache::PromptCache> cache_;     // thread-safe
+  std::unique_ptr<prompt_cache::Store> store_;           // thread-safe
   std::vector<std::unique_ptr<Slot>> slots_;
   std::deque<std::unique_ptr<Waiting>> waiting_;  // loop thread: admitted to the queue, FIFO
   uint64_t clock_ = 0;  // loop thread: step counter for least-recently-used order

@@ -39,7 +39,12 @@ struct Engine::Waiting {
   std::shared_ptr<TaskChannel> channel;
   // A prompt-cache entry being read from disk for this request (admit waits for it once).
   std::shared_ptr<prompt_cache::CacheFetch> fetch;
-  bool pending() const { return fetch && !fetch->done.load(std::memory_order_acquire); }
+  // The shared store's answer for this request's prompt (asked once).
+  std::shared_ptr<prompt_cache::StoreFetch> store_fetch;
+  bool pending() const {
+    return (fetch && !fetch->done.load(std::memory_order_acquire)) ||
+           (store_fetch && !store_fetch->done.load(std::memory_order_acquire));
+  }
 };
 
 /// One entry of the incoming queue.
@@ -73,9 +78,11 @@ struct Engine::Slot {
 struct Engine::Source {
   enum class Kind : uint8_t { kNone, kOwn, kSlot, kEntry };
   Kind kind = Kind::kNone;
-  size_t keep = 0;                 // prompt tokens it gives (for kEntry: at most; the restore says)
+  size_t keep = 0;                 // prompt tokens it gives (kEntry: at most; the restore says)
   const Slot* slot = nullptr;      // kSlot: the slot whose sequence is copied
   prompt_cache::CacheMatch match;  // kEntry
+  // kEntry: the state when it came from the shared store (else from the cache or a fetch).
+  std::shared_ptr<const std::vector<uint8_t>> bytes;
 };
 
 /// Rows one slot contributes to a step: a prompt chunk or its pending generated token.

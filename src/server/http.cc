@@ -709,7 +709,23 @@ Status cache_params(const ServerParams& p, EngineParams* ep) {
   };
   MNEMO_RETURN_IF_ERROR(entry_type(p.cache_type_k, "--prompt-cache-type-k", &ep->cache_type_k));
   MNEMO_RETURN_IF_ERROR(entry_type(p.cache_type_v, "--prompt-cache-type-v", &ep->cache_type_v));
-  if (ram == 0 && p.cache_dir.empty()) return Status();
+  if (!p.cache_store.empty()) {
+    if (p.cache_store_timeout_ms <= 0) {
+      return Status::invalid_argument("--cache-store-timeout must be positive");
+    }
+    MNEMO_ASSIGN_OR_RETURN(prompt_cache::StoreUrl url,
+                           prompt_cache::parse_store_url(p.cache_store));
+    prompt_cache::StoreParams sp;
+    sp.url = std::move(url);
+    sp.timeout_ms = p.cache_store_timeout_ms;
+    ep->store = std::move(sp);
+  }
+  ep->kv_events = p.kv_events;
+  ep->block_tokens = p.cache_block;
+  if (ram == 0 && p.cache_dir.empty()) {
+    // No local tier, but the block size still names the store's and the events' blocks.
+    return Status();
+  }
   prompt_cache::PromptCacheParams c;
   c.ram_bytes = ram;
   c.dir = p.cache_dir;

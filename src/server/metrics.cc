@@ -117,8 +117,8 @@ std::string prometheus_text(const Metrics& m, const EngineInfo& info, const Cont
   // The prompt cache (src/prompt_cache/prompt_cache.h): outcomes per request, then the tiers.
   family(&o, "prompt_cache_hits_total", "counter",
          "Requests that reused prompt tokens, by where they came from.");
-  const char* kTiers[] = {"slot", "ram", "disk"};
-  for (size_t t = 0; t < 3; ++t) {
+  const char* kTiers[] = {"slot", "ram", "disk", "store"};
+  for (size_t t = 0; t < 4; ++t) {
     sample(&o, "prompt_cache_hits_total", load(m.prompt_cache_hits_total[t]),
            fmt::format("tier=\"{}\"", kTiers[t]));
   }
@@ -153,6 +153,28 @@ std::string prometheus_text(const Metrics& m, const EngineInfo& info, const Cont
     counter("prompt_cache_disk_errors_total",
             "Failed disk-tier operations (directory, write, read, index); entries stay in RAM.",
             double(c.disk_errors_total));
+  }
+  if (snap.store) {
+    const prompt_cache::StoreStats& st = *snap.store;
+    gauge("prompt_cache_store_up", "1 while the shared store (--cache-store) is connected.",
+          st.connected ? 1.0 : 0.0);
+    counter("prompt_cache_store_hits_total", "Store lookups that returned a verified entry.",
+            double(st.hits_total));
+    counter("prompt_cache_store_misses_total",
+            "Store lookups without one (none, evicted, store unreachable).",
+            double(st.misses_total));
+    counter("prompt_cache_store_ignored_total",
+            "Values fetched from the store and discarded: damaged, another model's, wrong tokens.",
+            double(st.ignored_total));
+    counter("prompt_cache_store_writes_total", "Entries written to the store.",
+            double(st.writes_total));
+    counter("prompt_cache_store_dropped_total",
+            "Entries not written: store down, slow or full, or too many queued.",
+            double(st.dropped_total));
+    counter("prompt_cache_store_errors_total", "Failed store commands and connection attempts.",
+            double(st.errors_total));
+    gauge("prompt_cache_store_pending", "Entries queued for the store, not yet written.",
+          double(st.pending));
   }
   return o;
 }

@@ -27,7 +27,8 @@ struct Metrics {
   std::atomic<uint64_t> cancelled_total{0};  // completions whose client went away
   // Prompt-cache outcomes of admitted requests with cache_prompt: a hit reused at least one
   // prompt token, from a slot [0] (its own or another's), the RAM tier [1] or the disk tier [2].
-  std::array<std::atomic<uint64_t>, 3> prompt_cache_hits_total{};
+  // [3]: the shared store.
+  std::array<std::atomic<uint64_t>, 4> prompt_cache_hits_total{};
   std::atomic<uint64_t> prompt_cache_misses_total{0};
   std::array<std::atomic<uint64_t>, 16> errors_total{};  // indexed by ErrorKind
 

@@ -14,6 +14,7 @@
 #include "mnemo/log.h"
 #include "mnemo/state.h"
 #include "mnemo/state_io.h"
+#include "prompt_cache/block_hash.h"
 #include "server/engine.h"
 #include "server/engine_state.h"
 
@@ -172,6 +173,29 @@ Engine::Admission Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::st
     return Admission::kFailed;
   }
   Source src = choose_source(w, slot);
+  // The shared store may hold a longer prefix (another replica's conversation): asked once per
+  // request, while it waits, when the prompt goes a block or more past what is here.
+  const size_t limit = n_prompt - 1;
+  const size_t min_store = src.keep + kMinGain;
+  if (store_ && w.req.cache_prompt && !w.store_fetch && n_prompt >= cache_block_ &&
+      limit >= min_store) {
+    w.store_fetch = store_->lookup(prompt, static_cast<uint32_t>(min_store), [this] { wake(); });
+    return Admission::kDeferred;
+  }
+  if (w.store_fetch && w.store_fetch->status.ok() && w.store_fetch->bytes &&
+      std::min<size_t>(w.store_fetch->n_match, limit) >= min_store) {
+    const prompt_cache::StoreFetch& f = *w.store_fetch;
+    src = Source{};
+    src.kind = Source::Kind::kEntry;
+    src.keep = std::min<size_t>(f.n_match, limit);
+    src.bytes = f.bytes;
+    src.match.key = prompt_cache::entry_key(f.tokens, root_);
+    src.match.n_match = f.n_match;
+    src.match.n_tokens = static_cast<uint32_t>(f.tokens.size());
+    src.match.in_ram = true;
+    // Kept in the local tiers too: the next turn here needs no store.
+    if (cache_) cache_->insert(f.tokens, f.bytes, nullptr);
+  }
   if (src.kind == Source::Kind::kEntry && !src.match.in_ram) {
     // A disk entry: read by the cache's thread while the request waits (once per request).
     const bool have = w.fetch && w.fetch->key == src.match.key && w.fetch->status.ok();
@@ -231,6 +255,7 @@ Engine::Admission Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::st
           if (!mem.seq_rm(s->id, -1, -1).ok()) continue;
           free += static_cast<uint32_t>(s->cache_tokens.size());
           s->cache_tokens.clear();
+          publish(*s);
         }
       }
     }
@@ -248,14 +273,15 @@ Engine::Admission Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::st
   if (cache_ && slot.cache_tokens.size() >= own_kept + kMinStash) stash(slot);
   const size_t n_cached = apply_source(w, slot, src);
   check_slot(slot);
+  publish(slot);
   if (w.req.cache_prompt) {
     Metrics& m = *metrics_;
     if (n_cached == 0) {
       m.prompt_cache_misses_total.fetch_add(1, std::memory_order_relaxed);
     } else {
-      // 0: a slot (its own or another's), 1: the RAM tier, 2: the disk tier.
+      // 0: a slot (its own or another's), 1: the RAM tier, 2: the disk tier, 3: the store.
       const bool fetched = w.fetch && w.fetch->key == src.match.key;
-      const size_t tier = src.kind != Source::Kind::kEntry ? 0 : fetched ? 2 : 1;
+      const size_t tier = src.kind != Source::Kind::kEntry ? 0 : src.bytes ? 3 : fetched ? 2 : 1;
       m.prompt_cache_hits_total[tier].fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -310,8 +336,10 @@ size_t Engine::apply_source(Waiting& w, Slot& slot, const Source& src) {
   // matched tokens; anything else (damage, another model) fails the validation pass, which
   // changes nothing, and the entry is dropped.
   std::shared_ptr<const std::vector<uint8_t>> bytes =
-      w.fetch && w.fetch->key == src.match.key && w.fetch->status.ok() ? w.fetch->bytes
-                                                                       : cache_->get(src.match.key);
+      src.bytes                                                          ? src.bytes
+      : w.fetch && w.fetch->key == src.match.key && w.fetch->status.ok() ? w.fetch->bytes
+      : cache_ ? cache_->get(src.match.key)
+               : nullptr;
   if (!bytes) return keep_own(own_prefix());  // evicted meanwhile
   const uint32_t n_vocab = ctx_->model().hparams().n_vocab;
   const size_t n_match = src.match.n_match;
@@ -336,7 +364,9 @@ size_t Engine::apply_source(Waiting& w, Slot& slot, const Source& src) {
   if (!tokens.ok()) {
     const StatusCode c = tokens.status().code();
     // No room (a unified stream, or an entry of a longer context) is not the entry's fault.
-    if (c != StatusCode::kNoSpace) cache_->discard(src.match.key, tokens.status().message());
+    if (c != StatusCode::kNoSpace && cache_) {
+      cache_->discard(src.match.key, tokens.status().message());
+    }
     // Only a source that changed between the passes empties the sequence; the slot then
     // starts from nothing.
     if (mem.seq_pos_max(slot.id) != static_cast<Pos>(slot.cache_tokens.size()) - 1) {
@@ -346,7 +376,7 @@ size_t Engine::apply_source(Waiting& w, Slot& slot, const Source& src) {
   }
   if (mem.seq_pos_max(slot.id) != static_cast<Pos>(tokens->size()) - 1) {
     // A memory whose parts report no positions: checked after the apply.
-    cache_->discard(src.match.key, "its positions do not match its tokens");
+    if (cache_) cache_->discard(src.match.key, "its positions do not match its tokens");
     slot.cache_tokens.clear();
     CHECK(mem.seq_rm(slot.id, -1, -1).ok());
     return 0;
@@ -452,6 +482,7 @@ void Engine::commit(WorkItem& item, uint32_t out_row) {
   if (!item.output) return;
   if (s.state == SlotState::kPrompt) {
     s.state = SlotState::kGenerating;
+    publish(s);
     s.t_first = now_ms();
     s.stats.prompt_ms = s.t_first - s.t_start;
     if (s.task->req.n_predict == 0) {

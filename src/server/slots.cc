@@ -60,6 +60,7 @@ bool Engine::context_shift(Slot& s) {
   }
   s.cache_tokens.erase(s.cache_tokens.begin() + n_keep,
                        s.cache_tokens.begin() + n_keep + n_discard);
+  publish(s);
   ++s.stats.n_shifts;
   metrics_->context_shifts_total.fetch_add(1, std::memory_order_relaxed);
   MNEMO_LOG(kInfo) << "slot " << s.id << ": context shift, kept " << n_keep << ", dropped "
@@ -84,6 +85,9 @@ void Engine::finish(Slot& s, FinishReason reason) {
   } else {
     s.stats.gen_ms = now - s.t_first;
   }
+  // With a shared store, every finished turn is queued for it before the client hears the turn
+  // ended: the conversation's next turn may land on another replica.
+  if (store_) stash(s);
   CompletionEvent done;
   done.kind = CompletionEvent::Kind::kDone;
   done.finish = reason;
@@ -121,11 +125,19 @@ void Engine::release(Slot& s) {
   s.unsent_tokens.clear();
   s.unsent_probs.clear();
   s.last_used = ++clock_;
+  publish(s);
+}
+
+void Engine::publish(const Slot& s) {
+  if (events_) events_->hold("slot:" + std::to_string(s.id), s.cache_tokens, "CPU");
 }
 
 void Engine::stash(Slot& s) {
-  if (!cache_ || !s.cacheable || s.cache_tokens.size() < cache_->block_tokens()) return;
-  if (cache_->contains(s.cache_tokens)) return;
+  if ((!cache_ && !store_) || !s.cacheable || s.cache_tokens.size() < cache_block_) return;
+  // An entry of these very tokens needs no second copy locally; the store is written anyway (it
+  // may have missed the first one while it was down).
+  const bool have = cache_ && cache_->contains(s.cache_tokens);
+  if (have && !store_) return;
   const double t0 = now_ms();
   StateWriteSpec spec;
   spec.scope = state_format::Scope::kSequence;
@@ -147,11 +159,14 @@ void Engine::stash(Slot& s) {
     return;
   }
   const size_t n_bytes = bytes->size();
+  if (store_) store_->put(s.cache_tokens, bytes);
   // An entry holding a prefix of these tokens is redundant once this one can be cut back to it.
-  cache_->insert(s.cache_tokens, std::move(bytes), [&](uint32_t n) {
-    auto plan = mem.plan_truncate(s.id, static_cast<Pos>(n));
-    return plan.ok() && plan->keep == static_cast<Pos>(n);
-  });
+  if (cache_ && !have) {
+    cache_->insert(s.cache_tokens, std::move(bytes), [&](uint32_t n) {
+      auto plan = mem.plan_truncate(s.id, static_cast<Pos>(n));
+      return plan.ok() && plan->keep == static_cast<Pos>(n);
+    });
+  }
   MNEMO_LOG(kDebug) << fmt::format(
       "slot {}: {} tokens stored in the prompt cache ({} bytes, {:.1f} ms)", s.id,
       s.cache_tokens.size(), n_bytes, now_ms() - t0);

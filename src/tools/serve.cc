@@ -77,6 +77,14 @@ RunFn register_serve(CLI::App& app) {
                  "K type of prompt-cache entries, e.g. q8_0 (default: the slot's own)");
   app.add_option("--prompt-cache-type-v", s.cache_type_v,
                  "V type of prompt-cache entries (default: the slot's own)");
+  app.add_option("--cache-store", s.cache_store,
+                 "shared prompt cache for replicas: redis://[:password@]host:port[/db] (Redis or "
+                 "Valkey)");
+  app.add_option("--cache-store-timeout", s.cache_store_timeout_ms,
+                 "ms any store command may take before it counts as a miss (default 500)");
+  app.add_option("--kv-events", s.kv_events,
+                 "publish KV events (vLLM's format) on this ZeroMQ endpoint, e.g. "
+                 "tcp://127.0.0.1:5557");
   app.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (not on /health)");
   app.add_flag("--metrics", s.metrics, "enable GET /metrics (Prometheus text)");
   app.add_option("--timeout", s.timeout_s,
