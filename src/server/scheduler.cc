@@ -270,7 +270,7 @@ Engine::Admission Engine::admit(Waiting& w, Slot& slot, ErrorKind* kind, std::st
     }
   }
   // The slot's own tokens past what it keeps are dropped: into the prompt cache first.
-  if (cache_ && slot.cache_tokens.size() >= own_kept + kMinStash) stash(slot);
+  if (slot.cache_tokens.size() >= own_kept + kMinStash) stash(slot);
   const size_t n_cached = apply_source(w, slot, src);
   check_slot(slot);
   publish(slot);
