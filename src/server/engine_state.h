@@ -60,6 +60,7 @@ struct Engine::Slot {
   SlotState state = SlotState::kIdle;
   std::vector<TokenId> cache_tokens;  // tokens held by sequence `id`, positions 0..size-1
   bool cacheable = true;              // cache_tokens may go into the prompt cache (stash)
+  uint64_t stashed_key = 0;           // entry_key of the tokens last stashed (0: none)
   uint64_t last_used = 0;             // clock_ when it was last released (LRU order)
   uint64_t last_active = 0;           // steps_ of its last decode (for the KV policy)
   // The request being served (state != kIdle).

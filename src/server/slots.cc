@@ -11,6 +11,7 @@
 #include "mnemo/log.h"
 #include "mnemo/state.h"
 #include "mnemo/state_io.h"
+#include "prompt_cache/block_hash.h"
 #include "server/engine.h"
 #include "server/engine_state.h"
 
@@ -134,8 +135,11 @@ void Engine::publish(const Slot& s) {
 
 void Engine::stash(Slot& s) {
   if ((!cache_ && !store_) || !s.cacheable || s.cache_tokens.size() < cache_block_) return;
-  // An entry of these very tokens needs no second copy locally; the store is written anyway (it
-  // may have missed the first one while it was down).
+  // These very tokens went into the cache and to the store already (a turn's end, then its slot
+  // taken): nothing to do.
+  const uint64_t key = prompt_cache::entry_key(s.cache_tokens, root_);
+  if (key == s.stashed_key) return;
+  // An entry of these tokens needs no second copy locally; the store is written anyway.
   const bool have = cache_ && cache_->contains(s.cache_tokens);
   if (have && !store_) return;
   const double t0 = now_ms();
@@ -159,6 +163,7 @@ void Engine::stash(Slot& s) {
     return;
   }
   const size_t n_bytes = bytes->size();
+  s.stashed_key = key;
   if (store_) store_->put(s.cache_tokens, bytes);
   // An entry holding a prefix of these tokens is redundant once this one can be cut back to it.
   if (cache_ && !have) {
