@@ -44,6 +44,10 @@ const char* simd_target();
 /// one target are read through their source on another (slower, same results as unpacked).
 bool set_simd_cap(std::string_view name);
 
+/// The target a process of this CPU uses when MNEMO_SIMD is not set: Highway's best, but AVX3
+/// (not AVX3_DL) on a CPU without AMX, where the AVX3_DL kernels are slower (matmul_core.cc).
+const char* default_simd_target();
+
 // ---------------------------------------------------------------------------------------------
 // Matrix multiplication
 

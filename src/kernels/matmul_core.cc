@@ -25,6 +25,10 @@ HWY_AFTER_NAMESPACE();
 
 #include "hwy/targets.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace mnemo::kernels {
 HWY_EXPORT(TargetName);
 HWY_EXPORT(IntDotActive);
@@ -45,10 +49,33 @@ bool set_simd_cap(std::string_view name) {
 }
 
 namespace {
+
+// AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25).
+bool cpu_has_amx() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  return ((edx >> 24) & 1) && ((edx >> 25) & 1);
+#else
+  return false;
+#endif
+}
+
+// The target the process uses unless MNEMO_SIMD says otherwise: Highway's best, except that the
+// AVX3_DL kernels (16-row VNNI layout, made for AMX prompt tiles) are chosen only on a CPU with
+// AMX. On AMD Zen 4 (AVX-512 VNNI, no AMX) the AVX3 target's 8-row kernels were 1.3-2.3x faster
+// for both prompts and generation (docs/benchmarks.md); MNEMO_SIMD=AVX3_DL still selects them.
+std::string g_default_target;
+
 // MNEMO_SIMD=NAME caps the dispatch for the whole process (kernels.h set_simd_cap), before any
 // kernel runs: this object is constructed with the kernels library's other statics.
 struct SimdCapFromEnvironment {
   SimdCapFromEnvironment() {
+    hwy::DisableTargets(0);
+    if (std::string(simd_target()) == hwy::TargetName(HWY_AVX3_DL) && !cpu_has_amx()) {
+      set_simd_cap(hwy::TargetName(HWY_AVX3));
+    }
+    g_default_target = simd_target();
     const char* name = std::getenv("MNEMO_SIMD");
     if (name == nullptr || *name == '\0') return;
     if (!set_simd_cap(name)) {
@@ -61,6 +88,8 @@ struct SimdCapFromEnvironment {
 };
 const SimdCapFromEnvironment g_simd_cap_from_environment;
 }  // namespace
+
+const char* default_simd_target() { return g_default_target.c_str(); }
 
 namespace internal {
 bool int_dot_active() { return HWY_DYNAMIC_DISPATCH(IntDotActive)(); }

@@ -65,6 +65,13 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout&
   for (int64_t s = 0; s < L.n_sub; ++s) {
     const uint8_t* q = group + s * L.sub_quant_bytes;
     const int64_t e0 = s * kS;
+#ifdef MNEMO_PF_AHEAD
+    if constexpr (kC <= 4) {
+      for (int64_t b = 0; b < L.sub_quant_bytes; b += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(q) + MNEMO_PF_AHEAD + b, _MM_HINT_T0);
+      }
+    }
+#endif
     __m512i acci[kC];
     for (int c = 0; c < kC; ++c) acci[c] = _mm512_setzero_si512();
     if constexpr (kKind == internal::kPackU8) {

@@ -25,10 +25,8 @@ class SimdVariantEnvironment : public ::testing::Environment {
       GTEST_SKIP() << "this CPU has no " << name << " (the kernels run " << kernels::simd_target()
                    << ")";
     }
-    // The CPU's best target, without the cap.
-    hwy::DisableTargets(0);
-    const std::string best = kernels::simd_target();
-    ASSERT_TRUE(kernels::set_simd_cap(name));
+    // What the plain run of the binary uses on this CPU.
+    const std::string best = kernels::default_simd_target();
     if (best == name) GTEST_SKIP() << name << " is this CPU's best target: the plain run covers it";
     std::printf("[ SIMD ] running under %s (the CPU's best: %s)\n", name.c_str(), best.c_str());
   }
