@@ -155,6 +155,10 @@ class Front {
  private:
   using Handler = void (Front::*)(const Request&, Response&, RequestLog&);
   httplib::Server::Handler wrap(Handler h);
+  // For POST routes: the handler reads the body itself. A request with neither Content-Length
+  // nor a chunked Transfer-Encoding has no body (RFC 9112 §6.3): it is answered at once, not
+  // read until the client closes. A body over --max-body is a 413.
+  httplib::Server::HandlerWithContentReader wrap_post(Handler h);
 
   void reply_json(Response& res, const Json& j, int status = 200) {
     res.status = status;
@@ -217,6 +221,49 @@ httplib::Server::Handler Front::wrap(Handler h) {
       reply_error(res, ErrorKind::kInternal, std::string("internal error: ") + e.what());
     }
     if (!log.deferred) log_request(req.method, req.path, res.status, log);
+  };
+}
+
+httplib::Server::HandlerWithContentReader Front::wrap_post(Handler h) {
+  auto inner = wrap(h);
+  return [this, inner](const Request& req, Response& res, const httplib::ContentReader& reader) {
+    const bool chunked =
+        req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
+    if (!req.has_header("Content-Length") && !chunked) {
+      inner(req, res);  // no body
+      return;
+    }
+    std::string body;
+    bool too_large = false;
+    if (req.has_header("Content-Length")) {
+      const std::string cl = req.get_header_value("Content-Length");
+      if (cl.empty() || cl.size() > 19 ||
+          !std::all_of(cl.begin(), cl.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        reply_error(res, ErrorKind::kInvalidRequest, "Content-Length is not a byte count");
+        log_request(req.method, req.path, res.status, RequestLog{});
+        return;
+      }
+      too_large = std::stoull(cl) > params_.max_body_bytes;
+    }
+    if (!too_large)
+      reader([&](const char* data, size_t n) {
+        if (body.size() + n > params_.max_body_bytes) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+    if (too_large) {
+      reply_error(res, ErrorKind::kPromptTooLong,
+                  fmt::format("the request body is larger than {} bytes (--max-body)",
+                              params_.max_body_bytes));
+      log_request(req.method, req.path, res.status, RequestLog{});
+      return;
+    }
+    Request with_body = req;
+    with_body.body = std::move(body);
+    inner(with_body, res);
   };
 }
 
@@ -658,17 +705,17 @@ void Front::install(httplib::Server& svr) {
   svr.Get("/v1/health", wrap(&Front::health));
   svr.Get("/props", wrap(&Front::props));
   svr.Get("/slots", wrap(&Front::slots));
-  svr.Post(R"(/slots/(\d+))", wrap(&Front::slot_action));
-  svr.Post("/cache/requantize", wrap(&Front::requantize));
-  svr.Post("/completion", wrap(&Front::completion_llama));
-  svr.Post("/completions", wrap(&Front::completion_llama));
-  svr.Post("/v1/completions", wrap(&Front::completion_oai));
-  svr.Post("/v1/chat/completions", wrap(&Front::completion_chat));
-  svr.Post("/chat/completions", wrap(&Front::completion_chat));
+  svr.Post(R"(/slots/(\d+))", wrap_post(&Front::slot_action));
+  svr.Post("/cache/requantize", wrap_post(&Front::requantize));
+  svr.Post("/completion", wrap_post(&Front::completion_llama));
+  svr.Post("/completions", wrap_post(&Front::completion_llama));
+  svr.Post("/v1/completions", wrap_post(&Front::completion_oai));
+  svr.Post("/v1/chat/completions", wrap_post(&Front::completion_chat));
+  svr.Post("/chat/completions", wrap_post(&Front::completion_chat));
   svr.Get("/v1/models", wrap(&Front::models));
   svr.Get("/models", wrap(&Front::models));
-  svr.Post("/tokenize", wrap(&Front::tokenize));
-  svr.Post("/detokenize", wrap(&Front::detokenize));
+  svr.Post("/tokenize", wrap_post(&Front::tokenize));
+  svr.Post("/detokenize", wrap_post(&Front::detokenize));
   svr.Get("/metrics", wrap(&Front::metrics));
 }
 

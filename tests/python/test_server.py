@@ -461,6 +461,35 @@ def test_longest_accepted_slot_file_name_saves_and_leaves_no_temporary(server, s
     assert str(save_dir) not in r.text
 
 
+def _raw(server, request, timeout=10):
+    """Sends raw bytes, returns the status line (the server must answer before the timeout)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as c:
+        c.sendall(request)
+        data = b""
+        while b"\r\n" not in data:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        return data.split(b"\r\n", 1)[0].decode()
+
+
+def test_a_post_without_content_length_has_no_body_and_is_answered_at_once(server):
+    """Neither Content-Length nor a chunked body: the body is empty (RFC 9112 §6.3), so the
+    request is answered while the client still holds the connection open, not after it closes."""
+    t0 = time.time()
+    status = _raw(server, b"POST /slots/1?action=erase HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status.startswith("HTTP/1.1 200"), status
+    status = _raw(server, b"POST /completion HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status.startswith("HTTP/1.1 400"), status
+    assert time.time() - t0 < 5
+    # A body over --max-body read through the reader is still a 413.
+    big = b"x" * 200001
+    status = _raw(server, b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                  str(len(big)).encode() + b"\r\n\r\n" + big)
+    assert status.startswith("HTTP/1.1 413"), status
+
+
 def test_slot_action_errors(server):
     assert post(server, "/slots/99?action=erase", {}).status_code == 404
     assert post(server, "/slots/0?action=explode", {}).status_code == 400
