@@ -15,7 +15,6 @@ request with prompt P that generated G, the slot holds P + G[:-1] (the last samp
 never decoded).
 """
 import json
-import os
 import random
 import resource
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from cache_helpers import complete, held, ids, metric, probs, stop
 from test_server import Server
 
 BLOCK = 64
@@ -34,42 +34,6 @@ BLOCK = 64
 @pytest.fixture(scope="module")
 def smol(smollm2_model):
     return smollm2_model
-
-
-def ids(n, seed):
-    """n token ids of ordinary text tokens (SmolLM2's vocabulary: 49152; Gemma's is larger)."""
-    rng = random.Random(seed)
-    return [rng.randrange(300, 20000) for _ in range(n)]
-
-
-def complete(srv, prompt, n=8, **fields):
-    r = requests.post(srv.url + "/completion", json={
-        "prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True,
-        "return_tokens": True, "n_probs": 3, **fields}, timeout=300)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def probs(r):
-    return json.dumps([r["tokens"], r["completion_probabilities"]])
-
-
-def held(prompt, r):
-    """The tokens the slot holds after answering r for prompt."""
-    return prompt + r["tokens"][:-1]
-
-
-def metric(srv, name, labels=""):
-    text = requests.get(srv.url + "/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(f"mnemo_{name}{labels} "):
-            return float(line.split()[-1])
-    raise AssertionError(f"mnemo_{name}{labels} not in /metrics:\n{text}")
-
-
-def stop(srv):
-    assert srv.alive(), srv.log()
-    assert srv.stop() == 0, srv.log()
 
 
 def smol_server(binary, model, *args, **kw):

@@ -12,8 +12,6 @@ XXH3 from the `xxhash` package, and the blocks held against what the replica hol
 
 Prompts are token ids; after a request with prompt P that generated G a slot holds P + G[:-1].
 """
-import json
-import random
 import shutil
 import signal
 import socket
@@ -26,6 +24,7 @@ import requests
 import xxhash
 import zmq
 
+from cache_helpers import complete, held, ids, metric, probs, stop
 from test_server import Server
 
 BLOCK = 64
@@ -85,38 +84,6 @@ def smol(smollm2_model):
     return smollm2_model
 
 
-def ids(n, seed):
-    rng = random.Random(seed)
-    return [rng.randrange(300, 20000) for _ in range(n)]
-
-
-def complete(srv, prompt, n=8, **fields):
-    t0 = time.time()
-    r = requests.post(srv.url + "/completion", json={
-        "prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True,
-        "return_tokens": True, "n_probs": 3, **fields}, timeout=300)
-    assert r.status_code == 200, r.text
-    out = r.json()
-    out["_seconds"] = time.time() - t0
-    return out
-
-
-def probs(r):
-    return json.dumps([r["tokens"], r["completion_probabilities"]])
-
-
-def held(prompt, r):
-    return prompt + r["tokens"][:-1]
-
-
-def metric(srv, name, labels=""):
-    text = requests.get(srv.url + "/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(f"mnemo_{name}{labels} "):
-            return float(line.split()[-1])
-    raise AssertionError(f"mnemo_{name}{labels} not in /metrics")
-
-
 def wait_for(pred, timeout=10.0, what="condition"):
     end = time.time() + timeout
     while time.time() < end:
@@ -124,11 +91,6 @@ def wait_for(pred, timeout=10.0, what="condition"):
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def stop(srv):
-    assert srv.alive(), srv.log()
-    assert srv.stop() == 0, srv.log()
 
 
 def replica(binary, model, redis_url, *args):
