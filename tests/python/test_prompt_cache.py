@@ -80,9 +80,13 @@ def test_a_shared_system_prompt_is_read_once(binary, smol):
         try:
             first = complete(srv, system + ids(30, 11), n=2)
             assert first["timings"]["prompt_n"] == 630
-            for i in range(5):  # on other slots (copied from the first) and after them
-                r = complete(srv, system + ids(30, 20 + i), n=2)
+            for i in range(5):  # slots 1, 2, 3 copy the prefix from slot 0; then 0 and 1 again
+                prompt = system + ids(30, 20 + i)
+                r = complete(srv, prompt, n=2, id_slot=(i + 1) % 4)
                 assert r["timings"]["cache_n"] >= 600, (mode, i, r["timings"])
+                # A copied (split) or shared (unified) prefix answers exactly as a full read.
+                fresh = complete(srv, prompt, n=2, id_slot=(i + 1) % 4, cache_prompt=False)
+                assert probs(r) == probs(fresh), (mode, i)
         finally:
             stop(srv)
 
@@ -139,6 +143,27 @@ def test_cache_ram_0_disables_the_ram_tier(binary, smol, tmp_path):
         assert metric(srv, "prompt_cache_bytes", '{tier="ram"}') == 0
     finally:
         stop(srv)
+
+
+def test_bad_cache_flags_are_clear_errors(binary, smol):
+    """A bad store URL, events endpoint or budget stops the server at start with a message that
+    names the flag, and never repeats a store password."""
+    cases = [
+        (["--cache-store", "ftp://host:6379"], "--cache-store"),
+        (["--cache-store", "redis://:s3cret@host:99999"], "port"),
+        (["--cache-store", "redis://host/db1"], "database"),
+        (["--cache-store-timeout", "0", "--cache-store", "redis://127.0.0.1:1"], "timeout"),
+        (["--kv-events", "not-an-endpoint"], "--kv-events"),
+        (["--cache-ram", "-5"], "--cache-ram"),
+        (["--cache-block", "0"], "--cache-block"),
+        (["--prompt-cache-type-v", "q6_K"], "not a K/V cache type"),
+    ]
+    for args, expect in cases:
+        r = subprocess.run([str(binary), "serve", "-m", str(smol), "--port", "0", *args],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, (args, r.stderr)
+        assert expect in r.stderr, (args, r.stderr)
+        assert "s3cret" not in r.stderr
 
 
 # --- the disk tier: restarts and failures ------------------------------------------------------
