@@ -1,6 +1,7 @@
 #include "context/recurrent_memory.h"
 
 #include "memory/hybrid_memory.h"
+#include "memory/kv_rotation.h"
 #include "memory/recurrent_state.h"
 
 namespace mnemo {
@@ -33,6 +34,8 @@ Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
   c.kv.v_type = params.type_v;
   c.kv.n_embd_k_gqa.assign(hp.n_layer, hp.n_embd_k_gqa());
   c.kv.n_embd_v_gqa.assign(hp.n_layer, hp.n_embd_v_gqa());
+  // Quantized K/V of the attention layers are rotated as in any other cache (context.cc).
+  c.kv.rotation_dim = params.kv_rotation && is_valid_kv_rotation(hp.head_dim_k) ? hp.head_dim_k : 0;
   c.kv.pool = pool;
   MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<HybridMemory> m, HybridMemory::create(std::move(c)));
   return std::unique_ptr<Memory>(std::move(m));

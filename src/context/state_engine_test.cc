@@ -409,6 +409,38 @@ TEST(TinyStateTest, SlidingWindowModelContinuesExactly) {
   }
 }
 
+// A state saved from a window cache sized for a large n_ubatch holds window cells that a cache
+// sized for a small n_ubatch has no room for; only the cells the window still shows are needed,
+// and the continuation is bit-identical.
+TEST(TinyStateTest, SlidingWindowRestoreNeedsOnlyTheWindow) {
+  const Model* m = tiny("gemma3");
+  const auto prompt = prompt_tokens(*m, 40);
+  ContextParams p = params(GgmlType::F16);
+  p.n_ubatch = 32;
+  auto a = make_ctx(*m, p);
+  decode(*a, 0, prompt, 0);
+  const auto& swa_a = static_cast<const SwaKvCache&>(a->memory());
+  const uint32_t saved = swa_a.swa().cells(swa_a.swa().stream_of(0)).seq_n_cells(0);
+  const std::vector<uint8_t> state = save_seq(*a, 0);
+  const std::vector<float> want = next_logits(*a, 0, 42, 40);
+  for (bool unified : {false, true}) {
+    p.n_ubatch = 1;
+    p.kv_unified = unified;
+    auto b = make_ctx(*m, p);
+    const auto& swa_b = static_cast<const SwaKvCache&>(b->memory());
+    ASSERT_GT(saved, swa_b.swa().config().n_ctx) << "the test needs more saved cells than room";
+    ASSERT_TRUE(state_seq_set_data(*b, state, 1).ok());
+    EXPECT_EQ(b->memory().seq_pos_max(1), 39);
+    EXPECT_EQ(swa_b.swa().cells(swa_b.swa().stream_of(1)).seq_n_cells(1), m->hparams().n_swa - 1);
+    const std::vector<float> got = next_logits(*b, 1, 42, 40);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << "unified " << unified << " max |diff| " << diff(got, want).max_abs;
+    // Saved again, it restores into the large cache too.
+    auto c = make_ctx(*m, params(GgmlType::F16));
+    ASSERT_TRUE(state_seq_set_data(*c, save_seq(*b, 1), 0).ok());
+  }
+}
+
 TEST(TinyStateTest, WholeMemoryRoundTripAndRequantize) {
   const Model* m = tiny("llama");
   auto a = make_ctx(*m, params(GgmlType::F16, 3));

@@ -128,10 +128,10 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
     auto out_type = [&](const KvRows& view, bool is_k) {
       return (is_k ? spec.k_type : spec.v_type).value_or(view.type);
     };
-    const uint32_t out_rot = !convert || n_layer == 0
-                                 ? src_rot
-                                 : rotation_for(out_type(storage_.k(0, s), true),
-                                                out_type(storage_.v(0, s), false));
+    const uint32_t out_rot =
+        !convert || n_layer == 0
+            ? src_rot
+            : rotation_for(out_type(storage_.k(0, s), true), out_type(storage_.v(0, s), false));
     // KVCL: src_stream, rotation, n_layer, layer infos, n_cells, cell records.
     uint64_t len = 3 * 4 + uint64_t(n_layer) * sf::kKvLayerInfoBytes + 4;
     for (uint32_t cell : b.cells) {
@@ -405,15 +405,62 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
       }
     }
 
+    // A sliding-window cache that reuses masked cells needs only the cells the window still
+    // shows to each sequence's next token. A state saved from a cache with more window cells
+    // (a larger n_ubatch) may hold more; when they do not fit here, the masked ones are left
+    // out (their rows are read and dropped): the continuation reads none of them.
+    std::vector<uint8_t> keep(n_cells, 1);
+    uint32_t n_keep = n_cells;
+    if (config_.swa_type != SwaType::kNone && config_.swa_reuse) {
+      bool fits = true;
+      if (seq_scope) {
+        fits = n_cells <= seq_slots.size();
+      } else {
+        std::vector<uint64_t> need(n_stream(), 0);
+        for (const CellInfo& ci : cells) {
+          if (config_.unified) {
+            ++need[0];
+          } else {
+            ci.seqs.for_each([&](SeqId q) { ++need[uint32_t(q) % n_stream()]; });
+          }
+        }
+        for (uint32_t st = 0; st < n_stream(); ++st) {
+          fits = fits && need[st] + cursor[st] <= config_.n_ctx;
+        }
+      }
+      if (!fits) {
+        std::vector<Pos> pos_max(kMaxSeq, -1);
+        for (const CellInfo& ci : cells) {
+          ci.seqs.for_each([&](SeqId q) { pos_max[q] = std::max(pos_max[q], ci.pos); });
+        }
+        for (uint32_t i = 0; i < n_cells; ++i) {
+          bool masked = true;
+          cells[i].seqs.for_each([&](SeqId q) {
+            masked = masked &&
+                     is_masked_swa(config_.swa_type, config_.n_swa, cells[i].pos, pos_max[q] + 1);
+          });
+          if (masked) {
+            keep[i] = 0;
+            --n_keep;
+          }
+        }
+      }
+    }
+
     // Placement: one target per cell (seq scope; whole scope into a unified cache), or one per
     // sequence of the cell (whole scope into a split cache: a shared cell is copied per stream).
     tbegin.assign(1, 0);
     targets.clear();
+    uint32_t n_placed = 0;
     for (uint32_t i = 0; i < n_cells; ++i) {
+      if (!keep[i]) {
+        tbegin.push_back(uint32_t(targets.size()));
+        continue;
+      }
       if (seq_scope) {
-        if (i >= seq_slots.size()) {
+        if (n_placed >= seq_slots.size()) {
           return fail(r.error(StatusCode::kNoSpace,
-                              "restoring " + std::to_string(n_cells) + " cells into seq_id " +
+                              "restoring " + std::to_string(n_keep) + " cells into seq_id " +
                                   std::to_string(spec.dst_seq) +
                                   " needs as many free cells in stream " +
                                   std::to_string(dst_stream) + " of " + part + "; it has " +
@@ -421,7 +468,7 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
                                   std::to_string(seq_slots.size() - n_empty_slots) +
                                   " held by seq_id " + std::to_string(spec.dst_seq) + " alone"));
         }
-        targets.push_back({dst_stream, seq_slots[i]});
+        targets.push_back({dst_stream, seq_slots[n_placed++]});
       } else {
         auto place = [&](uint32_t s) -> bool {
           if (cursor[s] >= config_.n_ctx) return false;
@@ -528,8 +575,10 @@ Status KvCache::state_read_part(StateReader& r, const StateReadSpec& spec, sf::P
     // Commit: dst_seq's old cells go, then the restored cells take their records.
     CHECK(seq_rm(spec.dst_seq, -1, -1).ok());
     KvCells& c = cells_[dst_stream];
-    for (uint32_t i = 0; i < targets.size(); ++i) {
-      c.set(targets[i].cell, cells[i].pos, SeqSet::of(spec.dst_seq), cells[i].shift);
+    for (uint32_t i = 0; i < cells.size(); ++i) {
+      for (uint32_t t = tbegin[i]; t < tbegin[i + 1]; ++t) {
+        c.set(targets[t].cell, cells[i].pos, SeqSet::of(spec.dst_seq), cells[i].shift);
+      }
     }
     if (!targets.empty())
       c.set_head(targets.back().cell + 1 == c.size() ? 0 : targets.back().cell + 1);
