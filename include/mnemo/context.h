@@ -70,6 +70,14 @@ class Context {
   /// names the row), NoSpace when it does not fit, Aborted when the abort callback fired.
   Status decode(const Batch& batch);
 
+  /// Start-up check of a long-running user (the server) that the memory it was given can be
+  /// used in full: the memory's worst case (Memory::init_full: every cell in use) must be
+  /// possible, and the bytes mapped for K/V (MemoryBreakdown::mapped_bytes, touched only as cells
+  /// fill) must not exceed `available_bytes` (the machine's available memory: MemAvailable plus
+  /// free swap on Linux). Errors: NoSpace naming n_ctx, the bytes needed and available, and what
+  /// to change (-c, -np, -ctk / -ctv); nothing changes either way.
+  Status reserve(size_t available_bytes);
+
   /// Number of output rows of the last successful decode.
   uint32_t n_outputs() const { return n_outputs_; }
   /// Logits of output row i of the last decode: [n_vocab] floats. i < n_outputs().

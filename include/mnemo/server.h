@@ -48,7 +48,13 @@ struct ServerParams {
   std::string api_key;               // --api-key: Bearer token for every endpoint but /health
   bool metrics = false;              // --metrics: enables GET /metrics
   int timeout_s = 600;               // --timeout: socket read/write and queue-wait limit, seconds
-  int n_threads_http = 0;            // --threads-http: 0 = max(16, 4 * slots)
+  /// --read-timeout: the longest pause, in seconds, while a client sends a request (line,
+  /// headers or body); the whole body must also arrive within --timeout.
+  int read_timeout_s = 30;
+  int n_threads_http = 0;  // --threads-http: 0 = max(16, 4 * slots)
+  /// --threads-http-max: HTTP threads started beyond --threads-http while all are busy (held
+  /// by slow clients or streams); 0 = 16 x --threads-http. Extra threads end after 10 s idle.
+  int n_threads_http_max = 0;
   size_t max_body_bytes = 8u << 20;  // --max-body: larger request bodies get 413
   uint32_t max_queue = 256;          // --max-queue: waiting requests beyond this get 503
   /// Called once with the bound port when the server starts listening (tests, scripts/run).

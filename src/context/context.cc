@@ -109,6 +109,25 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
   return ctx;
 }
 
+Status Context::reserve(size_t available_bytes) {
+  auto full = memory_->init_full();
+  if (full->status() != MemoryStatus::kSuccess) {
+    return Status::no_space(
+        fmt::format("the memory cannot hold n_ctx {}: {}", params_.n_ctx, full->message()));
+  }
+  const size_t need = memory_->breakdown().mapped_bytes;
+  if (need > available_bytes) {
+    constexpr double kMiB = 1024.0 * 1024.0;
+    return Status::no_space(fmt::format(
+        "the K/V cache for n_ctx {} ({} sequences, K {} / V {}) needs {:.0f} MiB and this "
+        "machine has {:.0f} MiB available: lower -c or -np, or use a smaller K/V type "
+        "(-ctk / -ctv q8_0)",
+        params_.n_ctx, params_.n_seq_max, type_name(params_.type_k), type_name(params_.type_v),
+        need / kMiB, available_bytes / kMiB));
+  }
+  return Status();
+}
+
 std::span<const float> Context::logits(uint32_t i) const {
   CHECK_LT(i, n_outputs_);
   const size_t n_vocab = model_.hparams().n_vocab;

@@ -366,5 +366,26 @@ TEST(ContextTest, CreateRejectsBadParams) {
   EXPECT_EQ(Context::create(**model, cp).status().code(), StatusCode::kInvalidArgument);
 }
 
+// reserve(): a memory larger than what the machine has available is refused with the numbers
+// and what to change; one that fits passes; neither changes the memory.
+TEST(ContextTest, ReserveRefusesMemoryTheMachineLacks) {
+  auto model = Model::load(tiny_model_path("llama", false));
+  ASSERT_TRUE(model.ok());
+  ContextParams p;
+  p.n_ctx = 512;
+  p.n_seq_max = 2;
+  auto ctx = Context::create(**model, p);
+  ASSERT_TRUE(ctx.ok());
+  const size_t need = (*ctx)->memory().breakdown().mapped_bytes;
+  ASSERT_GT(need, 0u);
+  EXPECT_TRUE((*ctx)->reserve(need).ok());
+  const Status st = (*ctx)->reserve(need - 1);
+  EXPECT_EQ(st.code(), StatusCode::kNoSpace);
+  EXPECT_NE(st.message().find("n_ctx 512"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("-ctk"), std::string::npos) << st.message();
+  EXPECT_EQ((*ctx)->memory().breakdown().mapped_bytes, need);
+  EXPECT_EQ((*ctx)->memory().seq_pos_max(0), -1);
+}
+
 }  // namespace
 }  // namespace mnemo

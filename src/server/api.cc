@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <ctime>
 #include <random>
 
@@ -285,15 +287,35 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
   q.sampling = d.sampling;
   q.n_keep = d.n_keep;
 
-  // The prompt.
+  // The prompt. Its text is measured first: one that cannot fit is refused before the work of
+  // rendering and tokenizing it (a few megabytes of messages take seconds).
+  auto check_text_bytes = [&](size_t bytes) -> Status {
+    if (d.max_token_bytes == 0) return Status();
+    const size_t min_tokens = bytes / d.max_token_bytes;
+    if (min_tokens < d.n_ctx_seq) return Status();
+    return Status::out_of_range(fmt::format(
+        "the prompt has at least {} tokens ({} bytes of text); a slot holds at most {} tokens "
+        "including the reply",
+        min_tokens, bytes, d.n_ctx_seq));
+  };
   if (api == Api::kOaiChat) {
     std::vector<ChatMessage> msgs;
     MNEMO_RETURN_IF_ERROR(chat_messages(b, &msgs));
+    size_t bytes = 0;
+    for (const ChatMessage& m : msgs) bytes += m.content.size();
+    MNEMO_RETURN_IF_ERROR(check_text_bytes(bytes));
     const std::string text = tmpl.apply(msgs, /*add_generation_prompt=*/true);
     q.prompt = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/true);
   } else {
     auto it = b.find("prompt");
     if (it == b.end() || it->is_null()) return Status::invalid_argument("'prompt' is missing");
+    size_t bytes = 0;
+    if (it->is_string()) {
+      bytes = it->get_ref<const std::string&>().size();
+    } else if (it->is_array()) {
+      for (const Json& e : *it) bytes += e.is_string() ? e.get_ref<const std::string&>().size() : 0;
+    }
+    MNEMO_RETURN_IF_ERROR(check_text_bytes(bytes));
     MNEMO_RETURN_IF_ERROR(tokenize_prompt(*it, tok, &q.prompt));
   }
   if (q.prompt.empty()) return Status::invalid_argument("the prompt is empty");
@@ -510,6 +532,63 @@ Json error_json(ErrorKind kind, const std::string& message) {
 
 Json type_json(const std::optional<GgmlType>& t) {
   return t ? Json(std::string(type_name(*t))) : Json(nullptr);
+}
+
+Status parse_json_body(std::string_view body, Json* out) {
+  // Depth of [ and { outside strings (RFC 8259 §7: a string ends at an unescaped quote).
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return Status::invalid_argument(
+            fmt::format("malformed JSON: nested deeper than {} levels", kMaxJsonDepth));
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  try {
+    *out = Json::parse(body);
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    return Status::invalid_argument(std::string("malformed JSON: ") + e.what());
+  }
+  return Status();
+}
+
+Status parse_content_length(std::string_view text, uint64_t* out) {
+  if (text.empty() || text.size() > 19 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return Status::invalid_argument("Content-Length is not a byte count");
+  }
+  uint64_t v = 0;
+  for (char c : text) v = v * 10 + uint64_t(c - '0');  // 19 digits cannot overflow
+  *out = v;
+  return Status();
+}
+
+Status parse_slot_id(std::string_view text, uint32_t n_slots, int32_t* out) {
+  const bool digits =
+      !text.empty() && text.size() <= 9 &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const int64_t id = digits ? std::stoll(std::string(text)) : -1;
+  if (id < 0 || id >= int64_t(n_slots)) {
+    const std::string shown(text.substr(0, 16));
+    return Status::not_found(digits ? fmt::format("slot {} does not exist", id)
+                                    : "no such slot: '" + shown + "'");
+  }
+  *out = int32_t(id);
+  return Status();
 }
 
 Status tokenize_json(const Json& b, const Tokenizer& tok, Json* out) {

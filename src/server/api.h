@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mnemo/chat.h"
@@ -31,7 +32,11 @@ struct ApiDefaults {
   int32_t n_predict_max = 4096;  // requests asking for more get 400
   int32_t n_keep = 0;            // --keep
   uint32_t n_slots = 1;
-  uint32_t n_ctx_seq = 0;          // prompts of this many tokens or more get 413 before queueing
+  uint32_t n_ctx_seq = 0;  // prompts of this many tokens or more get 413 before queueing
+  /// The longest token text of the vocabulary in bytes (Tokenizer::token_text): no token covers
+  /// more bytes of a prompt, so a prompt of B bytes has at least B / max_token_bytes tokens. A
+  /// prompt that long is refused before its template is rendered or it is tokenized (0: no check).
+  size_t max_token_bytes = 0;
   size_t max_stop = 16;            // stop strings per request
   size_t max_stop_bytes = 256;     // bytes per stop string
   std::string model_name;          // "model" in responses and /v1/models
@@ -99,6 +104,21 @@ std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& 
 Json error_json(ErrorKind kind, const std::string& message);
 /// A K/V type's name ("f16", "q8_0", ...), or null for nullopt (a slot that holds no K/V).
 Json type_json(const std::optional<GgmlType>& t);
+
+/// Parses a request body as JSON. Nesting deeper than kMaxJsonDepth (64) levels is refused
+/// before parsing (a linear scan: deep values cost stack when destroyed, and nlohmann's parser
+/// with a depth callback is quadratic in the length of an array of objects). Errors:
+/// InvalidArgument "malformed JSON: ..." (syntax, depth, a number out of double's range).
+constexpr size_t kMaxJsonDepth = 64;
+Status parse_json_body(std::string_view body, Json* out);
+
+/// A Content-Length header's value (RFC 9110 §8.6: 1*DIGIT) as a byte count. Errors:
+/// InvalidArgument for anything but 1 to 19 decimal digits (a sign, a list, 2^64 and beyond).
+Status parse_content_length(std::string_view text, uint64_t* out);
+
+/// The {id} of /slots/{id}: decimal digits naming a slot below n_slots. Errors: NotFound "no such
+/// slot" for empty, non-digit or out-of-range text (the message quotes at most 16 bytes of it).
+Status parse_slot_id(std::string_view text, uint32_t n_slots, int32_t* out);
 
 /// POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"
 /// (false)} -> {"tokens": [...]} (with_pieces: [{"id", "piece"}], a piece that is not valid

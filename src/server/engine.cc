@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "mnemo/check.h"
@@ -14,6 +17,30 @@
 #include "server/engine_state.h"
 
 namespace mnemo::server {
+namespace {
+
+// MemAvailable plus SwapFree from /proc/meminfo (Linux's estimate of what can be allocated
+// without swapping out others' pages, plus swap); SIZE_MAX where it cannot be read.
+size_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  size_t avail = 0, swap = 0;
+  bool found = false;
+  std::string key;
+  size_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") {
+      avail = kib * 1024;
+      found = true;
+    } else if (key == "SwapFree:") {
+      swap = kib * 1024;
+    }
+  }
+  return found ? avail + swap : SIZE_MAX;
+}
+
+}  // namespace
 
 const char* slot_state_name(SlotState s) {
   switch (s) {
@@ -68,6 +95,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   auto ctx = Context::create(model, params.ctx);
   if (!ctx.ok()) return ctx.status();
   e->ctx_ = std::move(ctx).value();
+  // An -c the machine cannot hold is refused now, not when the cells fill and the kernel kills
+  // the server.
+  MNEMO_RETURN_IF_ERROR(e->ctx_->reserve(available_memory_bytes()));
   e->params_ = params;
   const ContextParams& cp = e->ctx_->params();
   e->info_.n_ctx = cp.n_ctx;

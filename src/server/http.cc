@@ -31,8 +31,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -62,6 +65,68 @@ constexpr auto kHeartbeat = std::chrono::milliseconds(250);
 
 // Set by stop_server(); the running server's watcher thread polls it (as it waits for signals).
 std::atomic<bool> g_stop_requested{false};
+
+// httplib's task queue for `mnemo serve`: n_core threads always, and up to n_max while every
+// thread is busy. httplib runs one connection per task, from its request line to its last
+// keep-alive request, so clients that send slowly (or stream a long answer) hold threads; the
+// extra threads keep /health, /metrics and other clients answered meanwhile. An extra thread
+// ends after kIdle without work. Beyond n_max, connections wait in order.
+class ElasticPool : public httplib::TaskQueue {
+ public:
+  ElasticPool(size_t n_core, size_t n_max) : n_core_(n_core), n_max_(std::max(n_core, n_max)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (size_t i = 0; i < n_core_; ++i) spawn(/*extra=*/false);
+  }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    jobs_.push_back(std::move(fn));
+    if (jobs_.size() > idle_ && live_ < n_max_) spawn(/*extra=*/true);
+    cv_.notify_one();
+  }
+
+  // Runs the queued connections, then returns when every thread has ended.
+  void shutdown() override {
+    std::unique_lock<std::mutex> lk(mu_);
+    shutdown_ = true;
+    cv_.notify_all();
+    ended_.wait(lk, [&] { return live_ == 0; });
+  }
+
+ private:
+  static constexpr auto kIdle = std::chrono::seconds(10);
+
+  // Under mu_. The threads are detached: shutdown() waits for live_ to reach 0 instead.
+  void spawn(bool extra) {
+    ++live_;
+    std::thread([this, extra] { work(extra); }).detach();
+  }
+
+  void work(bool extra) {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      ++idle_;
+      const auto ready = [&] { return shutdown_ || !jobs_.empty(); };
+      const bool got = extra ? cv_.wait_for(lk, kIdle, ready) : (cv_.wait(lk, ready), true);
+      --idle_;
+      if (jobs_.empty() && (shutdown_ || !got)) break;
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lk.unlock();
+      fn();
+      lk.lock();
+    }
+    --live_;
+    ended_.notify_all();  // under mu_: shutdown() cannot return (and free *this) before unlock
+  }
+
+  const size_t n_core_, n_max_;
+  std::mutex mu_;
+  std::condition_variable cv_, ended_;
+  std::deque<std::function<void()>> jobs_;
+  size_t live_ = 0, idle_ = 0;
+  bool shutdown_ = false;
+};
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -145,6 +210,9 @@ class Front {
     defaults_.n_slots = engine.info().n_slots;
     defaults_.tok = &tok;
     defaults_.n_ctx_seq = engine.info().n_ctx_seq;
+    for (TokenId id = 0; id < tok.n_vocab(); ++id) {
+      defaults_.max_token_bytes = std::max(defaults_.max_token_bytes, tok.token_text(id).size());
+    }
     defaults_.model_name = params.model_alias.empty()
                                ? std::filesystem::path(params.model_path).filename().string()
                                : params.model_alias;
@@ -234,26 +302,49 @@ httplib::Server::HandlerWithContentReader Front::wrap_post(Handler h) {
       return;
     }
     std::string body;
-    bool too_large = false;
+    bool too_large = false, too_slow = false;
     if (req.has_header("Content-Length")) {
-      const std::string cl = req.get_header_value("Content-Length");
-      if (cl.empty() || cl.size() > 19 ||
-          !std::all_of(cl.begin(), cl.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-        reply_error(res, ErrorKind::kInvalidRequest, "Content-Length is not a byte count");
+      uint64_t length = 0;
+      if (Status st = parse_content_length(req.get_header_value("Content-Length"), &length);
+          !st.ok()) {
+        reply_error(res, ErrorKind::kInvalidRequest, st.message());
         log_request(req.method, req.path, res.status, RequestLog{});
         return;
       }
-      too_large = std::stoull(cl) > params_.max_body_bytes;
+      too_large = length > params_.max_body_bytes;
     }
-    if (!too_large)
-      reader([&](const char* data, size_t n) {
+    // Each read waits at most --read-timeout (httplib's socket timeout); the whole body must
+    // arrive within --timeout. A body cut short is never acted on.
+    bool complete = true;
+    if (!too_large) {
+      const auto deadline = Clock::now() + std::chrono::seconds(params_.timeout_s);
+      complete = reader([&](const char* data, size_t n) {
         if (body.size() + n > params_.max_body_bytes) {
           too_large = true;
+          return false;
+        }
+        if (Clock::now() > deadline) {
+          too_slow = true;
           return false;
         }
         body.append(data, n);
         return true;
       });
+    }
+    if (!too_large && (!complete || too_slow)) {
+      Json j = error_json(ErrorKind::kInvalidRequest,
+                          too_slow ? fmt::format("the request body did not arrive within {} s "
+                                                 "(--timeout)",
+                                                 params_.timeout_s)
+                                   : std::string("the request body ended before its length"));
+      res.status = 408;
+      j["error"]["code"] = res.status;
+      metrics_.count_error(uint8_t(ErrorKind::kInvalidRequest));
+      res.set_content(dump(j), "application/json; charset=utf-8");
+      res.set_header("Connection", "close");
+      log_request(req.method, req.path, res.status, RequestLog{});
+      return;
+    }
     if (too_large) {
       reply_error(res, ErrorKind::kPromptTooLong,
                   fmt::format("the request body is larger than {} bytes (--max-body)",
@@ -268,23 +359,8 @@ httplib::Server::HandlerWithContentReader Front::wrap_post(Handler h) {
 }
 
 bool Front::parse_body(const Request& req, Response& res, Json* out) {
-  // Nesting is bounded (no request needs more than a few levels; deep values cost stack when
-  // they are destroyed); a number out of double's range is an error of the body, not of the
-  // server (nlohmann reports it as out_of_range, not parse_error).
-  constexpr int kMaxDepth = 64;
-  bool too_deep = false;
-  try {
-    *out = Json::parse(req.body, [&](int depth, Json::parse_event_t, Json&) {
-      if (depth > kMaxDepth) too_deep = true;
-      return !too_deep;
-    });
-  } catch (const Json::exception& e) {
-    reply_error(res, ErrorKind::kInvalidRequest, std::string("malformed JSON: ") + e.what());
-    return false;
-  }
-  if (too_deep) {
-    reply_error(res, ErrorKind::kInvalidRequest,
-                fmt::format("malformed JSON: nested deeper than {} levels", kMaxDepth));
+  if (Status st = parse_json_body(req.body, out); !st.ok()) {
+    reply_error(res, ErrorKind::kInvalidRequest, st.message());
     return false;
   }
   return true;
@@ -315,7 +391,8 @@ void Front::props(const Request&, Response& res, RequestLog&) {
   }
   const SamplingParams& sp = params_.sampling;
   reply_json(res, {{"model", defaults_.model_name},
-                   {"model_path", params_.model_path},
+                   // The file's name: no response shows the server's directories.
+                   {"model_path", std::filesystem::path(params_.model_path).filename().string()},
                    {"model_description", model_.describe()},
                    {"n_ctx", info.n_ctx},
                    {"n_ctx_slot", info.n_ctx_seq},
@@ -353,13 +430,9 @@ void Front::slot_action(const Request& req, Response& res, RequestLog& log) {
     return;
   }
   const std::string id_text = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
-  if (id_text.empty() || id_text.size() > 6) {
-    reply_error(res, ErrorKind::kNotFound, "no such slot: '" + id_text + "'");
-    return;
-  }
-  const int32_t id = std::stoi(id_text);
-  if (id >= static_cast<int32_t>(engine_.info().n_slots)) {
-    reply_error(res, ErrorKind::kNotFound, fmt::format("slot {} does not exist", id));
+  int32_t id = -1;
+  if (Status st = parse_slot_id(id_text, engine_.info().n_slots, &id); !st.ok()) {
+    reply_error(res, ErrorKind::kNotFound, st.message());
     return;
   }
   const std::string action = req.get_param_value("action");
@@ -801,8 +874,11 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
     if (!p.ok()) return p.status().with_context("--kv-policy");
     policy = std::move(p).value();
   }
-  if (params.n_predict_max < 0 || params.timeout_s <= 0 || params.max_body_bytes == 0) {
-    return Status::invalid_argument("--n-predict-max, --timeout and --max-body must be positive");
+  if (params.n_predict_max < 0 || params.timeout_s <= 0 || params.read_timeout_s <= 0 ||
+      params.max_body_bytes == 0 || params.n_threads_http < 0 || params.n_threads_http_max < 0) {
+    return Status::invalid_argument(
+        "--n-predict-max, --timeout, --read-timeout and --max-body must be positive, "
+        "--threads-http and --threads-http-max not negative");
   }
 
   // SIGINT / SIGTERM are taken by a watcher thread (blocked everywhere else: every thread
@@ -832,9 +908,12 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   const int n_http = params.n_threads_http > 0
                          ? params.n_threads_http
                          : static_cast<int>(std::max<uint32_t>(16, 4 * engine.info().n_slots));
-  svr.new_task_queue = [n_http] { return new httplib::ThreadPool(static_cast<size_t>(n_http)); };
+  const int n_http_max = params.n_threads_http_max > 0 ? params.n_threads_http_max : 16 * n_http;
+  svr.new_task_queue = [n_http, n_http_max] {
+    return new ElasticPool(static_cast<size_t>(n_http), static_cast<size_t>(n_http_max));
+  };
   svr.set_payload_max_length(params.max_body_bytes);
-  svr.set_read_timeout(params.timeout_s, 0);
+  svr.set_read_timeout(std::min(params.read_timeout_s, params.timeout_s), 0);
   svr.set_write_timeout(params.timeout_s, 0);
   svr.set_keep_alive_max_count(1000);
   Front front(model, tok, engine, params, metrics);
@@ -877,8 +956,9 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   });
   const EngineInfo& info = engine.info();
   MNEMO_LOG(kInfo) << fmt::format(
-      "mnemo serve: {} slots, n_ctx {} ({} per slot, {} KV), {} HTTP threads", info.n_slots,
-      info.n_ctx, info.n_ctx_seq, info.kv_unified ? "unified" : "split", n_http);
+      "mnemo serve: {} slots, n_ctx {} ({} per slot, {} KV), {} HTTP threads (up to {})",
+      info.n_slots, info.n_ctx, info.n_ctx_seq, info.kv_unified ? "unified" : "split", n_http,
+      std::max(n_http, n_http_max));
   std::fprintf(stderr, "mnemo serve: listening on http://%s:%d\n", params.host.c_str(), port);
   std::fflush(stderr);
   if (params.on_listening) params.on_listening(port);

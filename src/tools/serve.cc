@@ -89,8 +89,12 @@ RunFn register_serve(CLI::App& app) {
   app.add_flag("--metrics", s.metrics, "enable GET /metrics (Prometheus text)");
   app.add_option("--timeout", s.timeout_s,
                  "seconds for socket reads/writes and for waiting for a free slot");
+  app.add_option("--read-timeout", s.read_timeout_s,
+                 "longest pause in seconds while a client sends a request (default 30)");
   app.add_option("--threads-http", s.n_threads_http,
                  "HTTP threads (0: max(16, 4 x slots)); a streaming response holds one");
+  app.add_option("--threads-http-max", s.n_threads_http_max,
+                 "most HTTP threads when all are busy (0: 16 x --threads-http)");
   app.add_option("--max-body", s.max_body_bytes, "largest request body in bytes");
   app.add_option("--max-queue", s.max_queue, "most requests waiting for a slot");
   return [f]() { return serve_main(*f); };
