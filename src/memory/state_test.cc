@@ -5,10 +5,13 @@
 #include "mnemo/state.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -401,6 +404,36 @@ TEST(StateTest, FilesCarryTokensAndMissingFilesChangeNothing) {
   EXPECT_EQ(st.code(), StatusCode::kIOError) << st.to_string();
   std::remove(path.c_str());
   std::remove(whole.c_str());
+}
+
+// A save that fails part way (the disk fills: the process may write no file above 4 KiB) leaves
+// no file and no temporary behind, and an older file of the same name byte-equal.
+TEST(StateTest, FailedSaveLeavesNoFileBehind) {
+  auto src = make_cache(state_config(64, 2, false));
+  fill(*src, 1, 48, 3);
+  const std::vector<int32_t> tokens(48, 5);
+  const std::string path = temp_path("full-disk.mnst");
+  const std::string older = "an older save of this name";
+  std::ofstream(path, std::ios::binary) << older;
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const Status st = state_seq_save_file(*src, test_fingerprint(), path, 1, tokens);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  EXPECT_EQ(st.code(), StatusCode::kIOError) << st.to_string();
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), older);
+  const std::string dir = path.substr(0, path.rfind('/'));
+  const std::string stem = path.substr(path.rfind('/') + 1) + ".tmp.";
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    EXPECT_NE(f.path().filename().string().rfind(stem, 0), 0u) << "left behind: " << f.path();
+  }
+  // Unlimited again, the same save succeeds.
+  ASSERT_TRUE(state_seq_save_file(*src, test_fingerprint(), path, 1, tokens).ok());
+  std::remove(path.c_str());
 }
 
 TEST(StateTest, SizesAndBuffers) {
