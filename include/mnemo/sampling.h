@@ -1,8 +1,8 @@
 // Sampler chain: logits of one output row -> the next token.
 //
-// Order (as llama.cpp's default chain): penalties -> top-k -> top-p -> min-p -> temperature ->
-// draw. temp <= 0 means greedy (argmax after penalties). Each stage is a plain function over a
-// candidate list so tests can check it against a direct formula.
+// Order (as llama.cpp's default chain): logit bias -> penalties -> top-k -> top-p -> min-p ->
+// temperature -> draw. temp <= 0 means greedy (argmax after penalties). Each stage is a plain
+// function over a candidate list so tests can check it against a direct formula.
 //
 // Sources: nucleus (top-p) sampling, Holtzman et al. 2019 "The Curious Case of Neural Text
 // Degeneration"; min-p, Nguyen et al. 2024 "Turning Up the Heat: Min-p Sampling"; repetition
@@ -22,6 +22,13 @@
 
 namespace mnemo {
 
+/// A bias added to one token's logit before every other stage (OpenAI's and llama.cpp's
+/// logit_bias). -infinity bans the token.
+struct LogitBias {
+  int32_t token = 0;  // in [0, n_vocab)
+  float bias = 0.0f;
+};
+
 /// Sampling settings (names as llama.cpp's CLI and server use them).
 struct SamplingParams {
   float temp = 0.8f;            // <= 0: greedy
@@ -33,6 +40,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   uint64_t seed = 0xFFFFFFFFull;  // kDefaultSeed draws a random seed
+  /// Added to the logits first (a token listed twice gets both); ids must be < n_vocab of the
+  /// logits sample() sees (others are ignored there).
+  std::vector<LogitBias> logit_bias;
 
   static constexpr uint64_t kRandomSeed = 0xFFFFFFFFull;
 

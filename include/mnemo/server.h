@@ -45,9 +45,13 @@ struct ServerParams {
   std::string cache_store;         // --cache-store redis://[:password@]host:port[/db] ("" = none)
   int cache_store_timeout_ms = 500;  // --cache-store-timeout: bound of every store command, ms
   std::string kv_events;             // --kv-events tcp://host:port: publish KV events ("" = none)
-  std::string api_key;               // --api-key: Bearer token for every endpoint but /health
-  bool metrics = false;              // --metrics: enables GET /metrics
-  int timeout_s = 600;               // --timeout: socket read/write and queue-wait limit, seconds
+  std::string api_key;               // --api-key: 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'
+  /// --allowed-origins: the browser origins (scheme://host[:port], comma-separated) whose pages
+  /// may call the API (CORS); "*" (the default, as llama-server) allows every origin.
+  std::string allowed_origins = "*";
+  bool slots_endpoint = true;  // --slots / --no-slots: GET /slots
+  bool metrics = false;        // --metrics: enables GET /metrics
+  int timeout_s = 600;         // --timeout: socket read/write and queue-wait limit, seconds
   /// --read-timeout: the longest pause, in seconds, while a client sends a request (line,
   /// headers or body); the whole body must also arrive within --timeout.
   int read_timeout_s = 30;

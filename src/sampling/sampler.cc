@@ -140,10 +140,15 @@ int32_t Sampler::sample(std::span<const float> logits) {
   const bool penalize =
       !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
                            params_.presence_penalty != 0.0f);
-  if (params_.temp <= 0.0f && !penalize) return sampling::argmax(logits);
+  const bool bias = !params_.logit_bias.empty();
+  if (params_.temp <= 0.0f && !penalize && !bias) return sampling::argmax(logits);
 
   cands_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) cands_[i] = {int32_t(i), logits[i], 0.0f};
+  for (const LogitBias& lb : params_.logit_bias) {
+    if (lb.token >= 0 && size_t(lb.token) < cands_.size())
+      cands_[size_t(lb.token)].logit += lb.bias;
+  }
   if (penalize) {
     std::vector<int32_t> recent(recent_.begin(), recent_.end());
     sampling::apply_penalties(cands_, recent, params_.repeat_penalty, params_.frequency_penalty,

@@ -22,6 +22,33 @@ TEST(SamplingTest, GreedyIsArgmaxWithLowestIndexOnTies) {
   EXPECT_EQ(s.sample(logits), 1);
 }
 
+// A bias is added to the logit before anything else: it can change the greedy choice, and -inf
+// bans a token from greedy and sampled choices alike; the draws then follow the softmax of the
+// biased logits (top-k / top-p / min-p off).
+TEST(SamplingTest, LogitBiasShiftsAndBans) {
+  std::vector<float> logits = {0.1f, 3.0f, -2.0f, 2.5f};
+  SamplingParams p;
+  p.temp = 0.0f;
+  p.logit_bias = {{3, 1.0f}};
+  EXPECT_EQ(Sampler(p).sample(logits), 3);
+  p.logit_bias = {{1, -INFINITY}, {3, -INFINITY}};
+  EXPECT_EQ(Sampler(p).sample(logits), 0);
+  p.logit_bias = {{1, -INFINITY}, {2, 2.1f}, {99, 5.0f}};  // 99: outside the vocabulary, ignored
+  p.temp = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 3;
+  Sampler s(p);
+  std::map<int32_t, int> n;
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) ++n[s.sample(logits)];
+  EXPECT_EQ(n.count(1), 0u);
+  const double z = std::exp(0.1) + std::exp(0.1) + std::exp(2.5);  // biased: 0.1, 0.1, 2.5
+  EXPECT_NEAR(n[3] / double(draws), std::exp(2.5) / z, 0.015);
+  EXPECT_NEAR(n[2] / double(draws), std::exp(0.1) / z, 0.015);
+}
+
 TEST(SamplingTest, PenaltiesFollowTheirFormulas) {
   auto c = make({2.0f, -2.0f, 1.0f});
   std::vector<int32_t> recent = {0, 1, 1};

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <ctime>
 #include <random>
@@ -218,6 +219,15 @@ const char* stop_type_name(FinishReason r) {
   }
 }
 
+// [{"token": id, "bias": b}], a ban's bias null (as llama-server shows them).
+Json logit_bias_json(const std::vector<LogitBias>& v) {
+  Json a = Json::array();
+  for (const LogitBias& lb : v) {
+    a.push_back({{"token", lb.token}, {"bias", std::isinf(lb.bias) ? Json() : Json(lb.bias)}});
+  }
+  return a;
+}
+
 Json generation_settings(const CompletionRequest& q) {
   const SamplingParams& s = q.sampling;
   return {{"n_predict", q.n_predict},
@@ -233,7 +243,8 @@ Json generation_settings(const CompletionRequest& q) {
           {"n_keep", q.n_keep},
           {"stop", q.stop},
           {"ignore_eos", q.ignore_eos},
-          {"cache_prompt", q.cache_prompt}};
+          {"cache_prompt", q.cache_prompt},
+          {"logit_bias", logit_bias_json(s.logit_bias)}};
 }
 
 Json byte_values(const std::string& s) {
@@ -276,6 +287,79 @@ Json oai_chunk(const ParsedCompletion& p, const ApiDefaults& d, const ResponseId
           {"system_fingerprint", "mnemo-0.1.0"}};
 }
 
+Status add_id(int64_t id, float bias, const Tokenizer& tok, std::vector<LogitBias>* out) {
+  if (id < 0 || id >= tok.n_vocab()) {
+    return Status::invalid_argument(
+        fmt::format("'logit_bias' has token id {}; ids are in [0, {})", id, tok.n_vocab()));
+  }
+  out->push_back({TokenId(id), bias});
+  return Status();
+}
+
+// logit_bias in llama-server's and OpenAI's forms: [[id, bias], ...], [["text", bias], ...]
+// (every token of the text), {"id": bias, ...} (OpenAI; a key that is not a number is a text);
+// a bias of false bans the token (-infinity). At most 4096 entries.
+Status parse_logit_bias(const Json& v, const Tokenizer& tok, std::vector<LogitBias>* out) {
+  constexpr size_t kMaxEntries = 4096;
+  auto bias_of = [](const Json& x, float* f) -> Status {
+    if (x.is_boolean() && !x.get<bool>()) {
+      *f = -INFINITY;
+      return Status();
+    }
+    if (!x.is_number() || !std::isfinite(x.get<double>()) || std::fabs(x.get<double>()) > 1e6) {
+      return Status::invalid_argument(
+          "'logit_bias' values must be numbers in [-1e6, 1e6] or false (banned)");
+    }
+    *f = x.get<float>();
+    return Status();
+  };
+  auto add = [&](const Json& key, float bias, bool key_text_may_be_id) -> Status {
+    if (key.is_string()) {
+      const std::string& text = key.get_ref<const std::string&>();
+      const bool digits = key_text_may_be_id && !text.empty() && text.size() <= 10 &&
+                          text.find_first_not_of("0123456789") == std::string::npos;
+      if (digits) return add_id(std::stoll(text), bias, tok, out);
+      for (TokenId id : tok.tokenize(text, /*add_special=*/false, /*parse_special=*/false)) {
+        out->push_back({id, bias});
+      }
+      return Status();
+    }
+    if (!key.is_number_integer()) {
+      return Status::invalid_argument("'logit_bias' keys must be token ids or texts");
+    }
+    return add_id(key.is_number_unsigned()
+                      ? int64_t(std::min<uint64_t>(key.get<uint64_t>(), INT64_MAX))
+                      : key.get<int64_t>(),
+                  bias, tok, out);
+  };
+  if (v.is_object()) {
+    if (v.size() > kMaxEntries)
+      return Status::invalid_argument("'logit_bias' has too many entries");
+    for (const auto& [k, x] : v.items()) {
+      float f = 0;
+      MNEMO_RETURN_IF_ERROR(bias_of(x, &f));
+      MNEMO_RETURN_IF_ERROR(add(Json(k), f, /*key_text_may_be_id=*/true));
+    }
+  } else if (v.is_array()) {
+    if (v.size() > kMaxEntries)
+      return Status::invalid_argument("'logit_bias' has too many entries");
+    for (const Json& e : v) {
+      if (!e.is_array() || e.size() != 2) {
+        return Status::invalid_argument(
+            "'logit_bias' entries must be [token id or text, bias] pairs");
+      }
+      float f = 0;
+      MNEMO_RETURN_IF_ERROR(bias_of(e[1], &f));
+      MNEMO_RETURN_IF_ERROR(add(e[0], f, /*key_text_may_be_id=*/false));
+    }
+  } else {
+    return Status::invalid_argument("'logit_bias' must be an object or an array of pairs");
+  }
+  if (out->size() > kMaxEntries)
+    return Status::invalid_argument("'logit_bias' has too many entries");
+  return Status();
+}
+
 }  // namespace
 
 Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const ChatTemplate& tmpl,
@@ -293,6 +377,7 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
     if (d.max_token_bytes == 0) return Status();
     const size_t min_tokens = bytes / d.max_token_bytes;
     if (min_tokens < d.n_ctx_seq) return Status();
+    out->n_prompt_tokens = min_tokens;
     return Status::out_of_range(fmt::format(
         "the prompt has at least {} tokens ({} bytes of text); a slot holds at most {} tokens "
         "including the reply",
@@ -351,6 +436,9 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
   if (b.contains("seed") && !b["seed"].is_null()) {
     s.seed = seed < 0 ? SamplingParams::kRandomSeed : static_cast<uint64_t>(seed);
   }
+  if (auto lb = b.find("logit_bias"); lb != b.end() && !lb->is_null()) {
+    MNEMO_RETURN_IF_ERROR(parse_logit_bias(*lb, tok, &s.logit_bias));
+  }
   if (Status st = s.validate(); !st.ok()) return st;
 
   // The rest.
@@ -359,6 +447,16 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
   MNEMO_RETURN_IF_ERROR(get_bool(b, "cache_prompt", &q.cache_prompt));
   MNEMO_RETURN_IF_ERROR(get_bool(b, "ignore_eos", &q.ignore_eos));
   MNEMO_RETURN_IF_ERROR(get_bool(b, "return_tokens", &p.return_tokens));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "timings_per_token", &p.timings_per_token));
+  if (auto rf = b.find("response_fields"); rf != b.end() && !rf->is_null()) {
+    if (!rf->is_array() || rf->size() > 64) {
+      return Status::invalid_argument("'response_fields' must be an array of at most 64 names");
+    }
+    for (const Json& f : *rf) {
+      if (!f.is_string()) return Status::invalid_argument("'response_fields' holds a non-string");
+      p.response_fields.push_back(f.get<std::string>());
+    }
+  }
   MNEMO_RETURN_IF_ERROR(get_int_as(b, "n_keep", -1, INT32_MAX, &q.n_keep));
   MNEMO_RETURN_IF_ERROR(get_int_as(b, "id_slot", -1, int64_t(d.n_slots) - 1, &q.id_slot));
   if (api != Api::kLlama) {
@@ -391,7 +489,9 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
     p.logprobs = p.top_logprobs > 0;
   }
   q.n_probs = p.logprobs ? std::max(1, p.top_logprobs) : 0;
+  p.n_prompt_tokens = q.prompt.size();
   if (q.prompt.size() >= d.n_ctx_seq) {
+    out->n_prompt_tokens = q.prompt.size();
     return Status::out_of_range(
         fmt::format("the prompt has {} tokens; a slot holds at most {} tokens including the reply",
                     q.prompt.size(), d.n_ctx_seq));
@@ -429,15 +529,35 @@ Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const
               {"model", d.model_name},
               {"tokens_predicted", r.stats.n_generated},
               {"tokens_evaluated", r.stats.n_prompt},
-              {"tokens_cached", r.stats.n_cached},
+              // As llama-server: the tokens the slot holds now (the last sampled one is not
+              // decoded); the prompt tokens reused are timings.cache_n.
+              {"tokens_cached", std::max(0, r.stats.n_prompt + r.stats.n_generated - 1)},
+              {"prompt", d.tok->detokenize(p.req.prompt, DetokenizeOptions{true, true})},
+              {"has_new_line", r.text.find('\n') != std::string::npos},
               {"truncated", r.finish == FinishReason::kContext},
               {"stop_type", stop_type_name(r.finish)},
               {"stopping_word", r.stop_word},
               {"context_shifts", r.stats.n_shifts},
               {"generation_settings", generation_settings(p.req)},
               {"timings", timings_json(r.stats)}};
-    if (p.return_tokens) j["tokens"] = r.tokens;
+    j["tokens"] = p.return_tokens ? Json(r.tokens) : Json::array();
     if (p.logprobs) j["completion_probabilities"] = probs_json(p, r.probs, d);
+    if (!p.response_fields.empty()) {
+      Json only = Json::object();
+      for (const std::string& f : p.response_fields) {
+        const Json* v = &j;
+        size_t i = 0;
+        while (v != nullptr && i <= f.size()) {
+          size_t e = f.find('/', i);
+          if (e == std::string::npos) e = f.size();
+          const std::string key = f.substr(i, e - i);
+          v = v->is_object() && v->contains(key) ? &(*v)[key] : nullptr;
+          i = e + 1;
+        }
+        if (v != nullptr) only[f] = *v;
+      }
+      return only;
+    }
     return j;
   }
   Json j = oai_chunk(p, d, ids);
@@ -463,7 +583,7 @@ std::vector<Json> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
   if (p.api != Api::kOaiChat) return {};
   Json j = oai_chunk(p, d, ids);
   j["choices"] = Json::array({{{"index", 0},
-                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"delta", {{"role", "assistant"}, {"content", nullptr}}},
                                {"logprobs", nullptr},
                                {"finish_reason", nullptr}}});
   return {j};
@@ -471,11 +591,18 @@ std::vector<Json> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
 
 Json stream_delta(const ParsedCompletion& p, const std::string& text,
                   const std::vector<TokenId>& tokens, const std::vector<TokenProbs>& probs,
-                  int32_t id_slot, const ApiDefaults& d, const ResponseIds& ids) {
+                  const CompletionStats& stats, int32_t id_slot, const ApiDefaults& d,
+                  const ResponseIds& ids) {
   if (p.api == Api::kLlama) {
-    Json j = {{"index", 0}, {"content", text}, {"stop", false}, {"id_slot", id_slot}};
-    if (p.return_tokens) j["tokens"] = tokens;
+    Json j = {{"index", 0},
+              {"content", text},
+              {"tokens", tokens},
+              {"stop", false},
+              {"id_slot", id_slot},
+              {"tokens_predicted", stats.n_generated},
+              {"tokens_evaluated", stats.n_prompt}};
     if (p.logprobs) j["completion_probabilities"] = probs_json(p, probs, d);
+    if (p.timings_per_token) j["timings"] = timings_json(stats);
     return j;
   }
   Json j = oai_chunk(p, d, ids);
@@ -488,15 +615,18 @@ Json stream_delta(const ParsedCompletion& p, const std::string& text,
     j["choices"] = Json::array(
         {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   }
+  if (p.timings_per_token) j["timings"] = timings_json(stats);
   return j;
 }
 
 std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,
                              const ApiDefaults& d, const ResponseIds& ids) {
   if (p.api == Api::kLlama) {
-    Json j = completion_json(p, r, d, ids);
+    ParsedCompletion whole = p;  // response_fields shape only the non-streamed answer
+    whole.response_fields.clear();
+    Json j = completion_json(whole, r, d, ids);
     j["content"] = "";
-    if (p.return_tokens) j["tokens"] = Json::array();
+    j["tokens"] = Json::array();
     if (p.logprobs) j["completion_probabilities"] = Json::array();
     return {j};
   }
@@ -581,12 +711,11 @@ Status parse_slot_id(std::string_view text, uint32_t n_slots, int32_t* out) {
   const bool digits =
       !text.empty() && text.size() <= 9 &&
       std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  const int64_t id = digits ? std::stoll(std::string(text)) : -1;
-  if (id < 0 || id >= int64_t(n_slots)) {
-    const std::string shown(text.substr(0, 16));
-    return Status::not_found(digits ? fmt::format("slot {} does not exist", id)
-                                    : "no such slot: '" + shown + "'");
+  if (!digits) {
+    return Status::invalid_argument("invalid slot id '" + std::string(text.substr(0, 16)) + "'");
   }
+  const int64_t id = std::stoll(std::string(text));
+  if (id >= int64_t(n_slots)) return Status::not_found(fmt::format("slot {} does not exist", id));
   *out = int32_t(id);
   return Status();
 }

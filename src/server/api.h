@@ -48,10 +48,17 @@ struct ParsedCompletion {
   Api api = Api::kLlama;
   CompletionRequest req;
   bool stream = false;
-  bool include_usage = false;  // OpenAI stream_options.include_usage
-  bool return_tokens = false;  // /completion: "tokens" in every response object
-  bool logprobs = false;       // /completion n_probs > 0, or chat "logprobs": true
-  int32_t top_logprobs = 0;    // alternatives per token in the response (<= 20)
+  bool include_usage = false;      // OpenAI stream_options.include_usage
+  bool return_tokens = false;      // /completion: "tokens" in every response object
+  bool logprobs = false;           // /completion n_probs > 0, or chat "logprobs": true
+  int32_t top_logprobs = 0;        // alternatives per token in the response (<= 20)
+  bool timings_per_token = false;  // "timings" in every stream chunk, not only the last
+  /// /completion "response_fields": the non-streamed response holds only these fields; a path
+  /// "a/b" takes field b of object a and is the key of the result (as llama-server).
+  std::vector<std::string> response_fields;
+  /// The prompt's length in tokens; also set when parse_completion refuses the prompt as too
+  /// long (OutOfRange), then a lower bound if the prompt was refused by its text's size.
+  size_t n_prompt_tokens = 0;
 };
 
 /// Parses a completion body (an object). The prompt is templated (chat) and tokenized here.
@@ -89,11 +96,13 @@ Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const
 /// First: chat's role delta (nothing for the others).
 std::vector<Json> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
                                const ResponseIds& ids);
-/// One text delta (tokens only for /completion with return_tokens; probs when asked for:
-/// llama.cpp's "completion_probabilities", OpenAI chat's "logprobs": {"content": [...]}).
+/// One text delta (/completion: its tokens, tokens_predicted and tokens_evaluated so far; probs
+/// when asked for: llama.cpp's "completion_probabilities", OpenAI chat's "logprobs":
+/// {"content": [...]}; "timings" so far with timings_per_token).
 Json stream_delta(const ParsedCompletion& p, const std::string& text,
                   const std::vector<TokenId>& tokens, const std::vector<TokenProbs>& probs,
-                  int32_t id_slot, const ApiDefaults& d, const ResponseIds& ids);
+                  const CompletionStats& stats, int32_t id_slot, const ApiDefaults& d,
+                  const ResponseIds& ids);
 /// The last objects: the finish_reason chunk (and a usage chunk when asked), or /completion's
 /// final object with stop = true and the timings. OpenAI streams then end with "[DONE]".
 std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,
@@ -116,8 +125,9 @@ Status parse_json_body(std::string_view body, Json* out);
 /// InvalidArgument for anything but 1 to 19 decimal digits (a sign, a list, 2^64 and beyond).
 Status parse_content_length(std::string_view text, uint64_t* out);
 
-/// The {id} of /slots/{id}: decimal digits naming a slot below n_slots. Errors: NotFound "no such
-/// slot" for empty, non-digit or out-of-range text (the message quotes at most 16 bytes of it).
+/// The {id} of /slots/{id}: decimal digits naming a slot below n_slots. Errors: InvalidArgument
+/// "invalid slot id" for empty or non-digit text (the message quotes at most 16 bytes of it),
+/// NotFound for a number that names no slot.
 Status parse_slot_id(std::string_view text, uint32_t n_slots, int32_t* out);
 
 /// POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"

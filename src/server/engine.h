@@ -130,9 +130,9 @@ struct CompletionEvent {
   std::string text;               // kText: new text, whole UTF-8 characters, stop strings removed
   std::vector<TokenId> tokens;    // kText: tokens sampled since the previous event
   std::vector<TokenProbs> probs;  // kText with n_probs > 0: one per entry of tokens
-  FinishReason finish = FinishReason::kNone;    // kDone
-  std::string stop_word;                        // kDone with kWord: the stop string matched
-  CompletionStats stats;                        // kAdmitted (id_slot, n_cached), kDone (all)
+  FinishReason finish = FinishReason::kNone;  // kDone
+  std::string stop_word;                      // kDone with kWord: the stop string matched
+  CompletionStats stats;  // kAdmitted (id_slot, n_prompt, n_cached), kText (so far), kDone (all)
   ErrorKind error_kind = ErrorKind::kInternal;  // kError
   std::string error;                            // kError: a message with the numbers
 };

@@ -24,6 +24,8 @@ const char* error_kind_name(ErrorKind kind) {
       return "not_supported";
     case ErrorKind::kInternal:
       return "internal";
+    case ErrorKind::kBodyTooLarge:
+      return "body_too_large";
     case ErrorKind::kCount:
       break;
   }
@@ -41,7 +43,9 @@ HttpError http_error(ErrorKind kind) {
     case ErrorKind::kBusy:
       return {409, "invalid_request_error"};
     case ErrorKind::kPromptTooLong:
-      return {413, "exceed_context_size_error"};
+      return {400, "exceed_context_size_error"};
+    case ErrorKind::kBodyTooLarge:
+      return {413, "invalid_request_error"};
     case ErrorKind::kCacheFull:
     case ErrorKind::kQueueFull:
     case ErrorKind::kTimeout:
@@ -60,7 +64,7 @@ ErrorKind error_kind_for_http_status(int status) {
     case 404:
       return ErrorKind::kNotFound;
     case 413:
-      return ErrorKind::kPromptTooLong;
+      return ErrorKind::kBodyTooLarge;
     default:
       return ErrorKind::kInvalidRequest;
   }

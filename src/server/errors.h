@@ -16,17 +16,19 @@ enum class ErrorKind : uint8_t {
   kUnauthorized,        // 401: missing or wrong API key
   kNotFound,            // 404: no such route, slot or file
   kBusy,                // 409: the slot is processing a request
-  kPromptTooLong,       // 413: the prompt cannot fit in a slot's context; or a body too large
+  kPromptTooLong,       // 400: the prompt cannot fit in a slot's context
   kCacheFull,           // 503: not enough free KV cells now
   kQueueFull,           // 503: too many requests waiting
   kTimeout,             // 503: waited longer than --timeout for a slot
   kNotSupported,        // 501: a disabled or not yet available feature
   kInternal,            // 500: a decode or I/O failure
+  kBodyTooLarge,        // 413: a request body over --max-body
   kCount,
 };
 
 /// "invalid_request", "unauthorized", "not_found", "busy", "too_large", "cache_full",
-/// "queue_full", "timeout", "not_supported", "internal" (Prometheus label values).
+/// "queue_full", "timeout", "not_supported", "internal", "body_too_large" (Prometheus label
+/// values).
 const char* error_kind_name(ErrorKind kind);
 
 /// What an ErrorKind is on the wire.
@@ -36,13 +38,14 @@ struct HttpError {
 };
 
 /// kInvalidRequest 400 invalid_request_error, kUnauthorized 401 authentication_error,
-/// kNotFound 404 not_found_error, kBusy 409 invalid_request_error, kPromptTooLong 413
-/// exceed_context_size_error, kCacheFull / kQueueFull / kTimeout 503 unavailable_error,
-/// kNotSupported 501 not_supported_error, kInternal 500 server_error.
+/// kNotFound 404 not_found_error, kBusy 409 invalid_request_error, kPromptTooLong 400
+/// exceed_context_size_error (as llama-server), kBodyTooLarge 413 invalid_request_error,
+/// kCacheFull / kQueueFull / kTimeout 503 unavailable_error, kNotSupported 501
+/// not_supported_error, kInternal 500 server_error.
 HttpError http_error(ErrorKind kind);
 
 /// The ErrorKind of an error cpp-httplib answers by itself, from the status it chose: 404 (no
-/// route) kNotFound, 413 (body over --max-body) kPromptTooLong, any other kInvalidRequest.
+/// route) kNotFound, 413 (body over --max-body) kBodyTooLarge, any other kInvalidRequest.
 ErrorKind error_kind_for_http_status(int status);
 
 /// What produced a Status. The same code is the client's fault in one place and the server's in

@@ -243,6 +243,30 @@ class Front {
   bool run_control(ControlRequest creq, Response& res, ControlReply* out);
 
   void health(const Request&, Response& res, RequestLog&) { reply_json(res, {{"status", "ok"}}); }
+  // CORS response headers for a request from a web page of an allowed origin (none otherwise).
+  void cors_headers(const Request& req, Response& res) const {
+    const std::string origin = req.get_header_value("Origin");
+    if (origin.empty() || res.has_header("Access-Control-Allow-Origin") || !origin_allowed(origin))
+      return;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Access-Control-Allow-Credentials", "true");
+    res.set_header("Vary", "Origin");
+  }
+  bool origin_allowed(const std::string& origin) const {
+    if (params_.allowed_origins == "*") return true;
+    size_t i = 0;
+    const std::string& list = params_.allowed_origins;
+    while (i <= list.size()) {
+      size_t j = list.find(',', i);
+      if (j == std::string::npos) j = list.size();
+      std::string item = list.substr(i, j - i);
+      item.erase(0, item.find_first_not_of(' '));
+      item.erase(item.find_last_not_of(' ') + 1);
+      if (item == origin) return true;
+      i = j + 1;
+    }
+    return false;
+  }
   void props(const Request& req, Response& res, RequestLog& log);
   void slots(const Request& req, Response& res, RequestLog& log);
   void slot_action(const Request& req, Response& res, RequestLog& log);
@@ -346,7 +370,7 @@ httplib::Server::HandlerWithContentReader Front::wrap_post(Handler h) {
       return;
     }
     if (too_large) {
-      reply_error(res, ErrorKind::kPromptTooLong,
+      reply_error(res, ErrorKind::kBodyTooLarge,
                   fmt::format("the request body is larger than {} bytes (--max-body)",
                               params_.max_body_bytes));
       log_request(req.method, req.path, res.status, RequestLog{});
@@ -407,19 +431,46 @@ void Front::props(const Request&, Response& res, RequestLog&) {
                    {"slots", slots},
                    {"kv_bytes", snap.breakdown.tensor_bytes},
                    {"chat_template", std::string(chat_template_family_name(tmpl_.family()))},
+                   // As llama-server: the slot's n_ctx and the settings a request gets.
                    {"default_generation_settings",
-                    {{"n_predict", params_.n_predict},
-                     {"n_predict_max", params_.n_predict_max},
-                     {"temperature", sp.temp},
-                     {"top_k", sp.top_k},
-                     {"top_p", sp.top_p},
-                     {"min_p", sp.min_p}}},
+                    {{"n_ctx", info.n_ctx_seq},
+                     {"params",
+                      {{"n_predict", params_.n_predict},
+                       {"n_predict_max", params_.n_predict_max},
+                       {"n_keep", params_.n_keep},
+                       {"temperature", sp.temp},
+                       {"top_k", sp.top_k},
+                       {"top_p", sp.top_p},
+                       {"min_p", sp.min_p},
+                       {"repeat_penalty", sp.repeat_penalty},
+                       {"repeat_last_n", sp.repeat_last_n},
+                       {"frequency_penalty", sp.frequency_penalty},
+                       {"presence_penalty", sp.presence_penalty},
+                       {"seed", sp.seed},
+                       {"logit_bias", Json::array()},
+                       {"stream", false},
+                       {"n_probs", 0},
+                       {"timings_per_token", false}}}}},
+                   {"endpoint_slots", params_.slots_endpoint},
+                   {"endpoint_metrics", params_.metrics},
                    {"build_info", "mnemo 0.1.0"}});
 }
 
-void Front::slots(const Request&, Response& res, RequestLog&) {
+void Front::slots(const Request& req, Response& res, RequestLog&) {
+  if (!params_.slots_endpoint) {
+    reply_error(res, ErrorKind::kNotSupported,
+                "the slots endpoint is disabled: start the server with --slots");
+    return;
+  }
   ControlReply snap;
   if (!run_control({}, res, &snap)) return;
+  const std::string fail = req.get_param_value("fail_on_no_slot");
+  if (!fail.empty() && fail != "0" && fail != "false" &&
+      std::none_of(snap.slots.begin(), snap.slots.end(),
+                   [](const SlotInfo& s) { return s.state == SlotState::kIdle; })) {
+    reply_error(res, ErrorKind::kQueueFull, "no slot available");
+    return;
+  }
   reply_json(res, slots_json(snap));
 }
 
@@ -432,7 +483,9 @@ void Front::slot_action(const Request& req, Response& res, RequestLog& log) {
   const std::string id_text = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
   int32_t id = -1;
   if (Status st = parse_slot_id(id_text, engine_.info().n_slots, &id); !st.ok()) {
-    reply_error(res, ErrorKind::kNotFound, st.message());
+    reply_error(
+        res, st.code() == StatusCode::kNotFound ? ErrorKind::kNotFound : ErrorKind::kInvalidRequest,
+        st.message());
     return;
   }
   const std::string action = req.get_param_value("action");
@@ -608,9 +661,11 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
     const CompletionEvent& e = *ev;
     const bool last = absorb(ex, e);
     if (e.kind == CompletionEvent::Kind::kText) {
-      const bool want = !e.text.empty() || p.logprobs || (p.api == Api::kLlama && p.return_tokens);
+      const bool want =
+          !e.text.empty() || p.logprobs || (p.api == Api::kLlama && !e.tokens.empty());
       if (want) {
-        if (!event(stream_delta(p, e.text, e.tokens, e.probs, ex.id_slot, defaults_, ex.ids))) {
+        if (!event(stream_delta(p, e.text, e.tokens, e.probs, e.stats, ex.id_slot, defaults_,
+                                ex.ids))) {
           return false;
         }
         last_write = Clock::now();
@@ -635,7 +690,15 @@ void Front::completion(const Request& req, Response& res, RequestLog& log, Api a
   if (!parse_body(req, res, &body)) return;
   auto ex = std::make_shared<Exchange>();
   if (Status st = parse_completion(body, api, tok_, tmpl_, defaults_, &ex->parsed); !st.ok()) {
-    reply_error(res, error_kind_for(st, ErrorOrigin::kRequest), st.message());
+    const ErrorKind kind = error_kind_for(st, ErrorOrigin::kRequest);
+    reply_error(res, kind, st.message());
+    if (kind == ErrorKind::kPromptTooLong) {
+      // llama-server's fields of exceed_context_size_error.
+      Json j = error_json(kind, st.message());
+      j["error"]["n_prompt_tokens"] = ex->parsed.n_prompt_tokens;
+      j["error"]["n_ctx"] = engine_.info().n_ctx_seq;
+      reply_json(res, j, res.status);
+    }
     return;
   }
   ex->ids = new_response_ids(api);
@@ -741,19 +804,44 @@ void Front::completion(const Request& req, Response& res, RequestLog& log, Api a
 
 void Front::install(httplib::Server& svr) {
   svr.set_pre_routing_handler([this](const Request& req, Response& res) {
-    if (params_.api_key.empty() || req.path == "/health" || req.path == "/v1/health") {
+    // A CORS preflight carries no credentials (Fetch standard); the public routes need none.
+    if (params_.api_key.empty() || req.method == "OPTIONS" || req.path == "/health" ||
+        req.path == "/v1/health" || req.path == "/models" || req.path == "/v1/models") {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    if (auth.compare(0, prefix.size(), prefix) == 0 &&
-        same_secret(auth.substr(prefix.size()), params_.api_key)) {
+    const bool bearer = auth.compare(0, prefix.size(), prefix) == 0 &&
+                        same_secret(auth.substr(prefix.size()), params_.api_key);
+    if (bearer || (req.has_header("X-Api-Key") &&
+                   same_secret(req.get_header_value("X-Api-Key"), params_.api_key))) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     reply_error(res, ErrorKind::kUnauthorized,
-                "invalid or missing API key: send 'Authorization: Bearer <key>'");
+                "invalid or missing API key: send 'Authorization: Bearer <key>' or "
+                "'X-Api-Key: <key>'");
+    cors_headers(req, res);
     log_request(req.method, req.path, res.status, RequestLog{});
     return httplib::Server::HandlerResponse::Handled;
+  });
+  // CORS (Fetch standard §3.2): the page's origin is echoed when it is allowed; a preflight
+  // (OPTIONS) is answered with the methods and headers a page may use, or 403.
+  svr.set_post_routing_handler(
+      [this](const Request& req, Response& res) { cors_headers(req, res); });
+  svr.Options(R"(.*)", [this](const Request& req, Response& res) {
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin.empty() && !origin_allowed(origin)) {
+      reply_error(res, ErrorKind::kUnauthorized, "origin '" + origin + "' is not allowed");
+      res.status = 403;
+      log_request(req.method, req.path, res.status, RequestLog{});
+      return;
+    }
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers", asked.empty() ? "*" : asked);
+    res.set_header("Access-Control-Max-Age", "600");
+    log_request(req.method, req.path, res.status, RequestLog{});
   });
   // Errors httplib produces itself (no route, body too large, bad request line) get a JSON body.
   svr.set_error_handler(
@@ -763,11 +851,12 @@ void Front::install(httplib::Server& svr) {
         std::string msg = "bad request";
         if (kind == ErrorKind::kNotFound) {
           msg = "no route for " + req.method + " " + req.path;
-        } else if (kind == ErrorKind::kPromptTooLong) {
+        } else if (kind == ErrorKind::kBodyTooLarge) {
           msg = fmt::format("the request body is larger than {} bytes (--max-body)",
                             params_.max_body_bytes);
         }
         metrics_.count_error(uint8_t(kind));
+        cors_headers(req, res);
         Json j = error_json(kind, msg);
         j["error"]["code"] = res.status;
         res.set_content(dump(j), "application/json; charset=utf-8");
@@ -778,7 +867,7 @@ void Front::install(httplib::Server& svr) {
   svr.Get("/v1/health", wrap(&Front::health));
   svr.Get("/props", wrap(&Front::props));
   svr.Get("/slots", wrap(&Front::slots));
-  svr.Post(R"(/slots/(\d+))", wrap_post(&Front::slot_action));
+  svr.Post(R"(/slots/([^/]+))", wrap_post(&Front::slot_action));
   svr.Post("/cache/requantize", wrap_post(&Front::requantize));
   svr.Post("/completion", wrap_post(&Front::completion_llama));
   svr.Post("/completions", wrap_post(&Front::completion_llama));

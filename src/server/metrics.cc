@@ -24,6 +24,12 @@ void sample(std::string* out, const char* name, double v, const std::string& lab
   }
 }
 
+// The same quantity under llama-server's name (llamacpp:NAME), for dashboards written for it.
+void llamacpp(std::string* out, const char* name, const char* type, const char* help, double v) {
+  *out += fmt::format("# HELP llamacpp:{} {}\n# TYPE llamacpp:{} {}\nllamacpp:{} {}\n", name, help,
+                      name, type, name, v);
+}
+
 double load(const std::atomic<uint64_t>& a) {
   return static_cast<double>(a.load(std::memory_order_relaxed));
 }
@@ -176,6 +182,23 @@ std::string prometheus_text(const Metrics& m, const EngineInfo& info, const Cont
     gauge("prompt_cache_store_pending", "Entries queued for the store, not yet written.",
           double(st.pending));
   }
+  // llama-server's names of the figures above.
+  llamacpp(&o, "prompt_tokens_total", "counter", "Prompt tokens evaluated (cached ones excluded).",
+           load(m.prompt_tokens_total));
+  llamacpp(&o, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from a cache.",
+           load(m.prompt_tokens_cached_total));
+  llamacpp(&o, "prompt_seconds_total", "counter", "Time spent on prompts.", p_s);
+  llamacpp(&o, "tokens_predicted_total", "counter", "Tokens generated.",
+           load(m.tokens_predicted_total));
+  llamacpp(&o, "tokens_predicted_seconds_total", "counter", "Time spent generating.", g_s);
+  llamacpp(&o, "n_decode_total", "counter", "Batches decoded.", load(m.decode_steps_total));
+  llamacpp(&o, "prompt_tokens_seconds", "gauge", "Prompt tokens per second of prompt time.",
+           p_s > 0 ? load(m.prompt_tokens_total) / p_s : 0.0);
+  llamacpp(&o, "predicted_tokens_seconds", "gauge",
+           "Generated tokens per second of generation time.",
+           g_s > 0 ? load(m.tokens_predicted_total) / g_s : 0.0);
+  llamacpp(&o, "requests_processing", "gauge", "Requests holding a slot.", snap.n_processing);
+  llamacpp(&o, "requests_deferred", "gauge", "Requests waiting for a slot.", snap.n_queued);
   return o;
 }
 

@@ -40,7 +40,9 @@ struct Metrics {
 
 /// The /metrics body: the counters above, tokens/s (totals over time spent), requests in flight
 /// and queued, and per slot and per stream: KV cells used / total and bytes by K/V type, all
-/// taken from `snap` (a kSnapshot reply). Metric names start with "mnemo_".
+/// taken from `snap` (a kSnapshot reply). Metric names start with "mnemo_"; the figures
+/// llama-server also reports appear again under its names ("llamacpp:prompt_tokens_total",
+/// "llamacpp:requests_processing", ...), so dashboards written for it work unchanged.
 std::string prometheus_text(const Metrics& m, const EngineInfo& info, const ControlReply& snap);
 
 }  // namespace mnemo::server

@@ -535,6 +535,8 @@ void Engine::on_token(Slot& s, TokenId tok, std::span<const float> logits) {
   if (!text.empty() || (!stopped && !limit)) {
     CompletionEvent ev;
     ev.kind = CompletionEvent::Kind::kText;
+    s.stats.gen_ms = now_ms() - s.t_first;
+    ev.stats = s.stats;
     ev.text = std::move(text);
     ev.tokens.swap(s.unsent_tokens);
     ev.probs.swap(s.unsent_probs);

@@ -300,12 +300,13 @@ TEST(Errors, EveryKindHasOneStatusAndType) {
       {ErrorKind::kUnauthorized, 401, "authentication_error"},
       {ErrorKind::kNotFound, 404, "not_found_error"},
       {ErrorKind::kBusy, 409, "invalid_request_error"},
-      {ErrorKind::kPromptTooLong, 413, "exceed_context_size_error"},
+      {ErrorKind::kPromptTooLong, 400, "exceed_context_size_error"},
       {ErrorKind::kCacheFull, 503, "unavailable_error"},
       {ErrorKind::kQueueFull, 503, "unavailable_error"},
       {ErrorKind::kTimeout, 503, "unavailable_error"},
       {ErrorKind::kNotSupported, 501, "not_supported_error"},
       {ErrorKind::kInternal, 500, "server_error"},
+      {ErrorKind::kBodyTooLarge, 413, "invalid_request_error"},
   };
   static_assert(std::size(want) == size_t(ErrorKind::kCount));
   for (const auto& w : want) {
@@ -316,7 +317,7 @@ TEST(Errors, EveryKindHasOneStatusAndType) {
     EXPECT_EQ(j["error"]["type"], w.type);
   }
   EXPECT_EQ(error_kind_for_http_status(404), ErrorKind::kNotFound);
-  EXPECT_EQ(error_kind_for_http_status(413), ErrorKind::kPromptTooLong);
+  EXPECT_EQ(error_kind_for_http_status(413), ErrorKind::kBodyTooLarge);
   EXPECT_EQ(error_kind_for_http_status(400), ErrorKind::kInvalidRequest);
 }
 

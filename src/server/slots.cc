@@ -76,6 +76,7 @@ void Engine::finish(Slot& s, FinishReason reason) {
   if (!rest.empty() || !s.unsent_tokens.empty()) {
     CompletionEvent ev;
     ev.kind = CompletionEvent::Kind::kText;
+    ev.stats = s.stats;
     ev.text = std::move(rest);
     ev.tokens.swap(s.unsent_tokens);
     ev.probs.swap(s.unsent_probs);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace mnemo::tools {
@@ -34,6 +35,8 @@ Status ModelFlags::resolve() {
   if (!v) return Status::invalid_argument("-ctv: unknown cache type '" + type_v + "'");
   ctx.type_k = *k;
   ctx.type_v = *v;
+  // As llama.cpp's tools: -b alone also bounds the ubatch (-b 32 means ubatches of 32).
+  ctx.n_ubatch = std::min(ctx.n_ubatch, ctx.n_batch);
   return ctx.validate();
 }
 

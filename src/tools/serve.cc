@@ -85,7 +85,12 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--kv-events", s.kv_events,
                  "publish KV events (vLLM's format) on this ZeroMQ endpoint, e.g. "
                  "tcp://127.0.0.1:5557");
-  app.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (not on /health)");
+  app.add_option("--api-key", s.api_key,
+                 "require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (not on /health, "
+                 "/models)");
+  app.add_option("--allowed-origins", s.allowed_origins,
+                 "origins whose web pages may call the API (CORS), comma-separated; * = any");
+  app.add_flag("--slots,!--no-slots", s.slots_endpoint, "enable GET /slots (default on)");
   app.add_flag("--metrics", s.metrics, "enable GET /metrics (Prometheus text)");
   app.add_option("--timeout", s.timeout_s,
                  "seconds for socket reads/writes and for waiting for a free slot");

@@ -134,7 +134,8 @@ def test_bad_content_length_is_answered_at_once(srv, length):
 
 def test_oversized_prompts_are_refused_before_any_work(srv):
     """200,000 chat messages (7.6 MB) and a 6 MB prompt string cannot fit a 512-token slot: the
-    413 comes before the template is rendered or the text tokenized (each would take seconds)."""
+    400 (exceed_context_size_error) comes before the template is rendered or the text tokenized
+    (each would take seconds)."""
     msgs = [{"role": "user", "content": "hello there, how are you?"}] * 200000
     body = json.dumps({"messages": msgs, "max_tokens": 4})
     assert len(body) > 7_000_000
@@ -142,18 +143,20 @@ def test_oversized_prompts_are_refused_before_any_work(srv):
     r = requests.post(srv.url + "/v1/chat/completions", data=body,
                       headers={"Content-Type": "application/json"}, timeout=60)
     dt = time.monotonic() - t0
-    assert r.status_code == 413, r.text
-    assert "at least" in r.json()["error"]["message"]
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert "at least" in err["message"] and err["type"] == "exceed_context_size_error"
+    assert err["n_prompt_tokens"] >= 512 and err["n_ctx"] == 512, err
     assert dt < 3.0, dt
     t0 = time.monotonic()
     r = requests.post(srv.url + "/completion", json={"prompt": "word " * 1_200_000}, timeout=60)
-    assert r.status_code == 413, r.text
+    assert r.status_code == 400, r.text
     assert time.monotonic() - t0 < 3.0
     # A prompt just below the bound is still measured exactly (tokenized), as before.
     r = requests.post(srv.url + "/completion", json={"prompt": "word " * 600, "n_predict": 1},
                       timeout=60)
     msg = r.json()["error"]["message"]
-    assert r.status_code == 413 and "the prompt has" in msg and "at least" not in msg, r.text
+    assert r.status_code == 400 and "the prompt has" in msg and "at least" not in msg, r.text
 
 
 def test_no_server_paths_in_props(srv, model):

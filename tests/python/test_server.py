@@ -4,7 +4,7 @@ Checks: chat completions through the official `openai` client (streamed and
 not), 8 concurrent requests answered exactly as when run alone (greedy), slot save / erase /
 restore / continue equal to an uninterrupted run, requantizing one slot while another streams,
 slot file-name validation (400, no file written), malformed JSON (400), prompts that cannot fit
-(413 with the numbers), the API key, client disconnects freeing the slot, metrics, and that the
+(400 with the numbers), the API key, client disconnects freeing the slot, metrics, and that the
 process survives all of it (and stops cleanly on SIGTERM).
 
 Every request is greedy (temperature 0) with a few tokens, so the module stays well under three
@@ -366,7 +366,8 @@ def test_slot_save_erase_restore_continue_equals_uninterrupted(server, save_dir)
     cont = completion(server, prompt + first["tokens"], n2, id_slot=1, ignore_eos=True,
                       return_tokens=True)
     # Only the last token was evaluated: everything else came from the restored state.
-    assert cont["tokens_cached"] == len(prompt) + n1 - 1
+    assert cont["timings"]["cache_n"] == len(prompt) + n1 - 1
+    assert cont["tokens_cached"] == len(prompt) + n1 + n2 - 1  # held now (llama-server's sense)
     assert cont["timings"]["prompt_n"] == 1
     assert first["tokens"] + cont["tokens"] == ref["tokens"]
     # Restoring a missing file is a 404 and leaves the slot as it was.
@@ -538,10 +539,14 @@ def test_malformed_and_invalid_requests(server):
                           headers={"Content-Type": "application/json"}, timeout=30)
         assert r.status_code == 400, (path, body, r.text)
         assert r.json()["error"]["type"] == "invalid_request_error", r.text
-    # A prompt that cannot fit a slot: 413 before any compute, with the numbers.
+    # A prompt that cannot fit a slot: 400 before any compute, with the numbers (llama-server's
+    # exceed_context_size_error and its fields).
     long_prompt = list(range(100, 100 + 2048 // SLOTS + 5))
     r = post(server, "/completion", {"prompt": long_prompt, "n_predict": 4})
-    assert r.status_code == 413, r.text
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "exceed_context_size_error", r.text
+    assert err["n_prompt_tokens"] == len(long_prompt) and err["n_ctx"] == 2048 // SLOTS, r.text
     assert str(len(long_prompt)) in r.json()["error"]["message"]
     assert str(2048 // SLOTS) in r.json()["error"]["message"]
     # A body over --max-body.
@@ -620,11 +625,13 @@ def test_metrics_and_request_log(server):
 # Servers with other settings (small, started per test).
 
 
-def test_api_key_required_except_health(binary, model):
+def test_api_key_required_except_health_and_models(binary, model):
+    """As llama-server: /health and the model list are public, everything else needs the key."""
     s = Server(binary, model, "-np", 1, "-c", 256, "--api-key", "s3cret")
     try:
-        assert requests.get(s.url + "/health").status_code == 200
-        for path in ["/props", "/slots", "/v1/models", "/metrics"]:
+        for path in ["/health", "/v1/models", "/models"]:
+            assert requests.get(s.url + path).status_code == 200, path
+        for path in ["/props", "/slots", "/metrics"]:
             r = requests.get(s.url + path)
             assert r.status_code == 401, path
             assert r.json()["error"]["type"] == "authentication_error"

@@ -1,0 +1,264 @@
+"""mnemo serve as a drop-in for llama-server: HTTP conventions (CORS, X-Api-Key, -b without -ub,
+error codes and fields, /slots switches and ids), logit_bias in every form, and the response
+shapes clients read. Shapes are compared with tests/fixtures/llama_server_shapes.json, recorded
+from the peer's llama-server on the same model (tests/fixtures/make_server_shapes.py).
+"""
+import json
+import math
+import threading
+import time
+
+import pytest
+import requests
+
+from test_server import Server
+
+MODEL = "SmolLM2-135M-Instruct-Q4_1.gguf"
+KEY = "s3cret"
+
+
+@pytest.fixture(scope="module")
+def model(smollm2_model):
+    assert smollm2_model.name == MODEL
+    return smollm2_model
+
+
+@pytest.fixture(scope="module")
+def shapes(repo_root):
+    return json.loads((repo_root / "tests/fixtures/llama_server_shapes.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def srv(binary, model, tmp_path_factory):
+    s = Server(binary, model, "-np", 2, "-c", 1024, "--temp", 0, "--metrics", "--api-key", KEY,
+               "--slot-save-path", tmp_path_factory.mktemp("slots"))
+    yield s
+    assert s.alive(), "the server died:\n" + s.log()
+    assert s.stop() == 0, s.log()
+
+
+H = {"X-Api-Key": KEY}
+
+
+def post(srv, path, body, **kw):
+    return requests.post(srv.url + path, json=body, headers=H, timeout=120, **kw)
+
+
+def sse(r):
+    return [json.loads(l[6:]) for l in r.iter_lines() if l.startswith(b"data: {")]
+
+
+# --- HTTP conventions ---------------------------------------------------------------------------
+
+def test_cors_preflight_and_headers(srv):
+    """A page on another origin can call the API: the preflight needs no key and lists what is
+    allowed; every answer (errors included) carries the page's origin."""
+    origin = "http://app.example:3000"
+    r = requests.options(srv.url + "/v1/chat/completions", timeout=10, headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+    assert r.status_code in (200, 204), r.text
+    assert r.headers["Access-Control-Allow-Origin"] == origin
+    assert "POST" in r.headers["Access-Control-Allow-Methods"]
+    assert "authorization" in r.headers["Access-Control-Allow-Headers"].lower()
+    r = requests.post(srv.url + "/completion", timeout=60, json={"prompt": "Hi", "n_predict": 1},
+                      headers={"Origin": origin, "Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == origin
+    r = requests.post(srv.url + "/completion", timeout=60, json={"prompt": "Hi"},
+                      headers={"Origin": origin})
+    assert r.status_code == 401 and r.headers["Access-Control-Allow-Origin"] == origin
+    r = requests.get(srv.url + "/health", headers={"Origin": origin}, timeout=10)
+    assert r.headers["Access-Control-Allow-Origin"] == origin
+    # No Origin (not a browser): no CORS headers.
+    r = requests.get(srv.url + "/health", timeout=10)
+    assert "Access-Control-Allow-Origin" not in r.headers
+
+
+def test_allowed_origins_flag(binary, model):
+    s = Server(binary, model, "-np", 1, "-c", 256, "--allowed-origins",
+               "http://good.example, http://also.example:8080")
+    try:
+        for origin in ("http://good.example", "http://also.example:8080"):
+            r = requests.options(s.url + "/completion", headers={
+                "Origin": origin, "Access-Control-Request-Method": "POST"}, timeout=10)
+            assert r.status_code in (200, 204) and r.headers["Access-Control-Allow-Origin"] == origin
+        r = requests.options(s.url + "/completion", headers={
+            "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}, timeout=10)
+        assert r.status_code == 403
+        assert "Access-Control-Allow-Origin" not in r.headers
+        r = requests.get(s.url + "/health", headers={"Origin": "http://evil.example"}, timeout=10)
+        assert r.status_code == 200 and "Access-Control-Allow-Origin" not in r.headers
+    finally:
+        assert s.stop() == 0
+
+
+def test_api_key_forms(srv):
+    assert requests.get(srv.url + "/props", headers={"X-Api-Key": KEY}, timeout=10).ok
+    assert requests.get(srv.url + "/props", headers={"Authorization": f"Bearer {KEY}"},
+                        timeout=10).ok
+    for bad in ({"X-Api-Key": "nope"}, {"Authorization": "Bearer nope"}, {}):
+        r = requests.get(srv.url + "/props", headers=bad, timeout=10)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    # Public as in llama-server: health and the model list.
+    for path in ("/health", "/v1/health", "/models", "/v1/models"):
+        assert requests.get(srv.url + path, timeout=10).status_code == 200, path
+
+
+def test_batch_size_alone_bounds_the_ubatch(binary, model):
+    """-b 32 without -ub starts (n_ubatch clamped to 32, as llama-server) and answers."""
+    s = Server(binary, model, "-np", 1, "-c", 512, "-b", 32)
+    try:
+        props = requests.get(s.url + "/props", timeout=10).json()
+        assert props["n_batch"] == 32 and props["n_ubatch"] == 32
+        r = requests.post(s.url + "/completion", json={"prompt": "word " * 100, "n_predict": 2},
+                          timeout=60)
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
+
+
+def test_exceed_context_size_error(srv, shapes):
+    for path, body in (("/completion", {"prompt": "word " * 700, "n_predict": 2}),
+                       ("/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "word " * 700}]})):
+        r = post(srv, path, body)
+        assert r.status_code == shapes["exceed_context.status"] == 400, r.text
+        err = r.json()["error"]
+        assert sorted(err) == shapes["exceed_context.error"]
+        assert err["type"] == shapes["exceed_context.type"]
+        assert err["n_ctx"] == 512 and err["n_prompt_tokens"] > 512
+
+
+def test_slots_switch_fail_on_no_slot_and_ids(binary, model, srv):
+    s = Server(binary, model, "-np", 1, "-c", 256, "--no-slots")
+    try:
+        r = requests.get(s.url + "/slots", timeout=10)
+        assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+    finally:
+        assert s.stop() == 0
+    assert requests.get(srv.url + "/slots?fail_on_no_slot=1", headers=H, timeout=10).ok
+    # Both slots busy with streams: fail_on_no_slot answers 503 at once.
+    streams = [requests.post(srv.url + "/completion", headers=H, stream=True, timeout=120,
+                             json={"prompt": "Tell me a long story.", "n_predict": 400,
+                                   "ignore_eos": True, "stream": True, "id_slot": i})
+               for i in (0, 1)]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            slots = requests.get(srv.url + "/slots", headers=H, timeout=10).json()
+            if all(x["is_processing"] for x in slots):
+                break
+            time.sleep(0.05)
+        r = requests.get(srv.url + "/slots?fail_on_no_slot=1", headers=H, timeout=10)
+        assert r.status_code == 503, r.text
+    finally:
+        for st in streams:
+            st.close()
+    for bad, code in (("abc", 400), ("-1", 400), ("1x", 400), ("7", 404)):
+        r = post(srv, f"/slots/{bad}?action=erase", {})
+        assert r.status_code == code, (bad, r.text)
+
+
+# --- logit_bias ----------------------------------------------------------------------------------
+
+def greedy(srv, path="/completion", **fields):
+    body = {"prompt": "The capital of France is", "n_predict": 4, "temperature": 0,
+            "cache_prompt": False, "return_tokens": True, "n_probs": 3}
+    body.update(fields)
+    r = post(srv, path, body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_logit_bias_every_form(srv, shapes):
+    base = greedy(srv)
+    first = base["tokens"][0]
+    text = base["completion_probabilities"][0]["token"]
+    # Banned: [[id, false]] and OpenAI's map with -100 (on /v1/completions too).
+    for bias in ([[first, False]], {str(first): -100}, [[first, -1e6]]):
+        r = greedy(srv, logit_bias=bias)
+        assert r["tokens"][0] != first, bias
+        assert first not in r["tokens"], bias
+    r = post(srv, "/v1/completions", {"prompt": "The capital of France is", "max_tokens": 2,
+                                      "temperature": 0, "logit_bias": {str(first): -100}})
+    assert r.status_code == 200 and not r.json()["choices"][0]["text"].startswith(text), r.text
+    # Forced: a large bias on a token the model would not pick; by text as well as by id.
+    r = greedy(srv, logit_bias=[[1000, 100.0]])
+    assert r["tokens"][:4] == [1000] * 4
+    r = greedy(srv, logit_bias=[[" Paris", 100.0]])
+    paris = requests.post(srv.url + "/tokenize", headers=H, json={"content": " Paris"},
+                          timeout=10).json()["tokens"]
+    assert r["tokens"][0] in paris
+    # Shown in generation_settings as llama-server shows them (a ban's bias is null).
+    gs = greedy(srv, logit_bias=[[28, False], [29, 1.5]])["generation_settings"]
+    assert gs["logit_bias"] == shapes["generation_settings.logit_bias"]
+    # Bad forms are 400s naming the field.
+    for bad in ([[1, "x"]], [[10**9, 1.0]], [1, 2], "nope", {"1": 1e9}, {"1": None}):
+        r = post(srv, "/completion", {"prompt": "hi", "logit_bias": bad})
+        assert r.status_code == 400 and "logit_bias" in r.json()["error"]["message"], (bad, r.text)
+    # The log-probabilities reported are those of the model, not of the biased sampler.
+    assert math.isclose(greedy(srv, logit_bias=[[1000, 100.0]])["completion_probabilities"][0][
+        "top_logprobs"][0]["logprob"], base["completion_probabilities"][0]["logprob"],
+        rel_tol=0, abs_tol=1e-6)
+
+
+# --- response shapes ----------------------------------------------------------------------------
+
+def test_completion_shapes_match_llama_server(srv, shapes):
+    r = greedy(srv, n_probs=0, return_tokens=False)
+    assert set(shapes["completion"]) <= set(r), set(shapes["completion"]) - set(r)
+    assert sorted(r["timings"]) == shapes["completion.timings"]
+    assert r["tokens"] == [] and r["prompt"] == "The capital of France is"
+    assert r["tokens_cached"] == r["tokens_evaluated"] + r["tokens_predicted"] - 1
+    with post(srv, "/completion", {"prompt": "The sky is", "n_predict": 3, "temperature": 0,
+                                   "stream": True}, stream=True) as s:
+        chunks = sse(s)
+    assert set(shapes["completion.stream.delta"]) <= set(chunks[0])
+    assert all(isinstance(t, int) for c in chunks[:-1] for t in c["tokens"])
+    assert [c["tokens_predicted"] for c in chunks[:-1]] == list(range(1, len(chunks)))
+    assert set(shapes["completion.stream.final"]) <= set(chunks[-1])
+    assert chunks[-1]["stop"] is True and chunks[-1]["tokens"] == []
+    with post(srv, "/completion", {"prompt": "The sky is", "n_predict": 3, "temperature": 0,
+                                   "stream": True, "timings_per_token": True}, stream=True) as s:
+        chunks = sse(s)
+    assert set(shapes["completion.stream.delta.timings_per_token"]) <= set(chunks[0])
+    assert chunks[1]["timings"]["predicted_n"] == 2
+
+
+def test_chat_stream_shapes(srv, shapes):
+    with post(srv, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True,
+            "stream_options": {"include_usage": True}}, stream=True) as s:
+        chunks = sse(s)
+    assert chunks[0]["choices"][0]["delta"] == shapes["chat.stream.first.delta"]
+    assert set(shapes["chat.stream.usage"]) <= set(chunks[-1])
+    with post(srv, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True,
+            "timings_per_token": True}, stream=True) as s:
+        chunks = sse(s)
+    assert "timings" in chunks[1], chunks[1]
+
+
+def test_response_fields(srv):
+    r = greedy(srv, response_fields=["content", "generation_settings/n_predict",
+                                     "timings/prompt_n", "nope"])
+    assert sorted(r) == ["content", "generation_settings/n_predict", "timings/prompt_n"]
+    assert r["generation_settings/n_predict"] == 4
+
+
+def test_props_and_metrics_names(srv, shapes):
+    props = requests.get(srv.url + "/props", headers=H, timeout=10).json()
+    dgs = props["default_generation_settings"]
+    assert set(shapes["props.default_generation_settings"]) <= set(dgs)
+    assert dgs["n_ctx"] == 512 and dgs["params"]["temperature"] == 0
+    text = requests.get(srv.url + "/metrics", headers=H, timeout=10).text
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            k, v = line.split()
+            values[k] = float(v)
+    for name in ("prompt_tokens_total", "tokens_predicted_total", "prompt_seconds_total",
+                 "requests_processing", "requests_deferred"):
+        assert values["llamacpp:" + name] == values["mnemo_" + name], name
+    assert values["llamacpp:n_decode_total"] == values["mnemo_decode_steps_total"]
+    assert values["llamacpp:tokens_predicted_total"] > 0
