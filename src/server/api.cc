@@ -11,6 +11,8 @@
 namespace mnemo::server {
 namespace {
 
+constexpr int64_t kMaxChoices = 16;  // OpenAI's "n"
+
 // Typed field readers: absent or null leaves *out unchanged; a wrong type or range is an
 // InvalidArgument naming the field.
 Status get_bool(const Json& b, const char* key, bool* out) {
@@ -179,6 +181,11 @@ Status chat_messages(const Json& b, std::vector<ChatMessage>* out) {
           fmt::format("messages[{}].content must be a string or an array of parts", i));
     }
     out->push_back(std::move(msg));
+  }
+  // As llama-server: one trailing assistant message is a reply to continue; two are a mistake.
+  if (out->size() >= 2 && (*out)[out->size() - 1].role == "assistant" &&
+      (*out)[out->size() - 2].role == "assistant") {
+    return Status::invalid_argument("'messages' ends with two assistant messages");
   }
   return Status();
 }
@@ -362,8 +369,11 @@ Status parse_logit_bias(const Json& v, const Tokenizer& tok, std::vector<LogitBi
 
 }  // namespace
 
-Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const ChatTemplate& tmpl,
-                        const ApiDefaults& d, ParsedCompletion* out) {
+namespace {
+
+// parse_completion with the prompt given apart (nullptr: the body's "prompt").
+Status parse_one(const Json& b, const Json* prompt, Api api, const Tokenizer& tok,
+                 const ChatTemplate& tmpl, const ApiDefaults& d, ParsedCompletion* out) {
   if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
   ParsedCompletion p;
   p.api = api;
@@ -392,8 +402,9 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
     const std::string text = tmpl.apply(msgs, /*add_generation_prompt=*/true);
     q.prompt = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/true);
   } else {
-    auto it = b.find("prompt");
-    if (it == b.end() || it->is_null()) return Status::invalid_argument("'prompt' is missing");
+    auto found = b.find("prompt");
+    const Json* it = prompt != nullptr ? prompt : found != b.end() ? &*found : nullptr;
+    if (it == nullptr || it->is_null()) return Status::invalid_argument("'prompt' is missing");
     size_t bytes = 0;
     if (it->is_string()) {
       bytes = it->get_ref<const std::string&>().size();
@@ -461,7 +472,7 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
   MNEMO_RETURN_IF_ERROR(get_int_as(b, "id_slot", -1, int64_t(d.n_slots) - 1, &q.id_slot));
   if (api != Api::kLlama) {
     int64_t n = 1;
-    MNEMO_RETURN_IF_ERROR(get_int(b, "n", 1, 1, &n));
+    MNEMO_RETURN_IF_ERROR(get_int(b, "n", 1, kMaxChoices, &n));
     auto so = b.find("stream_options");
     if (so != b.end() && !so->is_null()) {
       if (!so->is_object()) return Status::invalid_argument("'stream_options' must be an object");
@@ -500,6 +511,68 @@ Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const Chat
   return Status();
 }
 
+constexpr int64_t kMaxCompletions = 64;
+
+// llama-server's rule: an array with no number in it lists several prompts.
+bool several_prompts(const Json& prompt) {
+  return prompt.is_array() && !prompt.empty() &&
+         std::none_of(prompt.begin(), prompt.end(), [](const Json& e) { return e.is_number(); });
+}
+
+}  // namespace
+
+Status parse_completion(const Json& b, Api api, const Tokenizer& tok, const ChatTemplate& tmpl,
+                        const ApiDefaults& d, ParsedCompletion* out) {
+  return parse_one(b, nullptr, api, tok, tmpl, d, out);
+}
+
+Status parse_completions(const Json& b, Api api, const Tokenizer& tok, const ChatTemplate& tmpl,
+                         const ApiDefaults& d, std::vector<ParsedCompletion>* out) {
+  out->clear();
+  if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
+  int64_t n = 1;
+  if (api != Api::kLlama) MNEMO_RETURN_IF_ERROR(get_int(b, "n", 1, kMaxChoices, &n));
+  std::vector<const Json*> prompts;
+  auto it = b.find("prompt");
+  if (api != Api::kOaiChat && it != b.end() && several_prompts(*it)) {
+    for (const Json& e : *it) prompts.push_back(&e);
+  } else {
+    prompts.push_back(nullptr);
+  }
+  if (int64_t(prompts.size()) * n > kMaxCompletions) {
+    return Status::invalid_argument(
+        fmt::format("the request asks for {} completions ({} prompts x n {}); at most {}",
+                    int64_t(prompts.size()) * n, prompts.size(), n, kMaxCompletions));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ParsedCompletion first;
+    if (Status st = parse_one(b, prompts[i], api, tok, tmpl, d, &first); !st.ok()) {
+      out->assign(1, std::move(first));
+      return prompts.size() > 1 ? st.with_context(fmt::format("prompt {}", i)) : st;
+    }
+    first.index = int32_t(out->size());
+    const bool seeded = b.contains("seed") && !b["seed"].is_null() &&
+                        first.req.sampling.seed != SamplingParams::kRandomSeed;
+    for (int64_t j = 0; j < n; ++j) {
+      ParsedCompletion c = first;
+      c.index = int32_t(out->size());
+      c.copy_of = j == 0 ? -1 : first.index;
+      if (seeded) c.req.sampling.seed = first.req.sampling.seed + uint64_t(j);
+      out->push_back(std::move(c));
+    }
+  }
+  return Status();
+}
+
+Json stream_usage(const ParsedCompletion& p, const CompletionStats& sum, const ApiDefaults& d,
+                  const ResponseIds& ids) {
+  Json u = oai_chunk(p, d, ids);
+  u["choices"] = Json::array();
+  u["usage"] = usage_json(sum);
+  u["timings"] = timings_json(sum);
+  return u;
+}
+
 ResponseIds new_response_ids(Api api) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   ResponseIds ids;
@@ -522,7 +595,7 @@ const char* finish_reason_name(FinishReason r) {
 Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const ApiDefaults& d,
                      const ResponseIds& ids) {
   if (p.api == Api::kLlama) {
-    Json j = {{"index", 0},
+    Json j = {{"index", p.index},
               {"content", r.text},
               {"id_slot", r.stats.id_slot},
               {"stop", true},
@@ -563,12 +636,12 @@ Json completion_json(const ParsedCompletion& p, const CompletionResult& r, const
   Json j = oai_chunk(p, d, ids);
   if (p.api == Api::kOaiChat) {
     j["object"] = "chat.completion";
-    j["choices"] = Json::array({{{"index", 0},
+    j["choices"] = Json::array({{{"index", p.index},
                                  {"message", {{"role", "assistant"}, {"content", r.text}}},
                                  {"logprobs", p.logprobs ? probs_json(p, r.probs, d) : Json()},
                                  {"finish_reason", finish_reason_name(r.finish)}}});
   } else {
-    j["choices"] = Json::array({{{"index", 0},
+    j["choices"] = Json::array({{{"index", p.index},
                                  {"text", r.text},
                                  {"logprobs", nullptr},
                                  {"finish_reason", finish_reason_name(r.finish)}}});
@@ -582,7 +655,7 @@ std::vector<Json> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
                                const ResponseIds& ids) {
   if (p.api != Api::kOaiChat) return {};
   Json j = oai_chunk(p, d, ids);
-  j["choices"] = Json::array({{{"index", 0},
+  j["choices"] = Json::array({{{"index", p.index},
                                {"delta", {{"role", "assistant"}, {"content", nullptr}}},
                                {"logprobs", nullptr},
                                {"finish_reason", nullptr}}});
@@ -594,7 +667,7 @@ Json stream_delta(const ParsedCompletion& p, const std::string& text,
                   const CompletionStats& stats, int32_t id_slot, const ApiDefaults& d,
                   const ResponseIds& ids) {
   if (p.api == Api::kLlama) {
-    Json j = {{"index", 0},
+    Json j = {{"index", p.index},
               {"content", text},
               {"tokens", tokens},
               {"stop", false},
@@ -607,13 +680,13 @@ Json stream_delta(const ParsedCompletion& p, const std::string& text,
   }
   Json j = oai_chunk(p, d, ids);
   if (p.api == Api::kOaiChat) {
-    j["choices"] = Json::array({{{"index", 0},
+    j["choices"] = Json::array({{{"index", p.index},
                                  {"delta", {{"content", text}}},
                                  {"logprobs", p.logprobs ? probs_json(p, probs, d) : Json()},
                                  {"finish_reason", nullptr}}});
   } else {
     j["choices"] = Json::array(
-        {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+        {{{"index", p.index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   }
   if (p.timings_per_token) j["timings"] = timings_json(stats);
   return j;
@@ -633,12 +706,12 @@ std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& 
   std::vector<Json> out;
   Json j = oai_chunk(p, d, ids);
   if (p.api == Api::kOaiChat) {
-    j["choices"] = Json::array({{{"index", 0},
+    j["choices"] = Json::array({{{"index", p.index},
                                  {"delta", Json::object()},
                                  {"logprobs", nullptr},
                                  {"finish_reason", finish_reason_name(r.finish)}}});
   } else {
-    j["choices"] = Json::array({{{"index", 0},
+    j["choices"] = Json::array({{{"index", p.index},
                                  {"text", ""},
                                  {"logprobs", nullptr},
                                  {"finish_reason", finish_reason_name(r.finish)}}});

@@ -59,13 +59,30 @@ struct ParsedCompletion {
   /// The prompt's length in tokens; also set when parse_completion refuses the prompt as too
   /// long (OutOfRange), then a lower bound if the prompt was refused by its text's size.
   size_t n_prompt_tokens = 0;
+  /// Several completions of one request (several prompts, or "n" > 1): this one's place in the
+  /// answer ("index"), and the index of the first completion of the same prompt when this is a
+  /// later copy (-1 otherwise): a copy is started once that one's prompt is in memory, so it
+  /// reuses it (another slot's prefix, seq_cp) instead of reading it again.
+  int32_t index = 0;
+  int32_t copy_of = -1;
 };
 
 /// Parses a completion body (an object). The prompt is templated (chat) and tokenized here.
 /// Errors: InvalidArgument naming the field (wrong type, out of range, unsupported option),
-/// OutOfRange when the prompt is n_ctx_seq tokens or longer (HTTP 413).
+/// OutOfRange when the prompt is n_ctx_seq tokens or longer (HTTP 400
+/// exceed_context_size_error). "prompt" must be one prompt (see parse_completions).
 Status parse_completion(const Json& body, Api api, const Tokenizer& tok, const ChatTemplate& tmpl,
                         const ApiDefaults& defaults, ParsedCompletion* out);
+
+/// Every completion a request asks for, in answer order: one per prompt of "prompt" (as
+/// llama-server: a string, a list of token ids, or a list mixing ids and strings is one prompt;
+/// a list without numbers, of strings or of such lists, is one prompt per element; at most 64),
+/// each "n" times (OpenAI endpoints, 1 to 16; at most 64 in all). Copy j of a prompt with an
+/// explicit "seed" gets seed + j, so the choices differ and are reproducible. Errors: those of
+/// parse_completion (for the prompt that failed; out->front().n_prompt_tokens then set), and
+/// InvalidArgument for a bad "n" or too many completions.
+Status parse_completions(const Json& body, Api api, const Tokenizer& tok, const ChatTemplate& tmpl,
+                         const ApiDefaults& d, std::vector<ParsedCompletion>* out);
 
 /// What the HTTP thread collected from a completion's events.
 struct CompletionResult {
@@ -107,6 +124,11 @@ Json stream_delta(const ParsedCompletion& p, const std::string& text,
 /// final object with stop = true and the timings. OpenAI streams then end with "[DONE]".
 std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,
                              const ApiDefaults& d, const ResponseIds& ids);
+
+/// The last chunk of a stream of several completions with stream_options.include_usage: usage
+/// and timings of them all (prompt tokens counted once per prompt).
+Json stream_usage(const ParsedCompletion& p, const CompletionStats& sum, const ApiDefaults& d,
+                  const ResponseIds& ids);
 
 /// {"error": {"code": status, "message": ..., "type": ...}} (the shape OpenAI and llama.cpp use;
 /// status and type from http_error, errors.h).

@@ -285,6 +285,10 @@ class Front {
     completion(req, res, log, Api::kOaiChat);
   }
   void completion(const Request& req, Response& res, RequestLog& log, Api api);
+  // Several completions of one request (several prompts, or n > 1): started as parsed, except
+  // that a copy of a prompt waits until the prompt's first completion has read it.
+  void completion_multi(const Request& req, Response& res, RequestLog& log, Api api,
+                        std::vector<ParsedCompletion> all);
 
   // Applies one event to the exchange's result. Returns true for the final event.
   bool absorb(Exchange& ex, const CompletionEvent& ev);
@@ -689,18 +693,24 @@ void Front::completion(const Request& req, Response& res, RequestLog& log, Api a
   Json body;
   if (!parse_body(req, res, &body)) return;
   auto ex = std::make_shared<Exchange>();
-  if (Status st = parse_completion(body, api, tok_, tmpl_, defaults_, &ex->parsed); !st.ok()) {
+  std::vector<ParsedCompletion> all;
+  if (Status st = parse_completions(body, api, tok_, tmpl_, defaults_, &all); !st.ok()) {
     const ErrorKind kind = error_kind_for(st, ErrorOrigin::kRequest);
     reply_error(res, kind, st.message());
     if (kind == ErrorKind::kPromptTooLong) {
       // llama-server's fields of exceed_context_size_error.
       Json j = error_json(kind, st.message());
-      j["error"]["n_prompt_tokens"] = ex->parsed.n_prompt_tokens;
+      j["error"]["n_prompt_tokens"] = all.empty() ? 0 : all.front().n_prompt_tokens;
       j["error"]["n_ctx"] = engine_.info().n_ctx_seq;
       reply_json(res, j, res.status);
     }
     return;
   }
+  if (all.size() > 1) {
+    completion_multi(req, res, log, api, std::move(all));
+    return;
+  }
+  ex->parsed = std::move(all.front());
   ex->ids = new_response_ids(api);
   ErrorKind kind = ErrorKind::kInternal;
   auto ch = engine_.submit(ex->parsed.req, &kind);
@@ -799,6 +809,243 @@ void Front::completion(const Request& req, Response& res, RequestLog& log, Api a
       [this, ex](bool success) {
         if (!ex->finished) ex->channel->cancel();
         finish_log(*ex, success ? 200 : 499);
+      });
+}
+
+// The exchanges of a multi-completion request, pumped together by one HTTP thread.
+struct MultiExchange {
+  std::vector<std::shared_ptr<Exchange>> ex;
+  std::vector<bool> started;
+  ResponseIds ids;
+  bool failed = false;
+  ErrorKind error_kind = ErrorKind::kInternal;
+  std::string error;
+
+  bool all_finished() const {
+    return std::all_of(ex.begin(), ex.end(), [](const auto& e) { return e->finished; });
+  }
+  void cancel_all() {
+    for (const auto& e : ex) {
+      if (e->channel && !e->finished) e->channel->cancel();
+    }
+  }
+};
+
+void Front::completion_multi(const Request& req, Response& res, RequestLog& log, Api api,
+                             std::vector<ParsedCompletion> all) {
+  auto m = std::make_shared<MultiExchange>();
+  m->ids = new_response_ids(api);
+  for (ParsedCompletion& p : all) {
+    auto e = std::make_shared<Exchange>();
+    e->parsed = std::move(p);
+    e->ids = m->ids;
+    m->ex.push_back(std::move(e));
+  }
+  m->started.assign(m->ex.size(), false);
+  const bool stream = m->ex.front()->parsed.stream;
+  log.extra = fmt::format(" | {} completions", m->ex.size());
+
+  // Starts every completion that may start now: firsts at once, copies once their first has
+  // produced a token (its prompt is then in a slot's memory). false when a submit failed.
+  auto start_ready = [this, m]() {
+    for (size_t i = 0; i < m->ex.size(); ++i) {
+      if (m->started[i]) continue;
+      Exchange& e = *m->ex[i];
+      const int32_t first = e.parsed.copy_of;
+      if (first >= 0 && !m->ex[size_t(first)]->finished &&
+          m->ex[size_t(first)]->result.tokens.empty()) {
+        continue;
+      }
+      ErrorKind kind = ErrorKind::kInternal;
+      auto ch = engine_.submit(e.parsed.req, &kind);
+      if (!ch.ok()) {
+        m->failed = true;
+        m->error_kind = kind;
+        m->error = ch.status().message();
+        return false;
+      }
+      e.channel = *ch;
+      m->started[i] = true;
+    }
+    return true;
+  };
+  // One round over the started, unfinished completions: each event goes to `on_event`.
+  auto pump = [m](const std::function<bool(size_t, const CompletionEvent&)>& on_event) {
+    bool any = false;
+    for (size_t i = 0; i < m->ex.size(); ++i) {
+      Exchange& e = *m->ex[i];
+      if (!m->started[i] || e.finished) continue;
+      while (auto ev = e.channel->pop(std::chrono::milliseconds(any ? 0 : 5))) {
+        any = true;
+        if (!on_event(i, *ev)) return false;
+        if (e.finished) break;
+      }
+    }
+    return true;
+  };
+  auto absorb_or_fail = [this, m](size_t i, const CompletionEvent& ev) {
+    absorb(*m->ex[i], ev);
+    if (ev.kind == CompletionEvent::Kind::kError) {
+      m->failed = true;
+      m->error_kind = ev.error_kind;
+      m->error = ev.error;
+    }
+  };
+  if (!start_ready()) {
+    reply_error(res, m->error_kind, m->error, /*count=*/false);
+    return;
+  }
+  log.deferred = true;
+  const std::string method = req.method, path = req.path;
+  auto finish = [this, m, method, path, log](int status) {
+    RequestLog l = log;
+    l.extra += m->failed ? " | error: " + m->error : "";
+    log_request(method, path, status, l);
+  };
+  const auto deadline = Clock::now() + std::chrono::seconds(params_.timeout_s);
+
+  if (!stream) {
+    res.status = 200;
+    res.set_chunked_content_provider(
+        "application/json; charset=utf-8",
+        [this, m, start_ready, pump, absorb_or_fail, deadline, api](size_t, DataSink& sink) {
+          auto last_write = Clock::now();
+          while (!m->all_finished() && !m->failed) {
+            if (!start_ready()) break;
+            pump([&](size_t i, const CompletionEvent& ev) {
+              absorb_or_fail(i, ev);
+              return !m->failed;
+            });
+            if (Clock::now() - last_write >= kHeartbeat) {  // JSON whitespace: a client alive?
+              if (!sink.write(" ", 1)) {
+                m->cancel_all();
+                return false;
+              }
+              last_write = Clock::now();
+            }
+            if (Clock::now() > deadline) {
+              m->failed = true;
+              m->error_kind = ErrorKind::kTimeout;
+              m->error = "the completions did not finish within --timeout";
+            }
+          }
+          Json out;
+          if (m->failed) {
+            m->cancel_all();
+            out = error_json(m->error_kind, m->error);
+          } else if (api == Api::kLlama) {
+            out = Json::array();
+            for (const auto& e : m->ex) {
+              out.push_back(completion_json(e->parsed, e->result, defaults_, m->ids));
+            }
+          } else {
+            out = completion_json(m->ex[0]->parsed, m->ex[0]->result, defaults_, m->ids);
+            out["choices"] = Json::array();
+            CompletionStats sum;
+            for (const auto& e : m->ex) {
+              out["choices"].push_back(
+                  completion_json(e->parsed, e->result, defaults_, m->ids)["choices"][0]);
+              const CompletionStats& s = e->result.stats;
+              if (e->parsed.copy_of < 0) {
+                sum.n_prompt += s.n_prompt;
+                sum.n_cached += s.n_cached;
+              }
+              sum.n_generated += s.n_generated;
+            }
+            out["usage"] = {{"prompt_tokens", sum.n_prompt},
+                            {"completion_tokens", sum.n_generated},
+                            {"total_tokens", sum.n_prompt + sum.n_generated},
+                            {"prompt_tokens_details", {{"cached_tokens", sum.n_cached}}}};
+          }
+          const std::string s = dump(out);
+          if (!sink.write(s.data(), s.size())) return false;
+          sink.done();
+          return true;
+        },
+        [m, finish](bool success) {
+          m->cancel_all();
+          finish(success ? 200 : 499);
+        });
+    return;
+  }
+
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, m, start_ready, pump, absorb_or_fail, deadline, api](size_t, DataSink& sink) {
+        auto event = [&](const Json& j) {
+          const std::string s = "data: " + dump(j) + "\n\n";
+          return sink.write(s.data(), s.size());
+        };
+        for (const auto& e : m->ex) {
+          for (const Json& j : stream_begin(e->parsed, defaults_, m->ids)) {
+            if (!event(j)) return false;
+          }
+        }
+        auto last_write = Clock::now();
+        while (!m->all_finished() && !m->failed) {
+          if (!start_ready()) break;
+          const bool alive = pump([&](size_t i, const CompletionEvent& ev) {
+            Exchange& e = *m->ex[i];
+            absorb_or_fail(i, ev);
+            const ParsedCompletion& p = e.parsed;
+            bool ok = true;
+            if (ev.kind == CompletionEvent::Kind::kText &&
+                (!ev.text.empty() || p.logprobs || (api == Api::kLlama && !ev.tokens.empty()))) {
+              ok = event(stream_delta(p, ev.text, ev.tokens, ev.probs, ev.stats, e.id_slot,
+                                      defaults_, m->ids));
+            } else if (ev.kind == CompletionEvent::Kind::kDone) {
+              ParsedCompletion q = p;
+              q.include_usage = false;  // one usage chunk for them all, at the end
+              for (const Json& j : stream_end(q, e.result, defaults_, m->ids)) ok = ok && event(j);
+            }
+            if (ok) last_write = Clock::now();
+            return ok;
+          });
+          if (!alive) {
+            m->cancel_all();
+            return false;
+          }
+          if (Clock::now() - last_write >= kPoll) {
+            if (!sink.write(": keep-alive\n\n", 14)) {
+              m->cancel_all();
+              return false;
+            }
+            last_write = Clock::now();
+          }
+          if (Clock::now() > deadline) {
+            m->failed = true;
+            m->error_kind = ErrorKind::kTimeout;
+            m->error = "the completions did not finish within --timeout";
+          }
+        }
+        if (m->failed) {
+          m->cancel_all();
+          if (!event(error_json(m->error_kind, m->error))) return false;
+        } else if (api != Api::kLlama) {
+          const ParsedCompletion& p0 = m->ex[0]->parsed;
+          if (p0.include_usage) {
+            CompletionStats sum = m->ex[0]->result.stats;
+            sum.n_prompt = sum.n_cached = sum.n_generated = 0;
+            for (const auto& e : m->ex) {
+              const CompletionStats& s = e->result.stats;
+              if (e->parsed.copy_of < 0) {
+                sum.n_prompt += s.n_prompt;
+                sum.n_cached += s.n_cached;
+              }
+              sum.n_generated += s.n_generated;
+            }
+            if (!event(stream_usage(p0, sum, defaults_, m->ids))) return false;
+          }
+        }
+        if (api != Api::kLlama && !sink.write("data: [DONE]\n\n", 14)) return false;
+        sink.done();
+        return true;
+      },
+      [m, finish](bool success) {
+        m->cancel_all();
+        finish(success ? 200 : 499);
       });
 }
 

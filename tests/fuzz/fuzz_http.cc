@@ -1,8 +1,9 @@
 // libFuzzer target for the server's request parsers (src/server/api.h, slot_files.h): the first
 // byte of an input picks a parser, the rest is what a client sent. Parsers: a JSON body
 // (parse_json_body) then each endpoint's parser of it (/completion, /v1/completions,
-// /v1/chat/completions, /cache/requantize, /tokenize, /detokenize), a slot file name, a
-// Content-Length value and a /slots/{id} path segment.
+// /v1/chat/completions: parse_completions, every prompt and choice; /cache/requantize,
+// /tokenize, /detokenize), a slot file name, a Content-Length value and a /slots/{id} path
+// segment.
 //
 // Invariants (checked with abort()): no exception but nlohmann's (which the HTTP front answers
 // with a 400) leaves a parser; a refusal has a message; an accepted completion has a prompt of
@@ -74,14 +75,20 @@ const ApiDefaults& defaults() {
 
 void check_completion(const Json& body, Api api) {
   static const ChatTemplate tmpl = ChatTemplate::from_family(ChatTemplateFamily::kChatml);
-  ParsedCompletion p;
-  const Status st = parse_completion(body, api, tokenizer(), tmpl, defaults(), &p);
+  std::vector<ParsedCompletion> all;
+  const Status st = parse_completions(body, api, tokenizer(), tmpl, defaults(), &all);
   if (!st.ok()) {
     require(!st.message().empty());
     return;
   }
-  require(!p.req.prompt.empty() && p.req.prompt.size() < defaults().n_ctx_seq);
-  for (TokenId id : p.req.prompt) require(id >= 0 && id < tokenizer().n_vocab());
+  require(!all.empty() && all.size() <= 64);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ParsedCompletion& c = all[i];
+    require(c.index == int32_t(i) && c.copy_of < int32_t(i));
+    require(!c.req.prompt.empty() && c.req.prompt.size() < defaults().n_ctx_seq);
+    for (TokenId id : c.req.prompt) require(id >= 0 && id < tokenizer().n_vocab());
+  }
+  const ParsedCompletion& p = all.front();
   require(p.top_logprobs >= 0 && p.top_logprobs <= 20);
   // The response shapes of an accepted request serialize (never a throw on a client's text).
   CompletionResult r;

@@ -262,3 +262,92 @@ def test_props_and_metrics_names(srv, shapes):
         assert values["llamacpp:" + name] == values["mnemo_" + name], name
     assert values["llamacpp:n_decode_total"] == values["mnemo_decode_steps_total"]
     assert values["llamacpp:tokens_predicted_total"] > 0
+
+
+# --- several completions per request ------------------------------------------------------------
+
+LONG = ("You are a careful assistant. Answer in one short sentence, and never use more words "
+        "than needed. Question: what is the colour of the sky on a clear day?")
+
+
+def test_n_choices_share_the_prompt(srv):
+    """n = 3 on chat: three choices, each as a single request would answer (greedy), and the
+    copies reuse the first choice's prompt from its slot instead of reading it again."""
+    msgs = [{"role": "user", "content": LONG}]
+    one = post(srv, "/v1/chat/completions", {"messages": msgs, "max_tokens": 6,
+                                             "temperature": 0, "cache_prompt": False}).json()
+    r = post(srv, "/v1/chat/completions", {"messages": msgs, "max_tokens": 6, "temperature": 0,
+                                           "n": 3, "cache_prompt": True})
+    assert r.status_code == 200, r.text
+    j = r.json()
+    assert [c["index"] for c in j["choices"]] == [0, 1, 2]
+    want = one["choices"][0]["message"]["content"]
+    assert all(c["message"]["content"] == want for c in j["choices"]), j["choices"]
+    n_prompt = one["usage"]["prompt_tokens"]
+    assert j["usage"]["prompt_tokens"] == n_prompt  # counted once
+    assert j["usage"]["completion_tokens"] == 3 * one["usage"]["completion_tokens"]
+    # Sampled with a seed: choices differ from each other and repeat exactly.
+    body = {"messages": msgs, "max_tokens": 12, "temperature": 1.5, "n": 3, "seed": 7}
+    a, b = post(srv, "/v1/chat/completions", body).json(), post(srv, "/v1/chat/completions",
+                                                                 body).json()
+    texts = [c["message"]["content"] for c in a["choices"]]
+    assert texts == [c["message"]["content"] for c in b["choices"]]
+    assert len(set(texts)) > 1, texts
+
+
+def test_copies_reuse_the_prompt_memory(srv):
+    """n = 2: the second choice's prompt comes from the first choice's slot (all but its last
+    token, which is always evaluated), counted in mnemo_prompt_tokens_cached_total."""
+    before = requests.get(srv.url + "/metrics", headers=H, timeout=10).text
+    def cached(text):
+        return sum(float(l.split()[1]) for l in text.splitlines()
+                   if l.startswith("mnemo_prompt_tokens_cached_total"))
+    r = post(srv, "/v1/completions", {"prompt": LONG, "max_tokens": 4, "temperature": 0, "n": 2})
+    assert r.status_code == 200, r.text
+    after = requests.get(srv.url + "/metrics", headers=H, timeout=10).text
+    n_prompt = r.json()["usage"]["prompt_tokens"]
+    assert n_prompt > 16  # copies share prompts of at least 16 tokens
+    assert cached(after) - cached(before) >= n_prompt - 1, (n_prompt, cached(before), cached(after))
+
+
+def test_several_prompts(srv):
+    prompts = ["The capital of France is", [504, 3458, 282], "Once upon a time"]
+    singles = [greedy(srv, prompt=p, n_probs=0) for p in prompts]
+    r = post(srv, "/completion", {"prompt": prompts, "n_predict": 4, "temperature": 0,
+                                  "cache_prompt": False, "return_tokens": True})
+    assert r.status_code == 200, r.text
+    arr = r.json()
+    assert isinstance(arr, list) and [x["index"] for x in arr] == [0, 1, 2]
+    assert [x["tokens"] for x in arr] == [s["tokens"] for s in singles]
+    with post(srv, "/completion", {"prompt": prompts, "n_predict": 4, "temperature": 0,
+                                   "stream": True}, stream=True) as s:
+        chunks = sse(s)
+    for i, single in enumerate(singles):
+        mine = [c for c in chunks if c["index"] == i]
+        assert "".join(c["content"] for c in mine) == single["content"]
+        assert mine[-1]["stop"] is True
+    # OpenAI's list of prompts, streamed with usage.
+    with post(srv, "/v1/completions", {"prompt": ["Hello", "The sky is"], "max_tokens": 3,
+                                       "temperature": 0, "stream": True,
+                                       "stream_options": {"include_usage": True}},
+              stream=True) as s:
+        body = s.content.decode()
+    assert body.rstrip().endswith("data: [DONE]")
+    chunks = [json.loads(l[6:]) for l in body.splitlines() if l.startswith("data: {")]
+    assert {c["choices"][0]["index"] for c in chunks if c["choices"]} == {0, 1}
+    assert chunks[-1]["usage"]["completion_tokens"] == 6
+    # Limits: more than 64 completions, or n out of range, is a 400.
+    r = post(srv, "/v1/completions", {"prompt": ["a"] * 10, "n": 10})
+    assert r.status_code == 400 and "at most 64" in r.text
+    r = post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                           "n": 0})
+    assert r.status_code == 400
+
+
+def test_two_trailing_assistant_messages_are_refused(srv):
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"},
+            {"role": "assistant", "content": "lo"}]
+    r = post(srv, "/v1/chat/completions", {"messages": msgs, "max_tokens": 2})
+    assert r.status_code == 400 and "two assistant messages" in r.text, r.text
+    r = post(srv, "/v1/chat/completions", {"messages": msgs[:2], "max_tokens": 2})
+    assert r.status_code == 200, r.text

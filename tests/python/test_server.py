@@ -514,7 +514,7 @@ def test_malformed_and_invalid_requests(server):
         ("/completion", {"n_predict": 3}),
         ("/v1/chat/completions", {"messages": "hi"}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}),
-        ("/v1/completions", {"prompt": "x", "n": 3}),
+        ("/v1/completions", {"prompt": "x", "n": 17}),
         ("/detokenize", {"tokens": [1e9]}),
         ("/cache/requantize", {"ctk": "q9_9"}),
         ("/cache/requantize", {"slot": 0}),
