@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "mnemo/grammar.h"
 #include "mnemo/status.h"
 
 namespace mnemo {
@@ -63,10 +65,22 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  /// Picks the next token from `logits` (n_vocab floats). Does not call accept().
+  /// Picks the next token from `logits` (n_vocab floats). Does not call accept(). With a
+  /// grammar: the chain's pick is checked against the grammar; a token it refuses is banned and
+  /// the chain runs again (up to 8 times, as llama.cpp samples first and constrains only when
+  /// needed), then the chain runs on the logits of the allowed tokens only (Vocab::allowed). When
+  /// the grammar allows no token, returns the first end-of-generation token.
   int32_t sample(std::span<const float> logits);
   /// Records a token (prompt or generated) for the penalty window.
   void accept(int32_t token);
+  /// Records a generated token: accept(), and the grammar's text advances by the token's text.
+  void accept_generated(int32_t token);
+  /// Constrains what sample() picks to the texts `g` accepts (null: none). `vocab` gives the
+  /// token texts; both outlive the sampler or are shared with it.
+  void set_grammar(std::shared_ptr<const grammar::Grammar> g,
+                   std::shared_ptr<const grammar::Vocab> vocab);
+  /// The grammar's state (null without a grammar).
+  const grammar::Matcher* grammar_state() const { return matcher_.get(); }
   /// Forgets the penalty window and re-seeds.
   void reset();
 
@@ -80,6 +94,14 @@ class Sampler {
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;         // last repeat_last_n accepted tokens
   std::vector<TokenCandidate> cands_;  // scratch, n_vocab
+  // The chain without the grammar: penalties, top-k, top-p, min-p, temperature, draw.
+  int32_t sample_chain(std::span<const float> logits);
+  bool grammar_allows(int32_t token) const;
+  std::shared_ptr<const grammar::Grammar> grammar_;
+  std::shared_ptr<const grammar::Vocab> vocab_;
+  std::unique_ptr<grammar::Matcher> matcher_;
+  std::vector<float> work_;     // logits with refused tokens at -inf
+  std::vector<uint8_t> mask_;   // Vocab::allowed
 };
 
 namespace sampling {

@@ -135,8 +135,63 @@ void Sampler::accept(int32_t token) {
   }
 }
 
+void Sampler::set_grammar(std::shared_ptr<const grammar::Grammar> g,
+                          std::shared_ptr<const grammar::Vocab> vocab) {
+  grammar_ = std::move(g);
+  vocab_ = std::move(vocab);
+  matcher_ = grammar_ ? std::make_unique<grammar::Matcher>(grammar_) : nullptr;
+}
+
+void Sampler::accept_generated(int32_t token) {
+  accept(token);
+  if (!matcher_ || vocab_->is_eog(token)) return;
+  for (uint32_t cp : vocab_->code_points(token)) {
+    if (!matcher_->accept(cp)) break;  // sample() only picks what the grammar allows
+  }
+}
+
+bool Sampler::grammar_allows(int32_t token) const {
+  if (token < 0 || size_t(token) >= vocab_->n_tokens()) return false;
+  if (vocab_->is_eog(token)) return matcher_->can_end();
+  const std::vector<uint32_t>& cps = vocab_->code_points(token);
+  if (cps.empty()) return false;
+  std::vector<grammar::Matcher::Stack> stacks = matcher_->stacks();
+  for (uint32_t cp : cps) {
+    stacks = matcher_->step(stacks, cp);
+    if (stacks.empty()) return false;
+  }
+  return true;
+}
+
 int32_t Sampler::sample(std::span<const float> logits) {
   CHECK(!logits.empty());
+  if (!matcher_) return sample_chain(logits);
+  constexpr int kTries = 8;
+  work_.assign(logits.begin(), logits.end());
+  for (int i = 0; i < kTries; ++i) {
+    const int32_t t = sample_chain(work_);
+    if (grammar_allows(t)) return t;
+    work_[size_t(t)] = -INFINITY;
+  }
+  vocab_->allowed(*matcher_, &mask_);
+  bool any = false;
+  for (size_t i = 0; i < work_.size(); ++i) {
+    if (i >= mask_.size() || !mask_[i]) {
+      work_[i] = -INFINITY;
+    } else if (work_[i] != -INFINITY) {
+      any = true;
+    }
+  }
+  if (!any) {
+    for (size_t i = 0; i < mask_.size(); ++i) {
+      if (vocab_->is_eog(int32_t(i))) return int32_t(i);
+    }
+    return sampling::argmax(logits);
+  }
+  return sample_chain(work_);
+}
+
+int32_t Sampler::sample_chain(std::span<const float> logits) {
   const bool penalize =
       !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
                            params_.presence_penalty != 0.0f);

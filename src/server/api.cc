@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <ctime>
 #include <random>
+
+#include "mnemo/grammar.h"
+#include "mnemo/json_schema.h"
 
 namespace mnemo::server {
 namespace {
@@ -367,6 +369,67 @@ Status parse_logit_bias(const Json& v, const Tokenizer& tok, std::vector<LogitBi
   return Status();
 }
 
+// Structured output: "grammar" (GBNF), "json_schema" (llama-server), or "response_format"
+// (OpenAI: {"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": ...}};
+// llama-server also takes json_object with a "schema"). At most one of them.
+Status parse_structured(const Json& b, std::shared_ptr<const grammar::Grammar>* out) {
+  std::string gbnf;
+  std::string from;
+  auto set = [&](std::string text, const std::string& field) -> Status {
+    if (!from.empty()) {
+      return Status::invalid_argument(
+          fmt::format("'{}' and '{}' both constrain the output; send one", from, field));
+    }
+    gbnf = std::move(text);
+    from = field;
+    return Status();
+  };
+  auto schema = [&](const Json& s, const std::string& field) -> Status {
+    auto g = grammar::json_schema_to_gbnf(s.dump());
+    if (!g.ok()) return Status::invalid_argument(fmt::format("'{}': {}", field, g.status().message()));
+    return set(std::move(g).value(), field);
+  };
+  if (auto it = b.find("grammar"); it != b.end() && !it->is_null()) {
+    if (!it->is_string()) return Status::invalid_argument("'grammar' must be a string (GBNF)");
+    if (!it->get_ref<const std::string&>().empty()) MNEMO_RETURN_IF_ERROR(set(it->get<std::string>(), "grammar"));
+  }
+  if (auto it = b.find("json_schema"); it != b.end() && !it->is_null()) {
+    MNEMO_RETURN_IF_ERROR(schema(*it, "json_schema"));
+  }
+  if (auto it = b.find("response_format"); it != b.end() && !it->is_null()) {
+    const Json& rf = *it;
+    const auto type = rf.is_object() ? rf.find("type") : rf.end();
+    if (!rf.is_object() || type == rf.end() || !type->is_string()) {
+      return Status::invalid_argument("'response_format' must be an object with a 'type'");
+    }
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      if (auto s = rf.find("schema"); s != rf.end() && !s->is_null()) {
+        MNEMO_RETURN_IF_ERROR(schema(*s, "response_format.schema"));
+      } else {
+        MNEMO_RETURN_IF_ERROR(set(grammar::json_object_gbnf(), "response_format"));
+      }
+    } else if (t == "json_schema") {
+      const auto js = rf.find("json_schema");
+      const Json* s = nullptr;
+      if (js != rf.end() && js->is_object() && js->contains("schema")) s = &(*js)["schema"];
+      if (s == nullptr) {
+        return Status::invalid_argument(
+            "'response_format' of type json_schema needs 'json_schema': {'schema': ...}");
+      }
+      MNEMO_RETURN_IF_ERROR(schema(*s, "response_format.json_schema.schema"));
+    } else if (t != "text") {
+      return Status::invalid_argument(fmt::format(
+          "'response_format.type' is '{}'; it must be text, json_object or json_schema", t));
+    }
+  }
+  if (gbnf.empty()) return Status();
+  auto g = grammar::Grammar::parse(gbnf);
+  if (!g.ok()) return Status::invalid_argument(fmt::format("'{}': {}", from, g.status().message()));
+  *out = std::move(g).value();
+  return Status();
+}
+
 }  // namespace
 
 namespace {
@@ -450,6 +513,7 @@ Status parse_one(const Json& b, const Json* prompt, Api api, const Tokenizer& to
   if (auto lb = b.find("logit_bias"); lb != b.end() && !lb->is_null()) {
     MNEMO_RETURN_IF_ERROR(parse_logit_bias(*lb, tok, &s.logit_bias));
   }
+  MNEMO_RETURN_IF_ERROR(parse_structured(b, &q.grammar));
   if (Status st = s.validate(); !st.ok()) return st;
 
   // The rest.

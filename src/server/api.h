@@ -20,7 +20,9 @@
 
 namespace mnemo::server {
 
-using Json = nlohmann::json;
+// Objects keep their keys in insertion order (as llama-server's): a JSON schema's "properties"
+// keep the order the client wrote, and responses list fields in the order they are built.
+using Json = nlohmann::ordered_json;
 
 /// Which API a completion request came through (decides field names both ways).
 enum class Api : uint8_t { kLlama, kOaiCompletion, kOaiChat };

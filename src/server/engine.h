@@ -65,6 +65,7 @@
 
 #include "kv_events/kv_events.h"
 #include "mnemo/context.h"
+#include "mnemo/grammar.h"
 #include "mnemo/kv_policy.h"
 #include "mnemo/memory.h"
 #include "mnemo/model.h"
@@ -108,6 +109,9 @@ struct CompletionRequest {
   bool cache_prompt = true;       // reuse the slot's longest common prefix with the prompt
   bool ignore_eos = false;        // keep generating past end-of-generation tokens
   int32_t n_probs = 0;            // > 0: report TokenProbs with this many alternatives
+  /// Structured output: what the generated text must match (GBNF, or a JSON schema made one);
+  /// null: unconstrained.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 /// Numbers of one completion, for responses, metrics and the request log line.
@@ -348,8 +352,12 @@ class Engine {
   ControlReply requantize(const ControlRequest& req);
   void apply_policy();
 
+  // The vocabulary's token texts for grammar masks, made at the first constrained request.
+  const std::shared_ptr<const grammar::Vocab>& grammar_vocab();
+
   const Model& model_;
   const Tokenizer& tok_;
+  std::shared_ptr<const grammar::Vocab> grammar_vocab_;  // loop thread only
   Metrics* metrics_;
   EngineInfo info_;
   EngineParams params_;

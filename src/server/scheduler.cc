@@ -519,7 +519,7 @@ TokenProbs token_probs(std::span<const float> logits, TokenId tok, int32_t n) {
 }  // namespace
 
 void Engine::on_token(Slot& s, TokenId tok, std::span<const float> logits) {
-  s.sampler->accept(tok);
+  s.sampler->accept_generated(tok);
   ++s.stats.n_generated;
   if (!s.task->req.ignore_eos && tok_.is_eog(tok)) {
     finish(s, FinishReason::kEos);

@@ -221,7 +221,7 @@ TEST_F(ApiTest, RejectsBadFieldsNamingThem) {
       {R"({"prompt": "a", "stop": 3})", Api::kLlama, "stop"},
       {R"({"prompt": [1, 99999]})", Api::kLlama, "prompt"},
       {R"({"prompt": ["a", "b"]})", Api::kOaiCompletion, "prompt"},
-      {R"({"prompt": "a", "n": 2})", Api::kOaiCompletion, "'n'"},
+      {R"({"prompt": "a", "n": 17})", Api::kOaiCompletion, "'n'"},
       {R"({"prompt": "a", "logprobs": 3})", Api::kOaiCompletion, "logprobs"},
       {R"({"prompt": "a", "n_probs": 21})", Api::kLlama, "n_probs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", Api::kOaiChat,

@@ -23,6 +23,7 @@ void Engine::begin(Waiting& w, Slot& slot, size_t n_cached) {
   slot.cache_tokens.resize(n_cached);
   slot.cacheable = w.req.cache_prompt;
   slot.sampler = std::make_unique<Sampler>(w.req.sampling);
+  if (w.req.grammar) slot.sampler->set_grammar(w.req.grammar, grammar_vocab());
   const size_t n_window = static_cast<size_t>(std::max(0, w.req.sampling.repeat_last_n));
   for (size_t i = n_prompt - std::min(n_prompt, n_window); i < n_prompt; ++i) {
     slot.sampler->accept(prompt[i]);
@@ -42,6 +43,17 @@ void Engine::begin(Waiting& w, Slot& slot, size_t n_cached) {
   ev.kind = CompletionEvent::Kind::kAdmitted;
   ev.stats = slot.stats;
   w.channel->push(std::move(ev));
+}
+
+const std::shared_ptr<const grammar::Vocab>& Engine::grammar_vocab() {
+  if (!grammar_vocab_) {
+    std::vector<std::string> pieces(size_t(tok_.n_vocab()));
+    for (TokenId id = 0; id < tok_.n_vocab(); ++id) {
+      pieces[size_t(id)] = tok_.token_to_piece(id, /*special=*/false);
+    }
+    grammar_vocab_ = std::make_shared<const grammar::Vocab>(pieces, tok_.eog_ids());
+  }
+  return grammar_vocab_;
 }
 
 bool Engine::context_shift(Slot& s) {
