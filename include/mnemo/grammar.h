@@ -34,9 +34,9 @@ namespace mnemo::grammar {
 struct Element {
   enum class Kind : uint8_t { kChars, kRule };
   Kind kind = Kind::kChars;
-  bool negated = false;                                  // kChars: none of the ranges
-  std::vector<std::pair<uint32_t, uint32_t>> ranges;     // kChars: inclusive [lo, hi]
-  uint32_t rule = 0;                                     // kRule: index into Grammar::rules()
+  bool negated = false;                               // kChars: none of the ranges
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;  // kChars: inclusive [lo, hi]
+  uint32_t rule = 0;                                  // kRule: index into Grammar::rules()
   bool matches(uint32_t cp) const;
 };
 using Sequence = std::vector<Element>;

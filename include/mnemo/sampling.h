@@ -100,8 +100,8 @@ class Sampler {
   std::shared_ptr<const grammar::Grammar> grammar_;
   std::shared_ptr<const grammar::Vocab> vocab_;
   std::unique_ptr<grammar::Matcher> matcher_;
-  std::vector<float> work_;     // logits with refused tokens at -inf
-  std::vector<uint8_t> mask_;   // Vocab::allowed
+  std::vector<float> work_;    // logits with refused tokens at -inf
+  std::vector<uint8_t> mask_;  // Vocab::allowed
 };
 
 namespace sampling {

@@ -86,7 +86,8 @@ class Parser {
   static constexpr size_t kMaxElements = 100000;
 
   Status error(const std::string& what) const {
-    const size_t line = size_t(std::count(s_.begin(), s_.begin() + std::min(pos_, s_.size()), '\n')) + 1;
+    const size_t line =
+        size_t(std::count(s_.begin(), s_.begin() + std::min(pos_, s_.size()), '\n')) + 1;
     return Status::invalid_argument(fmt::format("grammar line {}: {}", line, what));
   }
 
@@ -123,8 +124,8 @@ class Parser {
     return false;
   }
   static bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
   }
   std::string parse_name() {
     const size_t b = pos_;
@@ -159,7 +160,8 @@ class Parser {
     std::vector<Sequence> alts;
     MNEMO_RETURN_IF_ERROR(parse_alternatives(/*nested=*/false, &alts));
     g_->rules_[r].alts = std::move(alts);
-    if (pos_ < s_.size() && s_[pos_] != '\n') return error("unexpected '" + std::string(1, s_[pos_]) + "'");
+    if (pos_ < s_.size() && s_[pos_] != '\n')
+      return error("unexpected '" + std::string(1, s_[pos_]) + "'");
     return Status();
   }
 
@@ -515,7 +517,8 @@ Result<std::shared_ptr<const Grammar>> Grammar::parse(std::string_view gbnf) {
 // --- matcher -----------------------------------------------------------------------------------
 
 namespace {
-constexpr int kMaxDepth = 4096;  // nesting of rule expansions (a bound, never reached by sane grammars)
+constexpr int kMaxDepth =
+    4096;  // nesting of rule expansions (a bound, never reached by sane grammars)
 
 void dedupe(std::vector<Matcher::Stack>* v) {
   std::sort(v->begin(), v->end());

@@ -36,12 +36,12 @@ tail ::= . "\n" "\x41" "\u00e9"
   ASSERT_NE(g, nullptr);
   EXPECT_TRUE(accepts(g, "ab12-+yzz!"));
   EXPECT_TRUE(accepts(g, "ab1X+-yyyzzzzq\nAé"));
-  EXPECT_FALSE(accepts(g, "ab-+yzz!"));        // [0-9]+ needs one
-  EXPECT_FALSE(accepts(g, "ab1x-+yzz!"));      // x is not a lower-case letter
-  EXPECT_FALSE(accepts(g, "ab1-yzz!"));        // {2}
-  EXPECT_FALSE(accepts(g, "ab1-+yyyyzz!"));    // {1,3}
-  EXPECT_FALSE(accepts(g, "ab1-+yz!"));        // {2,}
-  EXPECT_FALSE(accepts(g, "ab1-+yzz"));        // tail missing
+  EXPECT_FALSE(accepts(g, "ab-+yzz!"));      // [0-9]+ needs one
+  EXPECT_FALSE(accepts(g, "ab1x-+yzz!"));    // x is not a lower-case letter
+  EXPECT_FALSE(accepts(g, "ab1-yzz!"));      // {2}
+  EXPECT_FALSE(accepts(g, "ab1-+yyyyzz!"));  // {1,3}
+  EXPECT_FALSE(accepts(g, "ab1-+yz!"));      // {2,}
+  EXPECT_FALSE(accepts(g, "ab1-+yzz"));      // tail missing
   Matcher m(g);
   EXPECT_TRUE(m.accept_text("ab"));
   EXPECT_FALSE(m.accept('q'));
@@ -93,8 +93,8 @@ TEST(GrammarTest, Utf8Decoding) {
   std::vector<uint32_t> cps;
   EXPECT_TRUE(decode_utf8("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", &cps));
   EXPECT_EQ(cps, (std::vector<uint32_t>{'a', 0xE9, 0x20AC, 0x1F600}));
-  for (const char* bad : {"\xc3", "\xe2\x82", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-                          "\x80", "\xff"}) {
+  for (const char* bad :
+       {"\xc3", "\xe2\x82", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x80", "\xff"}) {
     EXPECT_FALSE(decode_utf8(bad, &cps)) << bad;
   }
 }
@@ -109,9 +109,10 @@ TEST(GrammarTest, MaskEqualsBruteForce) {
   ASSERT_TRUE(gbnf.ok()) << gbnf.status().to_string();
   auto g = parse(*gbnf);
   ASSERT_NE(g, nullptr);
-  std::vector<std::string> pieces = {"", "{", "}", "\"", "name", "\":", " ", ",", "\"tags\"",
-                                     ":[", "\"a\"", "]", "\"bc", "n", "12", "-", "0", "\xc3",
-                                     "\"name\":\"", "x\"", "é", "tags", "\":\"", "\n"};
+  std::vector<std::string> pieces = {"",     "{",        "}",  "\"",    "name",        "\":",  " ",
+                                     ",",    "\"tags\"", ":[", "\"a\"", "]",           "\"bc", "n",
+                                     "12",   "-",        "0",  "\xc3",  "\"name\":\"", "x\"",  "é",
+                                     "tags", "\":\"",    "\n"};
   const int32_t eog = int32_t(pieces.size());
   pieces.push_back("<eos>");
   Vocab vocab(pieces, {eog});

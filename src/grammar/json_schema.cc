@@ -73,11 +73,12 @@ class Converter {
     }
     if (!s.is_object()) return error(where, "a schema must be an object or a boolean");
     static const std::set<std::string> kIgnored = {
-        "title", "description", "default", "examples", "$schema", "$id", "$comment",
-        "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+        "title",    "description", "default",  "examples",  "$schema", "$id",
+        "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
     static const std::set<std::string> kKnown = {
-        "type", "const", "enum", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
-        "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength"};
+        "type",  "const",    "enum",       "anyOf",     "oneOf",
+        "allOf", "$ref",     "properties", "required",  "additionalProperties",
+        "items", "minItems", "maxItems",   "minLength", "maxLength"};
     for (const auto& [k, v] : s.items()) {
       if (!kIgnored.count(k) && !kKnown.count(k)) {
         return error(where, fmt::format("'{}' is not supported", k));
@@ -202,8 +203,7 @@ class Converter {
       std::string alts;
       bool required_later = false;
       for (size_t j = i + 1; j < k; ++j) {
-        alts += (alts.empty() ? "" : " | ") +
-                fmt::format("\",\" ws {} ws {}", kv[j], after[j]);
+        alts += (alts.empty() ? "" : " | ") + fmt::format("\",\" ws {} ws {}", kv[j], after[j]);
         if (req[j]) {
           required_later = true;
           break;

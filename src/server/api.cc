@@ -386,12 +386,14 @@ Status parse_structured(const Json& b, std::shared_ptr<const grammar::Grammar>* 
   };
   auto schema = [&](const Json& s, const std::string& field) -> Status {
     auto g = grammar::json_schema_to_gbnf(s.dump());
-    if (!g.ok()) return Status::invalid_argument(fmt::format("'{}': {}", field, g.status().message()));
+    if (!g.ok())
+      return Status::invalid_argument(fmt::format("'{}': {}", field, g.status().message()));
     return set(std::move(g).value(), field);
   };
   if (auto it = b.find("grammar"); it != b.end() && !it->is_null()) {
     if (!it->is_string()) return Status::invalid_argument("'grammar' must be a string (GBNF)");
-    if (!it->get_ref<const std::string&>().empty()) MNEMO_RETURN_IF_ERROR(set(it->get<std::string>(), "grammar"));
+    if (!it->get_ref<const std::string&>().empty())
+      MNEMO_RETURN_IF_ERROR(set(it->get<std::string>(), "grammar"));
   }
   if (auto it = b.find("json_schema"); it != b.end() && !it->is_null()) {
     MNEMO_RETURN_IF_ERROR(schema(*it, "json_schema"));

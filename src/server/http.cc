@@ -2,6 +2,7 @@
 // check, body limits, SSE streaming, disconnect detection and the one-line-per-request log.
 //
 // Endpoints (JSON bodies; errors are {"error": {"code", "message", "type"}}):
+//   GET  /                            the web page (chat and slots); never needs the API key
 //   GET  /health                      {"status": "ok"}; never needs the API key
 //   GET  /props                       model, n_ctx, slots, memory mode, K/V types per slot
 //   GET  /slots                       per slot: state, tokens held, K/V types (null when the
@@ -50,6 +51,11 @@
 #include "server/slot_files.h"
 
 namespace mnemo::server {
+
+// The web page's bytes (generated from src/server/webui/index.html at build time).
+extern const unsigned char kWebIndex[];
+extern const size_t kWebIndexSize;
+
 namespace {
 
 using httplib::DataSink;
@@ -243,6 +249,12 @@ class Front {
   bool run_control(ControlRequest creq, Response& res, ControlReply* out);
 
   void health(const Request&, Response& res, RequestLog&) { reply_json(res, {{"status", "ok"}}); }
+  // The web page (src/server/webui/index.html, built in); public: it asks for the API key.
+  void web_page(const Request&, Response& res, RequestLog&) {
+    res.status = 200;
+    res.set_content(reinterpret_cast<const char*>(kWebIndex), kWebIndexSize,
+                    "text/html; charset=utf-8");
+  }
   // CORS response headers for a request from a web page of an allowed origin (none otherwise).
   void cors_headers(const Request& req, Response& res) const {
     const std::string origin = req.get_header_value("Origin");
@@ -1052,8 +1064,9 @@ void Front::completion_multi(const Request& req, Response& res, RequestLog& log,
 void Front::install(httplib::Server& svr) {
   svr.set_pre_routing_handler([this](const Request& req, Response& res) {
     // A CORS preflight carries no credentials (Fetch standard); the public routes need none.
-    if (params_.api_key.empty() || req.method == "OPTIONS" || req.path == "/health" ||
-        req.path == "/v1/health" || req.path == "/models" || req.path == "/v1/models") {
+    if (params_.api_key.empty() || req.method == "OPTIONS" || req.path == "/" ||
+        req.path == "/index.html" || req.path == "/health" || req.path == "/v1/health" ||
+        req.path == "/models" || req.path == "/v1/models") {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string auth = req.get_header_value("Authorization");
@@ -1110,6 +1123,8 @@ void Front::install(httplib::Server& svr) {
         log_request(req.method, req.path, res.status, RequestLog{});
         return httplib::Server::HandlerResponse::Handled;
       }));
+  svr.Get("/", wrap(&Front::web_page));
+  svr.Get("/index.html", wrap(&Front::web_page));
   svr.Get("/health", wrap(&Front::health));
   svr.Get("/v1/health", wrap(&Front::health));
   svr.Get("/props", wrap(&Front::props));
