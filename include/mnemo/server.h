@@ -50,8 +50,11 @@ struct ServerParams {
   /// may call the API (CORS); "*" (the default, as llama-server) allows every origin.
   std::string allowed_origins = "*";
   bool slots_endpoint = true;  // --slots / --no-slots: GET /slots
-  bool metrics = false;        // --metrics: enables GET /metrics
-  int timeout_s = 600;         // --timeout: socket read/write and queue-wait limit, seconds
+  /// --chat-template NAME: a template family ("chatml", "llama3", "gemma") instead of the one
+  /// detected from the model's tokenizer.chat_template ("" = detect).
+  std::string chat_template;
+  bool metrics = false;  // --metrics: enables GET /metrics
+  int timeout_s = 600;   // --timeout: socket read/write and queue-wait limit, seconds
   /// --read-timeout: the longest pause, in seconds, while a client sends a request (line,
   /// headers or body); the whole body must also arrive within --timeout.
   int read_timeout_s = 30;

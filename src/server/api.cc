@@ -803,6 +803,11 @@ Json type_json(const std::optional<GgmlType>& t) {
   return t ? Json(std::string(type_name(*t))) : Json(nullptr);
 }
 
+Status chat_messages_of(const Json& body, std::vector<ChatMessage>* out) {
+  if (!body.is_object()) return Status::invalid_argument("the request body must be a JSON object");
+  return chat_messages(body, out);
+}
+
 Status parse_json_body(std::string_view body, Json* out) {
   // Depth of [ and { outside strings (RFC 8259 §7: a string ends at an unescaped quote).
   size_t depth = 0;

@@ -145,6 +145,11 @@ Json type_json(const std::optional<GgmlType>& t);
 constexpr size_t kMaxJsonDepth = 64;
 Status parse_json_body(std::string_view body, Json* out);
 
+/// The "messages" of a chat body as the chat template takes them (the checks of
+/// /v1/chat/completions: roles, text parts only, no two trailing assistant messages). Errors:
+/// InvalidArgument naming the message.
+Status chat_messages_of(const Json& body, std::vector<ChatMessage>* out);
+
 /// A Content-Length header's value (RFC 9110 §8.6: 1*DIGIT) as a byte count. Errors:
 /// InvalidArgument for anything but 1 to 19 decimal digits (a sign, a list, 2^64 and beyond).
 Status parse_content_length(std::string_view text, uint64_t* out);

@@ -14,6 +14,7 @@
 //   POST /v1/chat/completions, /chat/completions
 //   GET  /v1/models, /models
 //   POST /tokenize, /detokenize
+//   POST /apply-template              {"messages"}: {"prompt": the chat template's text}
 //   GET  /metrics                     Prometheus text; needs --metrics
 //
 // Threads: httplib's pool runs the handlers (JSON, chat template, tokenization) and waits on a
@@ -208,7 +209,9 @@ class Front {
         engine_(engine),
         params_(params),
         metrics_(metrics),
-        tmpl_(ChatTemplate::detect(tok.chat_template())) {
+        tmpl_(params.chat_template.empty()
+                  ? ChatTemplate::detect(tok.chat_template())
+                  : ChatTemplate::from_name(params.chat_template).value()) {
     defaults_.sampling = params.sampling;
     defaults_.n_predict = params.n_predict;
     defaults_.n_predict_max = params.n_predict_max;
@@ -285,6 +288,7 @@ class Front {
   void requantize(const Request& req, Response& res, RequestLog& log);
   void models(const Request& req, Response& res, RequestLog& log);
   void tokenize(const Request& req, Response& res, RequestLog& log);
+  void apply_template(const Request& req, Response& res, RequestLog& log);
   void detokenize(const Request& req, Response& res, RequestLog& log);
   void metrics(const Request& req, Response& res, RequestLog& log);
   void completion_llama(const Request& req, Response& res, RequestLog& log) {
@@ -595,6 +599,18 @@ void Front::tokenize(const Request& req, Response& res, RequestLog&) {
     return;
   }
   reply_json(res, out);
+}
+
+// llama-server's POST /apply-template: {"messages": [...]} -> {"prompt": the rendered text}.
+void Front::apply_template(const Request& req, Response& res, RequestLog&) {
+  Json body;
+  if (!parse_body(req, res, &body)) return;
+  std::vector<ChatMessage> msgs;
+  if (Status st = chat_messages_of(body, &msgs); !st.ok()) {
+    reply_error(res, ErrorKind::kInvalidRequest, st.message());
+    return;
+  }
+  reply_json(res, {{"prompt", tmpl_.apply(msgs, /*add_generation_prompt=*/true)}});
 }
 
 void Front::detokenize(const Request& req, Response& res, RequestLog&) {
@@ -1139,6 +1155,7 @@ void Front::install(httplib::Server& svr) {
   svr.Get("/v1/models", wrap(&Front::models));
   svr.Get("/models", wrap(&Front::models));
   svr.Post("/tokenize", wrap_post(&Front::tokenize));
+  svr.Post("/apply-template", wrap_post(&Front::apply_template));
   svr.Post("/detokenize", wrap_post(&Front::detokenize));
   svr.Get("/metrics", wrap(&Front::metrics));
 }
@@ -1217,6 +1234,11 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
     if (!std::filesystem::is_directory(params.slot_save_path, ec)) {
       return Status::invalid_argument("--slot-save-path '" + params.slot_save_path +
                                       "' is not a directory and cannot be created");
+    }
+  }
+  if (!params.chat_template.empty()) {
+    if (auto t = ChatTemplate::from_name(params.chat_template); !t.ok()) {
+      return t.status().with_context("--chat-template");
     }
   }
   std::optional<KvPolicy> policy;

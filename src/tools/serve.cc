@@ -91,6 +91,8 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--allowed-origins", s.allowed_origins,
                  "origins whose web pages may call the API (CORS), comma-separated; * = any");
   app.add_flag("--slots,!--no-slots", s.slots_endpoint, "enable GET /slots (default on)");
+  app.add_option("--chat-template", s.chat_template,
+                 "chat template family instead of the model's: chatml, llama3, gemma");
   app.add_flag("--metrics", s.metrics, "enable GET /metrics (Prometheus text)");
   app.add_option("--timeout", s.timeout_s,
                  "seconds for socket reads/writes and for waiting for a free slot");

@@ -351,3 +351,30 @@ def test_two_trailing_assistant_messages_are_refused(srv):
     assert r.status_code == 400 and "two assistant messages" in r.text, r.text
     r = post(srv, "/v1/chat/completions", {"messages": msgs[:2], "max_tokens": 2})
     assert r.status_code == 200, r.text
+
+
+def test_apply_template_and_chat_template_flag(srv, binary, model):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    r = post(srv, "/apply-template", {"messages": msgs})
+    assert r.status_code == 200, r.text
+    text = r.json()["prompt"]
+    # SmolLM2's template is ChatML: the text the chat endpoint tokenizes.
+    assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                    "<|im_start|>assistant\n"), text
+    toks = requests.post(srv.url + "/tokenize", headers=H, timeout=10,
+                         json={"content": text, "add_special": True,
+                               "parse_special": True}).json()["tokens"]
+    chat = post(srv, "/v1/chat/completions", {"messages": msgs, "max_tokens": 1}).json()
+    assert chat["usage"]["prompt_tokens"] == len(toks)
+    assert post(srv, "/apply-template", {"messages": "x"}).status_code == 400
+    s = Server(binary, model, "-np", 1, "-c", 256, "--chat-template", "llama3")
+    try:
+        r = requests.post(s.url + "/apply-template", json={"messages": msgs}, timeout=10)
+        assert r.json()["prompt"].startswith("<|start_header_id|>system<|end_header_id|>"), r.text
+        assert requests.get(s.url + "/props", timeout=10).json()["chat_template"] == "llama3"
+    finally:
+        assert s.stop() == 0
+    import subprocess
+    bad = subprocess.run([str(binary), "serve", "-m", str(model), "--port", "0",
+                          "--chat-template", "nope"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--chat-template" in bad.stderr, bad.stderr
