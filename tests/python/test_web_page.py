@@ -15,6 +15,7 @@ from test_server import Server
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -52,7 +53,9 @@ def test_chat_and_slots_from_the_page(srv, browser, build_dir):
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/html")
     assert "<title>mnemo</title>" in r.text
     browser.get(srv.url + "/")
-    wait = WebDriverWait(browser, 120)
+    # The slot table is rebuilt when a slot changes: an element read across a rebuild is stale,
+    # and the wait reads it again.
+    wait = WebDriverWait(browser, 120, ignored_exceptions=[StaleElementReferenceException])
     wait.until(lambda d: d.find_element(By.ID, "model").text.endswith(".gguf"))
 
     # A message, answered by streaming: the text assembled from the stream is the API's answer.
@@ -75,9 +78,13 @@ def test_chat_and_slots_from_the_page(srv, browser, build_dir):
                .text.startswith(f"{used['n_tokens']} /"))
 
     # Requantized from the page: the row shows the new type, and so does the API.
-    Select(browser.find_element(By.ID, row).find_element(By.CLASS_NAME, "type")) \
-        .select_by_value("q8_0")
-    browser.find_element(By.ID, row).find_element(By.CLASS_NAME, "requantize").click()
+    def requantize(d):
+        Select(d.find_element(By.ID, row).find_element(By.CLASS_NAME, "type")) \
+            .select_by_value("q8_0")
+        d.find_element(By.ID, row).find_element(By.CLASS_NAME, "requantize").click()
+        return True
+
+    wait.until(requantize)
     wait.until(lambda d: d.find_element(By.ID, row).find_element(By.CLASS_NAME, "types").text
                == "q8_0 / q8_0")
     slot = requests.get(srv.url + "/slots", timeout=10).json()[used["id"]]
