@@ -81,6 +81,10 @@ class Sampler {
                    std::shared_ptr<const grammar::Vocab> vocab);
   /// The grammar's state (null without a grammar).
   const grammar::Matcher* grammar_state() const { return matcher_.get(); }
+  /// The distribution the last sample() drew from, after every stage (llama-server's
+  /// post-sampling probabilities): candidates best first with their probability p; only the
+  /// tokens the stages kept. Greedy: the picked token alone, p = 1.
+  std::span<const TokenCandidate> last_distribution() const { return last_; }
   /// Forgets the penalty window and re-seeds.
   void reset();
 
@@ -94,6 +98,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;         // last repeat_last_n accepted tokens
   std::vector<TokenCandidate> cands_;  // scratch, n_vocab
+  std::vector<TokenCandidate> last_;   // see last_distribution()
   // The chain without the grammar: penalties, top-k, top-p, min-p, temperature, draw.
   int32_t sample_chain(std::span<const float> logits);
   bool grammar_allows(int32_t token) const;

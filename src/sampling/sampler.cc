@@ -196,7 +196,11 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
       !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
                            params_.presence_penalty != 0.0f);
   const bool bias = !params_.logit_bias.empty();
-  if (params_.temp <= 0.0f && !penalize && !bias) return sampling::argmax(logits);
+  if (params_.temp <= 0.0f && !penalize && !bias) {
+    const int32_t t = sampling::argmax(logits);
+    last_.assign(1, {t, logits[size_t(t)], 1.0f});
+    return t;
+  }
 
   cands_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) cands_[i] = {int32_t(i), logits[i], 0.0f};
@@ -213,6 +217,7 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
     auto best = std::max_element(cands_.begin(), cands_.end(), [](const auto& a, const auto& b) {
       return a.logit < b.logit || (a.logit == b.logit && a.id > b.id);
     });
+    last_.assign(1, {best->id, best->logit, 1.0f});
     return best->id;
   }
   sampling::top_k(cands_, params_.top_k);
@@ -221,6 +226,7 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
   sampling::min_p(cands_, params_.min_p);
   for (auto& x : cands_) x.logit /= params_.temp;
   sampling::softmax(cands_);
+  last_ = cands_;
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   const double r = uni(rng_);
   double cum = 0.0;

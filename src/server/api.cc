@@ -276,12 +276,22 @@ Json probs_json(const ParsedCompletion& p, const std::vector<TokenProbs>& probs,
   const bool llama = p.api == Api::kLlama;
   Json arr = Json::array();
   for (const TokenProbs& tp : probs) {
-    Json e = token_entry(tp.id, tp.logprob, *d.tok, llama);
+    // post_sampling_probs (llama-server): "prob" and "top_probs" instead of the logs.
+    const char* value = tp.post_sampling ? "prob" : "logprob";
+    auto entry = [&](TokenId id, float v) {
+      Json e = token_entry(id, v, *d.tok, llama);
+      if (tp.post_sampling) {
+        e.erase("logprob");
+        e[value] = v;
+      }
+      return e;
+    };
+    Json e = entry(tp.id, tp.logprob);
     Json top = Json::array();
     for (size_t i = 0; i < tp.top.size() && i < size_t(p.top_logprobs); ++i) {
-      top.push_back(token_entry(tp.top[i].first, tp.top[i].second, *d.tok, llama));
+      top.push_back(entry(tp.top[i].first, tp.top[i].second));
     }
-    e["top_logprobs"] = std::move(top);
+    e[tp.post_sampling ? "top_probs" : "top_logprobs"] = std::move(top);
     arr.push_back(std::move(e));
   }
   return llama ? arr : Json{{"content", arr}};
@@ -525,6 +535,7 @@ Status parse_one(const Json& b, const Json* prompt, Api api, const Tokenizer& to
   MNEMO_RETURN_IF_ERROR(get_bool(b, "ignore_eos", &q.ignore_eos));
   MNEMO_RETURN_IF_ERROR(get_bool(b, "return_tokens", &p.return_tokens));
   MNEMO_RETURN_IF_ERROR(get_bool(b, "timings_per_token", &p.timings_per_token));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "post_sampling_probs", &q.post_sampling_probs));
   if (auto rf = b.find("response_fields"); rf != b.end() && !rf->is_null()) {
     if (!rf->is_array() || rf->size() > 64) {
       return Status::invalid_argument("'response_fields' must be an array of at most 64 names");

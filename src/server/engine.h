@@ -96,19 +96,23 @@ struct TokenProbs {
   TokenId id = 0;
   float logprob = 0;                           // of the token that was generated
   std::vector<std::pair<TokenId, float>> top;  // [n_probs] best first: (id, logprob)
+  /// With CompletionRequest::post_sampling_probs: probabilities (not logs) of the distribution
+  /// the sampler drew from (Sampler::last_distribution), in logprob and top.
+  bool post_sampling = false;
 };
 
 /// A completion request after JSON parsing, templating and tokenization (HTTP thread).
 struct CompletionRequest {
   std::vector<TokenId> prompt;  // non-empty; ids in [0, n_vocab)
   SamplingParams sampling;
-  int32_t n_predict = 16;         // tokens to generate, >= 0 (already bounded)
-  int32_t n_keep = 0;             // context shift keeps these first tokens; -1: the whole prompt
-  std::vector<std::string> stop;  // stop strings (generation ends before the first match)
-  int32_t id_slot = -1;           // a specific slot (waits for it), or -1: the best free one
-  bool cache_prompt = true;       // reuse the slot's longest common prefix with the prompt
-  bool ignore_eos = false;        // keep generating past end-of-generation tokens
-  int32_t n_probs = 0;            // > 0: report TokenProbs with this many alternatives
+  int32_t n_predict = 16;            // tokens to generate, >= 0 (already bounded)
+  int32_t n_keep = 0;                // context shift keeps these first tokens; -1: the whole prompt
+  std::vector<std::string> stop;     // stop strings (generation ends before the first match)
+  int32_t id_slot = -1;              // a specific slot (waits for it), or -1: the best free one
+  bool cache_prompt = true;          // reuse the slot's longest common prefix with the prompt
+  bool ignore_eos = false;           // keep generating past end-of-generation tokens
+  int32_t n_probs = 0;               // > 0: report TokenProbs with this many alternatives
+  bool post_sampling_probs = false;  // TokenProbs after the sampler's stages (llama-server's)
   /// Structured output: what the generated text must match (GBNF, or a JSON schema made one);
   /// null: unconstrained.
   std::shared_ptr<const grammar::Grammar> grammar;

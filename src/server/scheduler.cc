@@ -526,7 +526,16 @@ void Engine::on_token(Slot& s, TokenId tok, std::span<const float> logits) {
     return;
   }
   s.unsent_tokens.push_back(tok);
-  if (s.task->req.n_probs > 0) {
+  if (s.task->req.n_probs > 0 && s.task->req.post_sampling_probs) {
+    TokenProbs p;
+    p.id = tok;
+    p.post_sampling = true;
+    for (const TokenCandidate& c : s.sampler->last_distribution()) {
+      if (c.id == tok) p.logprob = c.p;
+      if (p.top.size() < size_t(s.task->req.n_probs)) p.top.emplace_back(c.id, c.p);
+    }
+    s.unsent_probs.push_back(std::move(p));
+  } else if (s.task->req.n_probs > 0) {
     s.unsent_probs.push_back(token_probs(logits, tok, s.task->req.n_probs));
   }
   std::string text = s.stream.append(tok_.token_to_piece(tok, /*special=*/false));
