@@ -536,6 +536,7 @@ Status parse_one(const Json& b, const Json* prompt, Api api, const Tokenizer& to
   MNEMO_RETURN_IF_ERROR(get_bool(b, "return_tokens", &p.return_tokens));
   MNEMO_RETURN_IF_ERROR(get_bool(b, "timings_per_token", &p.timings_per_token));
   MNEMO_RETURN_IF_ERROR(get_bool(b, "post_sampling_probs", &q.post_sampling_probs));
+  MNEMO_RETURN_IF_ERROR(get_bool(b, "return_progress", &q.return_progress));
   if (auto rf = b.find("response_fields"); rf != b.end() && !rf->is_null()) {
     if (!rf->is_array() || rf->size() > 64) {
       return Status::invalid_argument("'response_fields' must be an array of at most 64 names");
@@ -639,6 +640,36 @@ Status parse_completions(const Json& b, Api api, const Tokenizer& tok, const Cha
     }
   }
   return Status();
+}
+
+Json stream_progress(const ParsedCompletion& p, const CompletionEvent& ev, int32_t id_slot,
+                     const ApiDefaults& d, const ResponseIds& ids) {
+  const Json progress = {{"total", ev.stats.n_prompt},
+                         {"cache", ev.stats.n_cached},
+                         {"processed", ev.n_processed},
+                         {"time_ms", ev.progress_ms}};
+  if (p.api == Api::kLlama) {
+    return {{"index", p.index},
+            {"content", ""},
+            {"tokens", Json::array()},
+            {"stop", false},
+            {"id_slot", id_slot},
+            {"tokens_predicted", 0},
+            {"tokens_evaluated", ev.stats.n_prompt},
+            {"prompt_progress", progress}};
+  }
+  Json j = oai_chunk(p, d, ids);
+  if (p.api == Api::kOaiChat) {
+    j["choices"] = Json::array({{{"index", p.index},
+                                 {"delta", {{"role", "assistant"}, {"content", nullptr}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+  } else {
+    j["choices"] = Json::array(
+        {{{"index", p.index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  }
+  j["prompt_progress"] = progress;
+  return j;
 }
 
 Json stream_usage(const ParsedCompletion& p, const CompletionStats& sum, const ApiDefaults& d,

@@ -127,6 +127,11 @@ Json stream_delta(const ParsedCompletion& p, const std::string& text,
 std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,
                              const ApiDefaults& d, const ResponseIds& ids);
 
+/// A prompt-progress chunk (return_progress, as llama-server): the delta shape of the endpoint
+/// with "prompt_progress": {"total", "cache", "processed", "time_ms"}.
+Json stream_progress(const ParsedCompletion& p, const CompletionEvent& ev, int32_t id_slot,
+                     const ApiDefaults& d, const ResponseIds& ids);
+
 /// The last chunk of a stream of several completions with stream_options.include_usage: usage
 /// and timings of them all (prompt tokens counted once per prompt).
 Json stream_usage(const ParsedCompletion& p, const CompletionStats& sum, const ApiDefaults& d,

@@ -113,6 +113,7 @@ struct CompletionRequest {
   bool ignore_eos = false;           // keep generating past end-of-generation tokens
   int32_t n_probs = 0;               // > 0: report TokenProbs with this many alternatives
   bool post_sampling_probs = false;  // TokenProbs after the sampler's stages (llama-server's)
+  bool return_progress = false;      // kProgress events while the prompt is read
   /// Structured output: what the generated text must match (GBNF, or a JSON schema made one);
   /// null: unconstrained.
   std::shared_ptr<const grammar::Grammar> grammar;
@@ -133,7 +134,7 @@ struct CompletionStats {
 /// What the loop thread sends to the HTTP thread of a completion, in this order:
 /// one kAdmitted (or one kError), then kText events, then one kDone (or one kError).
 struct CompletionEvent {
-  enum class Kind : uint8_t { kAdmitted, kText, kDone, kError };
+  enum class Kind : uint8_t { kAdmitted, kProgress, kText, kDone, kError };
   Kind kind = Kind::kText;
   std::string text;               // kText: new text, whole UTF-8 characters, stop strings removed
   std::vector<TokenId> tokens;    // kText: tokens sampled since the previous event
@@ -141,6 +142,10 @@ struct CompletionEvent {
   FinishReason finish = FinishReason::kNone;  // kDone
   std::string stop_word;                      // kDone with kWord: the stop string matched
   CompletionStats stats;  // kAdmitted (id_slot, n_prompt, n_cached), kText (so far), kDone (all)
+  /// kProgress (CompletionRequest::return_progress): prompt tokens read so far (beyond the
+  /// n_cached reused) and ms since admission; sent at admission and after each prompt chunk.
+  int32_t n_processed = 0;
+  double progress_ms = 0;
   ErrorKind error_kind = ErrorKind::kInternal;  // kError
   std::string error;                            // kError: a message with the numbers
 };
@@ -356,6 +361,8 @@ class Engine {
   ControlReply requantize(const ControlRequest& req);
   void apply_policy();
 
+  // A kProgress event of s's prompt (return_progress).
+  void send_progress(const Slot& s, TaskChannel& channel);
   // The vocabulary's token texts for grammar masks, made at the first constrained request.
   const std::shared_ptr<const grammar::Vocab>& grammar_vocab();
 

@@ -641,6 +641,8 @@ bool Front::absorb(Exchange& ex, const CompletionEvent& ev) {
     case CompletionEvent::Kind::kAdmitted:
       ex.id_slot = ev.stats.id_slot;
       return false;
+    case CompletionEvent::Kind::kProgress:
+      return false;
     case CompletionEvent::Kind::kText:
       ex.result.text += ev.text;
       ex.result.tokens.insert(ex.result.tokens.end(), ev.tokens.begin(), ev.tokens.end());
@@ -692,7 +694,10 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
     if (!ev) continue;
     const CompletionEvent& e = *ev;
     const bool last = absorb(ex, e);
-    if (e.kind == CompletionEvent::Kind::kText) {
+    if (e.kind == CompletionEvent::Kind::kProgress) {
+      if (!event(stream_progress(p, e, ex.id_slot, defaults_, ex.ids))) return false;
+      last_write = Clock::now();
+    } else if (e.kind == CompletionEvent::Kind::kText) {
       const bool want =
           !e.text.empty() || p.logprobs || (p.api == Api::kLlama && !e.tokens.empty());
       if (want) {

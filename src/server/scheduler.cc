@@ -479,6 +479,9 @@ void Engine::commit(WorkItem& item, uint32_t out_row) {
   s.cache_tokens.insert(s.cache_tokens.end(), item.tokens.begin(), item.tokens.end());
   s.last_active = steps_;
   check_slot(s);
+  if (s.state == SlotState::kPrompt && s.task->req.return_progress) {
+    send_progress(s, *s.task->channel);
+  }
   if (!item.output) return;
   if (s.state == SlotState::kPrompt) {
     s.state = SlotState::kGenerating;

@@ -43,6 +43,16 @@ void Engine::begin(Waiting& w, Slot& slot, size_t n_cached) {
   ev.kind = CompletionEvent::Kind::kAdmitted;
   ev.stats = slot.stats;
   w.channel->push(std::move(ev));
+  if (w.req.return_progress) send_progress(slot, *w.channel);
+}
+
+void Engine::send_progress(const Slot& s, TaskChannel& channel) {
+  CompletionEvent ev;
+  ev.kind = CompletionEvent::Kind::kProgress;
+  ev.stats = s.stats;
+  ev.n_processed = int32_t(s.cache_tokens.size()) - s.stats.n_cached;
+  ev.progress_ms = now_ms() - s.t_start;
+  channel.push(std::move(ev));
 }
 
 const std::shared_ptr<const grammar::Vocab>& Engine::grammar_vocab() {

@@ -404,3 +404,32 @@ def test_post_sampling_probs(srv):
         "completion_probabilities"][0]
     assert len(k2["top_probs"]) == 2
     assert math.isclose(sum(t["prob"] for t in k2["top_probs"]), 1.0, rel_tol=1e-5)
+
+
+def test_return_progress(binary, model, shapes):
+    """return_progress: chunks while the prompt is read, from 0 to all of it, in llama-server's
+    shape (one per prompt chunk: -b 64 makes several)."""
+    s = Server(binary, model, "-np", 1, "-c", 1024, "-b", 64)
+    try:
+        with requests.post(s.url + "/completion", stream=True, timeout=120, json={
+                "prompt": "word " * 300, "n_predict": 1, "stream": True,
+                "return_progress": True, "cache_prompt": False}) as r:
+            chunks = sse(r)
+        progress = [c for c in chunks if "prompt_progress" in c]
+        assert set(shapes["completion.stream.progress"]) <= set(progress[-1])
+        assert sorted(progress[-1]["prompt_progress"]) == shapes["prompt_progress"]
+        done = [c["prompt_progress"]["processed"] for c in progress]
+        total = progress[0]["prompt_progress"]["total"]
+        assert done[0] == 0 and done[-1] == total and done == sorted(done) and len(done) >= 5
+        assert chunks.index(progress[-1]) < len(chunks) - 1  # text comes after
+        with requests.post(s.url + "/v1/chat/completions", stream=True, timeout=120, json={
+                "messages": [{"role": "user", "content": "word " * 100}], "max_tokens": 1,
+                "stream": True, "return_progress": True}) as r:
+            chunks = sse(r)
+        assert any("prompt_progress" in c for c in chunks)
+        # Without the flag: no progress chunks.
+        with requests.post(s.url + "/completion", stream=True, timeout=120, json={
+                "prompt": "word " * 300, "n_predict": 1, "stream": True}) as r:
+            assert not any("prompt_progress" in c for c in sse(r))
+    finally:
+        assert s.stop() == 0
