@@ -37,9 +37,10 @@ Status get_int(const Json& b, const char* key, int64_t lo, int64_t hi, int64_t* 
             : it->get<int64_t>();
   } else if (it->is_number_float()) {
     // 16.0 is accepted as 16 (some clients send every number as a float).
+    // A double outside int64's range is not converted (that would be undefined behaviour).
     const double d = it->get<double>();
-    ok = d == static_cast<double>(static_cast<int64_t>(d));
-    v = static_cast<int64_t>(d);
+    ok = std::isfinite(d) && std::fabs(d) < 9.2e18 && d == std::floor(d);
+    v = ok ? static_cast<int64_t>(d) : 0;
   }
   if (!ok) return Status::invalid_argument(fmt::format("'{}' must be an integer", key));
   if (v < lo || v > hi) {

@@ -8,8 +8,9 @@
 // Invariants (checked with abort()): no exception but nlohmann's (which the HTTP front answers
 // with a 400) leaves a parser; a refusal has a message; an accepted completion has a prompt of
 // token ids inside the vocabulary that fits a slot; an accepted slot file name is a plain file in
-// the slot directory, short enough for its temporary name. Seed corpus: tests/fuzz/corpus/http/.
-// Run: scripts/fuzz [SECONDS].
+// the slot directory, short enough for its temporary name; a request's grammar is run through
+// the matcher and the vocabulary mask for a few steps, every masked-in token accepted. Seed
+// corpus: tests/fuzz/corpus/http/. Run: scripts/fuzz [SECONDS].
 #include <fmt/format.h>
 
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include <string_view>
 
 #include "mnemo/chat.h"
+#include "mnemo/grammar.h"
 #include "mnemo/tokenizer.h"
 #include "server/api.h"
 #include "server/engine.h"
@@ -90,6 +92,31 @@ void check_completion(const Json& body, Api api) {
   }
   const ParsedCompletion& p = all.front();
   require(p.top_logprobs >= 0 && p.top_logprobs <= 20);
+  // A grammar the request brought: the matcher and the vocabulary mask run on it (no crash, no
+  // endless expansion), and every token the mask allows is one the matcher then accepts.
+  if (p.req.grammar) {
+    static const std::shared_ptr<const grammar::Vocab> vocab = [] {
+      std::vector<std::string> pieces;
+      for (TokenId id = 0; id < tokenizer().n_vocab(); ++id) {
+        pieces.push_back(tokenizer().token_to_piece(id, /*special=*/false));
+      }
+      return std::make_shared<const grammar::Vocab>(pieces, tokenizer().eog_ids());
+    }();
+    grammar::Matcher m(p.req.grammar);
+    std::vector<uint8_t> mask;
+    for (int step = 0; step < 16; ++step) {
+      vocab->allowed(m, &mask);
+      int32_t pick = -1;
+      for (size_t t = 0; t < mask.size(); ++t) {
+        if (mask[t] && !vocab->is_eog(int32_t(t))) {
+          pick = int32_t(t);
+          if ((t + size_t(step)) % 3 == 0) break;
+        }
+      }
+      if (pick < 0) break;
+      for (uint32_t cp : vocab->code_points(pick)) require(m.accept(cp));
+    }
+  }
   // The response shapes of an accepted request serialize (never a throw on a client's text).
   CompletionResult r;
   r.tokens = {p.req.prompt.front()};

@@ -515,6 +515,8 @@ def test_malformed_and_invalid_requests(server):
         ("/v1/chat/completions", {"messages": "hi"}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}),
         ("/v1/completions", {"prompt": "x", "n": 17}),
+        ("/completion", {"prompt": "x", "n_predict": 1e300}),
+        ("/completion", {"prompt": "x", "n_predict": -1e19}),
         ("/detokenize", {"tokens": [1e9]}),
         ("/cache/requantize", {"ctk": "q9_9"}),
         ("/cache/requantize", {"slot": 0}),
