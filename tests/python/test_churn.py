@@ -6,8 +6,9 @@ which builds build-asan/mnemo and sets MNEMO_CHURN_BINARY and MNEMO_CHURN_SECOND
 MNEMO_CHURN_BINARY the test is skipped (a plain `pytest tests/python` has no sanitizer build).
 
 Six clients for the whole time, each picking at random (seeded) among: a completion, a stream
-read to its end, a stream cut after a few events, an OpenAI chat stream, and slot save / restore
-/ erase / requantize on a random slot. Asserted: no 5xx and no unanswered request (every request
+read to its end, a stream cut after a few events, an OpenAI chat stream, a constrained answer
+(json_object or a GBNF grammar), several completions in one request (a list of prompts, n up to
+3, streamed or not, some cut), and slot save / restore / erase / requantize on a random slot. Asserted: no 5xx and no unanswered request (every request
 has a 60 s bound: a hung stream fails it), no sanitizer report (reports go to files; LeakSanitizer
 runs at exit), exit code 0 on SIGTERM, and that a slot saved and restored into another slot
 continues with byte-equal log-probabilities.
@@ -87,6 +88,32 @@ class Churn:
                 body = r.content
                 assert body.rstrip().endswith(b"data: [DONE]"), body[-200:]
 
+    def structured(self):
+        body = {"messages": [{"role": "user", "content": self.prompt()}],
+                "max_tokens": self.rng.randint(4, 40), "temperature": self.rng.choice([0, 0.9]),
+                "response_format": {"type": "json_object"}}
+        if self.rng.random() < 0.5:
+            body["grammar"] = 'root ::= [a-z ]{1,30} "."'
+            del body["response_format"]
+        r = requests.post(self.url + "/v1/chat/completions", json=body, timeout=60)
+        self.note("structured", r.status_code)
+
+    def several(self, cut):
+        body = {"prompt": [self.prompt(), self.prompt()] if self.rng.random() < 0.5
+                else self.prompt(), "n": self.rng.randint(1, 3),
+                "max_tokens": self.rng.randint(1, 12), "stream": cut or self.rng.random() < 0.5}
+        with requests.post(self.url + "/v1/completions", json=body, stream=True,
+                           timeout=60) as r:
+            self.note("several-cut" if cut else "several", r.status_code)
+            if r.status_code != 200:
+                return
+            if cut:
+                for i, _ in enumerate(r.iter_lines()):
+                    if i >= 2:
+                        return
+            else:
+                r.content  # read to the end
+
     def slot_action(self):
         slot = self.rng.randrange(SLOTS)
         kind = self.rng.choice(["save", "restore", "erase", "requantize"])
@@ -102,7 +129,9 @@ class Churn:
 
     def run(self, deadline):
         actions = [self.complete, self.complete, lambda: self.stream(False),
-                   lambda: self.stream(True), self.chat] + [self.slot_action] * 5
+                   lambda: self.stream(True), self.chat, self.structured,
+                   lambda: self.several(False), lambda: self.several(True)] + \
+            [self.slot_action] * 5
         while time.monotonic() < deadline:
             try:
                 self.rng.choice(actions)()
