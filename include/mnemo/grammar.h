@@ -12,7 +12,8 @@
 // positions in the rules, each stack's top a character element). Repetitions become
 // right-recursive rules and a rule reference in last position replaces its caller's frame, so
 // a stack does not grow with the length of a repetition. Left recursion is refused when the
-// grammar is parsed.
+// grammar is parsed. At most 20000 stacks are kept at once (an ambiguous grammar can ask for
+// exponentially many); past that, the parse may refuse text the grammar accepts.
 //
 // Token masks (Vocab::allowed) walk a trie of the vocabulary's token texts once per step: a
 // subtree whose prefix no stack accepts is skipped whole, so a step costs what the grammar

@@ -517,8 +517,12 @@ Result<std::shared_ptr<const Grammar>> Grammar::parse(std::string_view gbnf) {
 // --- matcher -----------------------------------------------------------------------------------
 
 namespace {
-constexpr int kMaxDepth =
-    4096;  // nesting of rule expansions (a bound, never reached by sane grammars)
+// Nesting of rule expansions (a bound that sane grammars never reach).
+constexpr int kMaxDepth = 4096;
+// Stacks alive at once. A small ambiguous grammar can make exponentially many (20 nested rules
+// of two alternatives: a million); past this bound the rest are dropped, so a hostile grammar
+// costs bounded time and memory per step (it may then refuse text it would accept).
+constexpr size_t kMaxStacks = 20000;
 
 void dedupe(std::vector<Matcher::Stack>* v) {
   std::sort(v->begin(), v->end());
@@ -535,7 +539,7 @@ Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
 }
 
 void Matcher::expand(Stack s, std::vector<Stack>* out, int depth) const {
-  if (depth > kMaxDepth || s.size() > size_t(kMaxDepth)) return;
+  if (depth > kMaxDepth || s.size() > size_t(kMaxDepth) || out->size() >= kMaxStacks) return;
   const auto& rules = g_->rules();
   while (true) {
     if (s.empty()) {

@@ -61,6 +61,23 @@ TEST(GrammarTest, LongRepetitionsKeepStacksShallow) {
   EXPECT_TRUE(m.can_end() && m.done());
 }
 
+// 16 nested rules of two alternatives each would make 65536 stacks; the matcher keeps a
+// bounded number, so a hostile grammar cannot take the server's memory.
+TEST(GrammarTest, AmbiguousGrammarsStayBounded) {
+  std::string text = "root ::= r0\n";
+  for (int i = 0; i < 16; ++i) {
+    text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"a\" | r" +
+            std::to_string(i + 1) + " \"a\" \"b\"?\n";
+  }
+  text += "r16 ::= \"x\"\n";
+  auto g = parse(text);
+  ASSERT_NE(g, nullptr);
+  Matcher m(g);
+  EXPECT_LE(m.stacks().size(), 20000u);
+  EXPECT_TRUE(m.accept('x'));
+  EXPECT_LE(m.stacks().size(), 20000u);
+}
+
 TEST(GrammarTest, ErrorsNameTheProblem) {
   struct Case {
     const char* text;
