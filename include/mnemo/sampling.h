@@ -84,7 +84,10 @@ class Sampler {
   /// The distribution the last sample() drew from, after every stage (llama-server's
   /// post-sampling probabilities): candidates best first with their probability p; only the
   /// tokens the stages kept. Greedy: the picked token alone, p = 1.
-  std::span<const TokenCandidate> last_distribution() const { return last_; }
+  std::span<const TokenCandidate> last_distribution() const {
+    return last_greedy_ ? std::span<const TokenCandidate>(&greedy_, 1)
+                        : std::span<const TokenCandidate>(cands_);
+  }
   /// Forgets the penalty window and re-seeds.
   void reset();
 
@@ -98,7 +101,9 @@ class Sampler {
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;         // last repeat_last_n accepted tokens
   std::vector<TokenCandidate> cands_;  // scratch, n_vocab
-  std::vector<TokenCandidate> last_;   // see last_distribution()
+  // last_distribution(): the greedy pick, or cands_ as the last chain left it (not copied).
+  TokenCandidate greedy_{0, 0.0f, 1.0f};
+  bool last_greedy_ = true;
   // The chain without the grammar: penalties, top-k, top-p, min-p, temperature, draw.
   int32_t sample_chain(std::span<const float> logits);
   bool grammar_allows(int32_t token) const;

@@ -198,7 +198,8 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
   const bool bias = !params_.logit_bias.empty();
   if (params_.temp <= 0.0f && !penalize && !bias) {
     const int32_t t = sampling::argmax(logits);
-    last_.assign(1, {t, logits[size_t(t)], 1.0f});
+    greedy_ = {t, logits[size_t(t)], 1.0f};
+    last_greedy_ = true;
     return t;
   }
 
@@ -217,7 +218,8 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
     auto best = std::max_element(cands_.begin(), cands_.end(), [](const auto& a, const auto& b) {
       return a.logit < b.logit || (a.logit == b.logit && a.id > b.id);
     });
-    last_.assign(1, {best->id, best->logit, 1.0f});
+    greedy_ = {best->id, best->logit, 1.0f};
+    last_greedy_ = true;
     return best->id;
   }
   sampling::top_k(cands_, params_.top_k);
@@ -226,7 +228,7 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
   sampling::min_p(cands_, params_.min_p);
   for (auto& x : cands_) x.logit /= params_.temp;
   sampling::softmax(cands_);
-  last_ = cands_;
+  last_greedy_ = false;
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   const double r = uni(rng_);
   double cum = 0.0;

@@ -208,13 +208,6 @@ Json timings_json(const CompletionStats& s) {
   };
 }
 
-Json usage_json(const CompletionStats& s) {
-  return {{"prompt_tokens", s.n_prompt},
-          {"completion_tokens", s.n_generated},
-          {"total_tokens", s.n_prompt + s.n_generated},
-          {"prompt_tokens_details", {{"cached_tokens", s.n_cached}}}};
-}
-
 const char* stop_type_name(FinishReason r) {
   switch (r) {
     case FinishReason::kEos:
@@ -671,6 +664,13 @@ Json stream_progress(const ParsedCompletion& p, const CompletionEvent& ev, int32
   }
   j["prompt_progress"] = progress;
   return j;
+}
+
+Json usage_json(const CompletionStats& s) {
+  return {{"prompt_tokens", s.n_prompt},
+          {"completion_tokens", s.n_generated},
+          {"total_tokens", s.n_prompt + s.n_generated},
+          {"prompt_tokens_details", {{"cached_tokens", s.n_cached}}}};
 }
 
 Json stream_usage(const ParsedCompletion& p, const CompletionStats& sum, const ApiDefaults& d,

@@ -127,6 +127,10 @@ Json stream_delta(const ParsedCompletion& p, const std::string& text,
 std::vector<Json> stream_end(const ParsedCompletion& p, const CompletionResult& r,
                              const ApiDefaults& d, const ResponseIds& ids);
 
+/// OpenAI's "usage": prompt_tokens (n_prompt), completion_tokens (n_generated), total_tokens,
+/// prompt_tokens_details.cached_tokens (n_cached).
+Json usage_json(const CompletionStats& s);
+
 /// A prompt-progress chunk (return_progress, as llama-server): the delta shape of the endpoint
 /// with "prompt_progress": {"total", "cache", "processed", "time_ms"}.
 Json stream_progress(const ParsedCompletion& p, const CompletionEvent& ev, int32_t id_slot,

@@ -862,6 +862,26 @@ struct MultiExchange {
       if (e->channel && !e->finished) e->channel->cancel();
     }
   }
+  void time_out() {
+    failed = true;
+    error_kind = ErrorKind::kTimeout;
+    error = "the completions did not finish within --timeout";
+  }
+  // Usage of them all: prompt tokens counted once per prompt (copies share the first's),
+  // generated tokens of every completion; timings of the first.
+  CompletionStats usage() const {
+    CompletionStats sum = ex.front()->result.stats;
+    sum.n_prompt = sum.n_cached = sum.n_generated = 0;
+    for (const auto& e : ex) {
+      const CompletionStats& s = e->result.stats;
+      if (e->parsed.copy_of < 0) {
+        sum.n_prompt += s.n_prompt;
+        sum.n_cached += s.n_cached;
+      }
+      sum.n_generated += s.n_generated;
+    }
+    return sum;
+  }
 };
 
 void Front::completion_multi(const Request& req, Response& res, RequestLog& log, Api api,
@@ -956,11 +976,7 @@ void Front::completion_multi(const Request& req, Response& res, RequestLog& log,
               }
               last_write = Clock::now();
             }
-            if (Clock::now() > deadline) {
-              m->failed = true;
-              m->error_kind = ErrorKind::kTimeout;
-              m->error = "the completions did not finish within --timeout";
-            }
+            if (Clock::now() > deadline) m->time_out();
           }
           Json out;
           if (m->failed) {
@@ -974,21 +990,11 @@ void Front::completion_multi(const Request& req, Response& res, RequestLog& log,
           } else {
             out = completion_json(m->ex[0]->parsed, m->ex[0]->result, defaults_, m->ids);
             out["choices"] = Json::array();
-            CompletionStats sum;
             for (const auto& e : m->ex) {
               out["choices"].push_back(
                   completion_json(e->parsed, e->result, defaults_, m->ids)["choices"][0]);
-              const CompletionStats& s = e->result.stats;
-              if (e->parsed.copy_of < 0) {
-                sum.n_prompt += s.n_prompt;
-                sum.n_cached += s.n_cached;
-              }
-              sum.n_generated += s.n_generated;
             }
-            out["usage"] = {{"prompt_tokens", sum.n_prompt},
-                            {"completion_tokens", sum.n_generated},
-                            {"total_tokens", sum.n_prompt + sum.n_generated},
-                            {"prompt_tokens_details", {{"cached_tokens", sum.n_cached}}}};
+            out["usage"] = usage_json(m->usage());
           }
           const std::string s = dump(out);
           if (!sink.write(s.data(), s.size())) return false;
@@ -1047,29 +1053,15 @@ void Front::completion_multi(const Request& req, Response& res, RequestLog& log,
             }
             last_write = Clock::now();
           }
-          if (Clock::now() > deadline) {
-            m->failed = true;
-            m->error_kind = ErrorKind::kTimeout;
-            m->error = "the completions did not finish within --timeout";
-          }
+          if (Clock::now() > deadline) m->time_out();
         }
         if (m->failed) {
           m->cancel_all();
           if (!event(error_json(m->error_kind, m->error))) return false;
         } else if (api != Api::kLlama) {
           const ParsedCompletion& p0 = m->ex[0]->parsed;
-          if (p0.include_usage) {
-            CompletionStats sum = m->ex[0]->result.stats;
-            sum.n_prompt = sum.n_cached = sum.n_generated = 0;
-            for (const auto& e : m->ex) {
-              const CompletionStats& s = e->result.stats;
-              if (e->parsed.copy_of < 0) {
-                sum.n_prompt += s.n_prompt;
-                sum.n_cached += s.n_cached;
-              }
-              sum.n_generated += s.n_generated;
-            }
-            if (!event(stream_usage(p0, sum, defaults_, m->ids))) return false;
+          if (p0.include_usage && !event(stream_usage(p0, m->usage(), defaults_, m->ids))) {
+            return false;
           }
         }
         if (api != Api::kLlama && !sink.write("data: [DONE]\n\n", 14)) return false;

@@ -184,3 +184,13 @@ def test_memory_the_machine_lacks_is_refused_at_start(binary, model):
     assert r.returncode != 0, r.stderr
     assert "n_ctx 4194304" in r.stderr and "available" in r.stderr and "-ctk" in r.stderr, r.stderr
     assert "listening" not in r.stderr
+
+
+def test_bad_http_flags_stop_the_server_with_a_message(binary, model):
+    import subprocess
+    for args in (["--read-timeout", "0"], ["--threads-http-max", "-1"],
+                 ["--threads-http", "-2"]):
+        r = subprocess.run([str(binary), "serve", "-m", str(model), "--port", "0", *args],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, (args, r.stderr)
+        assert args[0] in r.stderr and "listening" not in r.stderr, (args, r.stderr)
