@@ -1,0 +1,1174 @@
+// The built-in filters, tests, methods and globals of the Jinja engine (include/mnemo/jinja.h),
+// with the semantics of jinja2 3.1 (jinja2/filters.py, jinja2/tests.py) and of the Python str
+// and dict methods that templates call.
+//
+// Filters: abs, capitalize, center, count, d, default, dictsort, e, escape, first, float,
+//   indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr,
+//   replace, reverse, round, safe, select, selectattr, sort, string, sum, title, tojson, trim,
+//   unique, upper, wordcount.
+// Tests: boolean, callable, defined, divisibleby, eq, equalto, escaped, even, false, float, ge,
+//   greaterthan, gt, in, integer, iterable, le, lessthan, lower, lt, mapping, ne, none, number,
+//   odd, sameas, sequence, string, true, undefined, upper, and == != < <= > >=.
+// str methods: capitalize, count, endswith, find, isalnum, isalpha, isdigit, islower, isspace,
+//   isupper, join, lower, lstrip, removeprefix, removesuffix, replace, rfind, rsplit, rstrip,
+//   split, splitlines, startswith, strip, title, upper. dict: get, items, keys, values.
+//   list: count, index.
+// Globals: range (at most 100000 items, as jinja2's sandbox), namespace, dict, raise_exception,
+//   strftime_now.
+// Case mapping (upper, lower, title, capitalize) and the `sort`/`unique` case folding change
+// ASCII letters only; Python changes every cased letter.
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "jinja/internal.h"
+
+namespace mnemo::jinja {
+
+namespace {
+
+using K = Value::Kind;
+
+bool is_int(const Value& v) { return v.kind == K::kInt || v.kind == K::kBool; }
+int64_t int_of(const Value& v) { return v.kind == K::kBool ? v.b : v.i; }
+
+// Python's str.isspace() code points.
+bool is_py_space(std::string_view cp) {
+  if (cp.size() == 1) {
+    const unsigned char c = cp[0];
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+  }
+  static constexpr std::string_view kWide[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001",
+                                               "\u2002", "\u2003", "\u2004", "\u2005", "\u2006",
+                                               "\u2007", "\u2008", "\u2009", "\u200a", "\u2028",
+                                               "\u2029", "\u202f", "\u205f", "\u3000"};
+  for (std::string_view w : kWide) {
+    if (cp == w) return true;
+  }
+  return false;
+}
+
+// Python's str.strip/lstrip/rstrip: `chars` nullptr for whitespace.
+std::string py_strip(const std::string& s, const std::string* chars, bool left, bool right) {
+  const auto cps = code_points(s);
+  std::vector<std::string_view> set;
+  if (chars != nullptr) set = code_points(*chars);
+  auto strip_it = [&](std::string_view cp) {
+    if (chars == nullptr) return is_py_space(cp);
+    return std::find(set.begin(), set.end(), cp) != set.end();
+  };
+  size_t a = 0, b = cps.size();
+  if (left) {
+    while (a < b && strip_it(cps[a])) ++a;
+  }
+  if (right) {
+    while (b > a && strip_it(cps[b - 1])) --b;
+  }
+  std::string out;
+  for (size_t k = a; k < b; ++k) out.append(cps[k]);
+  return out;
+}
+
+std::string ascii_lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string ascii_upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+bool is_alpha(unsigned char c) { return std::isalpha(c) != 0 || c >= 0x80; }
+
+// Python's str.title(): a letter after a non-letter is upper case, other letters lower case.
+std::string py_title(const std::string& s) {
+  std::string out = s;
+  bool prev_cased = false;
+  for (char& c : out) {
+    const unsigned char u = c;
+    if (std::isalpha(u)) {
+      c = static_cast<char>(prev_cased ? std::tolower(u) : std::toupper(u));
+      prev_cased = true;
+    } else {
+      prev_cased = u >= 0x80 && prev_cased;
+    }
+  }
+  return out;
+}
+
+// jinja2's title filter: each word (split at whitespace, -, [, (, {) capitalized.
+std::string jinja_title(const std::string& s) {
+  std::string out;
+  bool word_start = true;
+  for (char c : s) {
+    const unsigned char u = c;
+    const bool sep = std::isspace(u) || c == '-' || c == '[' || c == '(' || c == '{';
+    if (sep) {
+      out.push_back(c);
+      word_start = true;
+    } else {
+      out.push_back(static_cast<char>(word_start ? std::toupper(u) : std::tolower(u)));
+      word_start = false;
+    }
+  }
+  return out;
+}
+
+std::string capitalize(const std::string& s) {
+  std::string out = ascii_lower(s);
+  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
+  return out;
+}
+
+// Python's str.split(sep, maxsplit) and rsplit.
+std::vector<std::string> py_split(const std::string& s, const std::string* sep, int64_t maxsplit,
+                                  bool from_right) {
+  std::vector<std::string> out;
+  if (sep == nullptr) {
+    const auto cps = code_points(s);
+    std::vector<std::pair<size_t, size_t>> words;  // code point ranges
+    size_t k = 0;
+    while (k < cps.size()) {
+      while (k < cps.size() && is_py_space(cps[k])) ++k;
+      if (k == cps.size()) break;
+      size_t e = k;
+      while (e < cps.size() && !is_py_space(cps[e])) ++e;
+      words.emplace_back(k, e);
+      k = e;
+    }
+    auto text = [&](size_t a, size_t b) {
+      std::string t;
+      for (size_t q = a; q < b; ++q) t.append(cps[q]);
+      return t;
+    };
+    if (maxsplit < 0 || static_cast<size_t>(maxsplit) + 1 >= words.size()) {
+      for (auto [a, b] : words) out.push_back(text(a, b));
+      return out;
+    }
+    const size_t m = static_cast<size_t>(maxsplit);
+    if (!from_right) {
+      for (size_t w = 0; w < m; ++w) out.push_back(text(words[w].first, words[w].second));
+      out.push_back(text(words[m].first, cps.size()));  // keeps its trailing whitespace
+      return out;
+    }
+    const size_t n = words.size();
+    out.push_back(text(0, words[n - m - 1].second));  // keeps its leading whitespace
+    for (size_t w = n - m; w < n; ++w) out.push_back(text(words[w].first, words[w].second));
+    return out;
+  }
+  if (!from_right) {
+    size_t at = 0;
+    int64_t done = 0;
+    while (maxsplit < 0 || done < maxsplit) {
+      const size_t f = s.find(*sep, at);
+      if (f == std::string::npos) break;
+      out.push_back(s.substr(at, f - at));
+      at = f + sep->size();
+      ++done;
+    }
+    out.push_back(s.substr(at));
+    return out;
+  }
+  std::vector<std::string> rev;
+  size_t end = s.size();
+  int64_t done = 0;
+  while (maxsplit < 0 || done < maxsplit) {
+    if (end < sep->size()) break;
+    const size_t f = s.rfind(*sep, end - sep->size());
+    if (f == std::string::npos) break;
+    rev.push_back(s.substr(f + sep->size(), end - f - sep->size()));
+    end = f;
+    ++done;
+  }
+  out.push_back(s.substr(0, end));
+  for (auto it = rev.rbegin(); it != rev.rend(); ++it) out.push_back(*it);
+  return out;
+}
+
+Value string_list(std::vector<std::string> parts) {
+  std::vector<Value> items;
+  items.reserve(parts.size());
+  for (auto& p : parts) items.push_back(Value::string(std::move(p)));
+  return Value::new_list(std::move(items));
+}
+
+// Python's str.replace(old, new, count).
+std::string py_replace(const std::string& s, const std::string& from, const std::string& to,
+                       int64_t count) {
+  std::string out;
+  if (from.empty()) {
+    const auto cps = code_points(s);
+    int64_t done = 0;
+    for (size_t k = 0; k <= cps.size(); ++k) {
+      if (count < 0 || done < count) {
+        out += to;
+        ++done;
+      }
+      if (k < cps.size()) out.append(cps[k]);
+    }
+    return out;
+  }
+  size_t at = 0;
+  int64_t done = 0;
+  while (count < 0 || done < count) {
+    const size_t f = s.find(from, at);
+    if (f == std::string::npos) break;
+    out.append(s, at, f - at);
+    out += to;
+    at = f + from.size();
+    ++done;
+  }
+  out.append(s, at, std::string::npos);
+  return out;
+}
+
+// The items of an iterable as filters see them (Undefined: none).
+bool items_of(Renderer& r, const Value& v, int line, std::vector<Value>* out) {
+  switch (v.kind) {
+    case K::kUndefined:
+      return true;
+    case K::kList:
+      *out = v.list->items;
+      return true;
+    case K::kDict:
+      for (const auto& [k, unused] : v.dict->items) out->push_back(Value::string(k));
+      return true;
+    case K::kString:
+      for (std::string_view cp : code_points(v.s)) out->push_back(Value::string(std::string(cp)));
+      return true;
+    default:
+      r.fail(line, fmt::format(
+                       "'{}' object is not iterable", to_str(v).empty() ? "value" : [&] {
+                         switch (v.kind) {
+                           case K::kNone:
+                             return "NoneType";
+                           case K::kBool:
+                             return "bool";
+                           case K::kInt:
+                             return "int";
+                           case K::kFloat:
+                             return "float";
+                           default:
+                             return "function";
+                         }
+                       }()));
+      return false;
+  }
+}
+
+// An attribute path "a.b.0" of `v`, as jinja2's make_attrgetter.
+Value get_path(Renderer& r, const Value& v, const std::string& path, int line) {
+  Value cur = v;
+  size_t at = 0;
+  while (at <= path.size()) {
+    const size_t dot = path.find('.', at);
+    const std::string part =
+        path.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    if (cur.is_list() && numeric) {
+      const size_t k = std::stoul(part);
+      cur = k < cur.list->items.size() ? cur.list->items[k] : Value::undefined(part);
+    } else if (cur.is_undefined()) {
+      return cur;
+    } else {
+      cur = r.attribute(cur, part, line);
+      if (r.failed()) return {};
+    }
+    if (dot == std::string::npos) break;
+    at = dot + 1;
+  }
+  return cur;
+}
+
+// Sort key: strings lower-cased unless case_sensitive.
+Value sort_key(const Value& v, bool case_sensitive) {
+  if (v.is_string() && !case_sensitive) return Value::string(ascii_lower(v.s));
+  return v;
+}
+
+bool sort_values(Renderer& r, std::vector<Value>* items, bool reverse, bool case_sensitive,
+                 const std::string& attribute, int line) {
+  std::vector<std::pair<Value, Value>> keyed;
+  for (Value& v : *items) {
+    Value key = attribute.empty() ? v : get_path(r, v, attribute, line);
+    if (r.failed()) return false;
+    keyed.emplace_back(sort_key(key, case_sensitive), std::move(v));
+  }
+  bool bad = false;
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+    int c = 0;
+    if (!order_values(a.first, b.first, &c)) {
+      bad = true;
+      return false;
+    }
+    return reverse ? c > 0 : c < 0;
+  });
+  if (bad) {
+    r.fail(line, "'<' not supported between the items being sorted");
+    return false;
+  }
+  items->clear();
+  for (auto& [k, v] : keyed) items->push_back(std::move(v));
+  return true;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Python's str.splitlines() (line ends \n, \r\n, \r and the rest Python knows).
+std::vector<std::string> splitlines(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  const auto cps = code_points(s);
+  for (size_t k = 0; k < cps.size(); ++k) {
+    const std::string_view cp = cps[k];
+    const bool nl = cp == "\n" || cp == "\r" || cp == "\v" || cp == "\f" || cp == "\x1c" ||
+                    cp == "\x1d" || cp == "\x1e" || cp == "\u0085" || cp == "\u2028" ||
+                    cp == "\u2029";
+    if (!nl) {
+      cur.append(cp);
+      continue;
+    }
+    if (cp == "\r" && k + 1 < cps.size() && cps[k + 1] == "\n") ++k;
+    out.push_back(std::move(cur));
+    cur.clear();
+  }
+  if (!cur.empty()) out.push_back(std::move(cur));
+  return out;
+}
+
+// Python's float(str) for the forms templates meet; false when it is not a number.
+bool parse_float(const std::string& text, double* out) {
+  const std::string t = py_strip(text, nullptr, true, true);
+  if (t.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtod(t.c_str(), &end);
+  return end == t.c_str() + t.size();
+}
+
+bool parse_int(const std::string& text, int64_t* out) {
+  std::string t = py_strip(text, nullptr, true, true);
+  t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
+  if (t.empty()) return false;
+  size_t k = t[0] == '-' || t[0] == '+' ? 1 : 0;
+  if (k == t.size()) return false;
+  for (size_t q = k; q < t.size(); ++q) {
+    if (!std::isdigit(static_cast<unsigned char>(t[q]))) return false;
+  }
+  errno = 0;
+  *out = std::strtoll(t.c_str(), nullptr, 10);
+  return errno == 0;
+}
+
+void json_string(const std::string& s, std::string* out) {
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          *out += fmt::format("\\u{:04x}", c);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+bool json_value(Renderer& r, const Value& v, const std::string* indent, const std::string& item_sep,
+                const std::string& key_sep, bool sort_keys, int line, int level, std::string* out) {
+  if (level > 256) {
+    r.fail(line, "tojson: nested deeper than 256");
+    return false;
+  }
+  auto newline = [&](int lv) {
+    out->push_back('\n');
+    for (int k = 0; k < lv; ++k) *out += *indent;
+  };
+  switch (v.kind) {
+    case K::kNone:
+      *out += "null";
+      return true;
+    case K::kBool:
+      *out += v.b ? "true" : "false";
+      return true;
+    case K::kInt:
+      *out += std::to_string(v.i);
+      return true;
+    case K::kFloat:
+      if (std::isnan(v.f)) {
+        *out += "NaN";
+      } else if (std::isinf(v.f)) {
+        *out += v.f > 0 ? "Infinity" : "-Infinity";
+      } else {
+        *out += to_str(v);
+      }
+      return true;
+    case K::kString:
+      json_string(v.s, out);
+      return true;
+    case K::kList: {
+      if (v.list->items.empty()) {
+        *out += "[]";
+        return true;
+      }
+      out->push_back('[');
+      for (size_t k = 0; k < v.list->items.size(); ++k) {
+        if (k > 0) *out += item_sep;
+        if (indent != nullptr) newline(level + 1);
+        if (!json_value(r, v.list->items[k], indent, item_sep, key_sep, sort_keys, line, level + 1,
+                        out)) {
+          return false;
+        }
+      }
+      if (indent != nullptr) newline(level);
+      out->push_back(']');
+      return true;
+    }
+    case K::kDict: {
+      if (v.dict->is_namespace) break;
+      if (v.dict->items.empty()) {
+        *out += "{}";
+        return true;
+      }
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& kv : v.dict->items) items.push_back(&kv);
+      if (sort_keys) {
+        std::stable_sort(items.begin(), items.end(),
+                         [](const auto* a, const auto* b) { return a->first < b->first; });
+      }
+      out->push_back('{');
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (k > 0) *out += item_sep;
+        if (indent != nullptr) newline(level + 1);
+        json_string(items[k]->first, out);
+        *out += key_sep;
+        if (!json_value(r, items[k]->second, indent, item_sep, key_sep, sort_keys, line, level + 1,
+                        out)) {
+          return false;
+        }
+      }
+      if (indent != nullptr) newline(level);
+      out->push_back('}');
+      return true;
+    }
+    default:
+      break;
+  }
+  r.fail(line,
+         fmt::format("Object of type {} is not JSON serializable", v.is_undefined() ? "Undefined"
+                                                                   : v.is_dict()    ? "Namespace"
+                                                                                    : "function"));
+  return false;
+}
+
+Value length_of(Renderer& r, const Value& v, int line) {
+  switch (v.kind) {
+    case K::kUndefined:
+      return Value::integer(0);
+    case K::kString:
+      return Value::integer(static_cast<int64_t>(code_points(v.s).size()));
+    case K::kList:
+      return Value::integer(static_cast<int64_t>(v.list->items.size()));
+    case K::kDict:
+      return Value::integer(static_cast<int64_t>(v.dict->items.size()));
+    default:
+      return r.fail(line,
+                    fmt::format("object of type '{}' has no len()", v.is_none() ? "NoneType"
+                                                                    : v.kind == K::kBool ? "bool"
+                                                                    : v.kind == K::kInt  ? "int"
+                                                                                        : "float"));
+  }
+}
+
+// select / reject / selectattr / rejectattr.
+Value select_items(Renderer& r, const Value& v, Args& args, bool by_attr, bool keep_if) {
+  std::vector<Value> items;
+  if (!items_of(r, v, args.line, &items)) return {};
+  size_t next = 0;
+  std::string attr;
+  if (by_attr) {
+    if (args.pos.empty() || !args.pos[0].is_string()) {
+      return r.fail(args.line, "selectattr/rejectattr need an attribute name");
+    }
+    attr = args.pos[0].s;
+    next = 1;
+  }
+  std::string test;
+  if (next < args.pos.size()) {
+    if (!args.pos[next].is_string()) return r.fail(args.line, "a test name must be a string");
+    test = args.pos[next].s;
+  }
+  Args rest;
+  rest.line = args.line;
+  for (size_t k = next + 1; k < args.pos.size(); ++k) rest.pos.push_back(args.pos[k]);
+  std::vector<Value> out;
+  for (const Value& item : items) {
+    const Value subject = by_attr ? get_path(r, item, attr, args.line) : item;
+    if (r.failed()) return {};
+    bool pass = false;
+    if (test.empty()) {
+      pass = subject.truthy();
+    } else {
+      Args a = rest;
+      const Value t = apply_test(r, test, subject, a);
+      if (r.failed()) return {};
+      pass = t.truthy();
+    }
+    if (pass == keep_if) out.push_back(item);
+  }
+  return Value::new_list(std::move(out));
+}
+
+}  // namespace
+
+Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& args) {
+  const int line = args.line;
+  auto need_string = [&](const char* what) -> bool {
+    if (v.is_string() || v.is_undefined()) return true;
+    r.fail(line, fmt::format("the filter '{}' needs a string", what));
+    return false;
+  };
+  if (name == "safe" || name == "string") {
+    return name == "safe" ? v : Value::string(to_str(v));
+  }
+  if (name == "trim") {
+    const Value chars = args.get(0, "chars", Value::none());
+    const std::string s = to_str(v);
+    return Value::string(py_strip(s, chars.is_string() ? &chars.s : nullptr, true, true));
+  }
+  if (name == "upper") return Value::string(ascii_upper(to_str(v)));
+  if (name == "lower") return Value::string(ascii_lower(to_str(v)));
+  if (name == "capitalize") return Value::string(capitalize(to_str(v)));
+  if (name == "title") return Value::string(jinja_title(to_str(v)));
+  if (name == "length" || name == "count") return length_of(r, v, line);
+  if (name == "default" || name == "d") {
+    const Value fallback = args.get(0, "default_value", Value::string(""));
+    const bool boolean = args.get(1, "boolean", Value::boolean(false)).truthy();
+    if (v.is_undefined() || (boolean && !v.truthy())) return fallback;
+    return v;
+  }
+  if (name == "first" || name == "last") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    if (items.empty()) return Value::undefined();
+    return name == "first" ? items.front() : items.back();
+  }
+  if (name == "join") {
+    const Value sep = args.get(0, "d", Value::string(""));
+    const Value attribute = args.get(1, "attribute", Value::none());
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    std::string out;
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (k > 0) out += to_str(sep);
+      const Value item =
+          attribute.is_string() ? get_path(r, items[k], attribute.s, line) : items[k];
+      if (r.failed()) return {};
+      out += to_str(item);
+    }
+    return Value::string(std::move(out));
+  }
+  if (name == "list") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    return Value::new_list(std::move(items));
+  }
+  if (name == "items") {
+    if (v.is_undefined()) return Value::new_list();
+    if (!v.is_dict()) return r.fail(line, "the filter 'items' needs a mapping");
+    std::vector<Value> out;
+    for (const auto& [k, x] : v.dict->items) {
+      out.push_back(Value::new_list({Value::string(k), x}, /*tuple=*/true));
+    }
+    return Value::new_list(std::move(out));
+  }
+  if (name == "dictsort") {
+    if (!v.is_dict()) return r.fail(line, "the filter 'dictsort' needs a mapping");
+    const bool case_sensitive = args.get(0, "case_sensitive", Value::boolean(false)).truthy();
+    const Value by = args.get(1, "by", Value::string("key"));
+    const bool reverse = args.get(2, "reverse", Value::boolean(false)).truthy();
+    std::vector<Value> pairs;
+    for (const auto& [k, x] : v.dict->items) {
+      pairs.push_back(Value::new_list({Value::string(k), x}, /*tuple=*/true));
+    }
+    const std::string attr = by.is_string() && by.s == "value" ? "1" : "0";
+    if (!sort_values(r, &pairs, reverse, case_sensitive, attr, line)) return {};
+    return Value::new_list(std::move(pairs));
+  }
+  if (name == "tojson") {
+    const Value indent = args.get(0, "indent", Value::none());
+    const Value separators = args.get(1, "separators", Value::none());
+    const bool sort_keys = args.get(2, "sort_keys", Value::boolean(false)).truthy();
+    std::string indent_text;
+    const std::string* ind = nullptr;
+    if (is_int(indent)) {
+      indent_text.assign(static_cast<size_t>(std::clamp<int64_t>(int_of(indent), 0, 64)), ' ');
+      ind = &indent_text;
+    } else if (indent.is_string()) {
+      indent_text = indent.s;
+      ind = &indent_text;
+    }
+    std::string item_sep = ind != nullptr ? "," : ", ", key_sep = ": ";
+    if (separators.is_list() && separators.list->items.size() == 2 &&
+        separators.list->items[0].is_string() && separators.list->items[1].is_string()) {
+      item_sep = separators.list->items[0].s;
+      key_sep = separators.list->items[1].s;
+    }
+    std::string out;
+    if (!to_json(r, v, ind, item_sep, key_sep, sort_keys, line, &out)) return {};
+    return Value::string(std::move(out));
+  }
+  if (name == "replace") {
+    if (!need_string("replace")) return {};
+    const Value from = args.get(0, "old"), to = args.get(1, "new");
+    const Value count = args.get(2, "count", Value::none());
+    return Value::string(
+        py_replace(to_str(v), to_str(from), to_str(to), is_int(count) ? int_of(count) : -1));
+  }
+  if (name == "reverse") {
+    if (v.is_string()) {
+      auto cps = code_points(v.s);
+      std::string out;
+      for (auto it = cps.rbegin(); it != cps.rend(); ++it) out.append(*it);
+      return Value::string(std::move(out));
+    }
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    std::reverse(items.begin(), items.end());
+    return Value::new_list(std::move(items));
+  }
+  if (name == "sort") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    const bool reverse = args.get(0, "reverse", Value::boolean(false)).truthy();
+    const bool case_sensitive = args.get(1, "case_sensitive", Value::boolean(false)).truthy();
+    const Value attribute = args.get(2, "attribute", Value::none());
+    if (!sort_values(r, &items, reverse, case_sensitive,
+                     attribute.is_string() ? attribute.s : std::string(), line)) {
+      return {};
+    }
+    return Value::new_list(std::move(items));
+  }
+  if (name == "unique") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    const bool case_sensitive = args.get(0, "case_sensitive", Value::boolean(false)).truthy();
+    const Value attribute = args.get(1, "attribute", Value::none());
+    std::vector<Value> out, seen;
+    for (const Value& item : items) {
+      Value key = attribute.is_string() ? get_path(r, item, attribute.s, line) : item;
+      if (r.failed()) return {};
+      key = sort_key(key, case_sensitive);
+      bool dup = false;
+      for (const Value& s : seen) dup = dup || equals(s, key);
+      if (dup) continue;
+      seen.push_back(key);
+      out.push_back(item);
+    }
+    return Value::new_list(std::move(out));
+  }
+  if (name == "min" || name == "max") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    if (items.empty()) return Value::undefined();
+    const bool case_sensitive = args.get(0, "case_sensitive", Value::boolean(false)).truthy();
+    const Value attribute = args.get(1, "attribute", Value::none());
+    if (!sort_values(r, &items, name == "max", case_sensitive,
+                     attribute.is_string() ? attribute.s : std::string(), line)) {
+      return {};
+    }
+    return items.front();
+  }
+  if (name == "sum") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    const Value attribute = args.get(0, "attribute", Value::none());
+    Value acc = args.get(1, "start", Value::integer(0));
+    for (const Value& item : items) {
+      const Value x = attribute.is_string() ? get_path(r, item, attribute.s, line) : item;
+      if (r.failed()) return {};
+      if (!x.is_number() || !acc.is_number()) return r.fail(line, "sum: the items must be numbers");
+      if (is_int(acc) && is_int(x)) {
+        int64_t s = 0;
+        if (__builtin_add_overflow(int_of(acc), int_of(x), &s))
+          return r.fail(line, "integer overflow");
+        acc = Value::integer(s);
+      } else {
+        acc = Value::real(acc.as_double() + x.as_double());
+      }
+    }
+    return acc;
+  }
+  if (name == "map") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    const Value attribute = args.get(99, "attribute", Value::none());
+    std::vector<Value> out;
+    if (attribute.is_string()) {
+      const Value fallback = args.get(99, "default", Value::undefined());
+      for (const Value& item : items) {
+        Value x = get_path(r, item, attribute.s, line);
+        if (r.failed()) return {};
+        if (x.is_undefined() && !fallback.is_undefined()) x = fallback;
+        out.push_back(std::move(x));
+      }
+      return Value::new_list(std::move(out));
+    }
+    if (args.pos.empty() || !args.pos[0].is_string()) {
+      return r.fail(line, "map needs a filter name or attribute=");
+    }
+    Args rest;
+    rest.line = line;
+    rest.pos.assign(args.pos.begin() + 1, args.pos.end());
+    rest.kw = args.kw;
+    for (const Value& item : items) {
+      Args a = rest;
+      out.push_back(apply_filter(r, args.pos[0].s, item, a));
+      if (r.failed()) return {};
+    }
+    return Value::new_list(std::move(out));
+  }
+  if (name == "select" || name == "reject") {
+    return select_items(r, v, args, false, name == "select");
+  }
+  if (name == "selectattr" || name == "rejectattr") {
+    return select_items(r, v, args, true, name == "selectattr");
+  }
+  if (name == "int") {
+    const Value fallback = args.get(0, "default", Value::integer(0));
+    if (is_int(v)) return Value::integer(int_of(v));
+    if (v.kind == K::kFloat) {
+      if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return fallback;
+      return Value::integer(static_cast<int64_t>(v.f));
+    }
+    if (v.is_string()) {
+      int64_t x = 0;
+      if (parse_int(v.s, &x)) return Value::integer(x);
+      double d = 0;
+      if (parse_float(v.s, &d) && std::isfinite(d) && std::fabs(d) < 9.2e18) {
+        return Value::integer(static_cast<int64_t>(d));
+      }
+    }
+    return fallback;
+  }
+  if (name == "float") {
+    const Value fallback = args.get(0, "default", Value::real(0.0));
+    if (v.is_number()) return Value::real(v.as_double());
+    double d = 0;
+    if (v.is_string() && parse_float(v.s, &d)) return Value::real(d);
+    return fallback;
+  }
+  if (name == "abs") {
+    if (v.kind == K::kFloat) return Value::real(std::fabs(v.f));
+    if (is_int(v)) {
+      if (int_of(v) == INT64_MIN) return r.fail(line, "integer overflow");
+      return Value::integer(std::llabs(int_of(v)));
+    }
+    return r.fail(line, "bad operand type for abs()");
+  }
+  if (name == "round") {
+    if (!v.is_number()) return r.fail(line, "round needs a number");
+    const int64_t precision = int_of(args.get(0, "precision", Value::integer(0)));
+    const Value method = args.get(1, "method", Value::string("common"));
+    const double scale = std::pow(10.0, static_cast<double>(precision));
+    const double x = v.as_double() * scale;
+    double y = std::nearbyint(x);  // half to even, as Python's round()
+    if (method.is_string() && method.s == "ceil") y = std::ceil(x);
+    if (method.is_string() && method.s == "floor") y = std::floor(x);
+    return Value::real(y / scale);
+  }
+  if (name == "indent") {
+    const Value width = args.get(0, "width", Value::integer(4));
+    const bool first = args.get(1, "first", Value::boolean(false)).truthy();
+    const bool blank = args.get(2, "blank", Value::boolean(false)).truthy();
+    const std::string ind =
+        width.is_string()
+            ? width.s
+            : std::string(static_cast<size_t>(std::clamp<int64_t>(int_of(width), 0, 256)), ' ');
+    const std::vector<std::string> lines = splitlines(to_str(v) + "\n");
+    std::string out;
+    if (blank) {
+      for (size_t k = 0; k < lines.size(); ++k) {
+        if (k > 0) out += "\n" + ind;
+        out += lines[k];
+      }
+    } else if (!lines.empty()) {
+      out = lines[0];
+      for (size_t k = 1; k < lines.size(); ++k) {
+        out += "\n";
+        if (!lines[k].empty()) out += ind;
+        out += lines[k];
+      }
+    }
+    if (first) out = ind + out;
+    return Value::string(std::move(out));
+  }
+  if (name == "center") {
+    const int64_t width = int_of(args.get(0, "width", Value::integer(80)));
+    const std::string s = to_str(v);
+    const int64_t n = static_cast<int64_t>(code_points(s).size());
+    if (width <= n || width > (1 << 20)) return Value::string(s);
+    const int64_t pad = width - n;
+    const int64_t left = pad / 2 + (pad & width & 1);
+    return Value::string(std::string(static_cast<size_t>(left), ' ') + s +
+                         std::string(static_cast<size_t>(pad - left), ' '));
+  }
+  if (name == "wordcount") {
+    int64_t n = 0;
+    bool in_word = false;
+    for (unsigned char c : to_str(v)) {
+      const bool w = std::isalnum(c) || c == '_' || c >= 0x80;
+      if (w && !in_word) ++n;
+      in_word = w;
+    }
+    return Value::integer(n);
+  }
+  if (name == "escape" || name == "e") return Value::string(html_escape(to_str(v)));
+  return r.fail(line, fmt::format("no filter named '{}'", name));
+}
+
+Value apply_test(Renderer& r, std::string_view name, const Value& v, Args& args) {
+  const int line = args.line;
+  const Value arg = args.get(0, "value", Value::undefined());
+  auto b = [](bool x) { return Value::boolean(x); };
+  if (name == "defined") return b(!v.is_undefined());
+  if (name == "undefined") return b(v.is_undefined());
+  if (name == "none") return b(v.is_none());
+  if (name == "boolean") return b(v.kind == K::kBool);
+  if (name == "true") return b(v.kind == K::kBool && v.b);
+  if (name == "false") return b(v.kind == K::kBool && !v.b);
+  if (name == "integer") return b(v.kind == K::kInt);
+  if (name == "float") return b(v.kind == K::kFloat);
+  if (name == "number") return b(v.is_number());
+  if (name == "string") return b(v.is_string());
+  if (name == "mapping") return b(v.is_dict());
+  if (name == "iterable") return b(v.is_list() || v.is_dict() || v.is_string() || v.is_undefined());
+  if (name == "sequence") return b(v.is_list() || v.is_dict() || v.is_string());
+  if (name == "callable") return b(v.kind == K::kFunc);
+  if (name == "lower") return b(v.is_string() && ascii_lower(v.s) == v.s);
+  if (name == "upper") return b(v.is_string() && ascii_upper(v.s) == v.s);
+  if (name == "escaped") return b(false);
+  if (name == "odd" || name == "even" || name == "divisibleby") {
+    if (!is_int(v)) return r.fail(line, fmt::format("the test '{}' needs an integer", name));
+    if (name == "odd") return b(int_of(v) % 2 != 0);
+    if (name == "even") return b(int_of(v) % 2 == 0);
+    if (!is_int(arg) || int_of(arg) == 0)
+      return r.fail(line, "divisibleby needs a non-zero integer");
+    return b(int_of(v) % int_of(arg) == 0);
+  }
+  if (name == "eq" || name == "equalto" || name == "==") return b(equals(v, arg));
+  if (name == "ne" || name == "!=") return b(!equals(v, arg));
+  if (name == "sameas") {
+    if (v.kind != arg.kind) return b(false);
+    switch (v.kind) {
+      case K::kNone:
+      case K::kUndefined:
+        return b(true);
+      case K::kBool:
+        return b(v.b == arg.b);
+      case K::kInt:
+        return b(v.i == arg.i && v.i >= -5 && v.i <= 256);  // CPython's small-int cache
+      case K::kList:
+        return b(v.list == arg.list);
+      case K::kDict:
+        return b(v.dict == arg.dict);
+      default:
+        return b(false);
+    }
+  }
+  if (name == "in") {
+    if (arg.is_string()) return b(v.is_string() && arg.s.find(v.s) != std::string::npos);
+    if (arg.is_list()) {
+      for (const Value& x : arg.list->items) {
+        if (equals(v, x)) return b(true);
+      }
+      return b(false);
+    }
+    if (arg.is_dict()) return b(v.is_string() && arg.dict->find(v.s) != nullptr);
+    return r.fail(line, "the test 'in' needs a container");
+  }
+  static constexpr std::pair<std::string_view, std::string_view> kOrder[] = {
+      {"lt", "<"}, {"lessthan", "<"},    {"<", "<"}, {"le", "<="}, {"<=", "<="},
+      {"gt", ">"}, {"greaterthan", ">"}, {">", ">"}, {"ge", ">="}, {">=", ">="}};
+  for (auto [n, op] : kOrder) {
+    if (name != n) continue;
+    int c = 0;
+    if (!order_values(v, arg, &c)) return r.fail(line, "values that cannot be ordered");
+    if (op == "<") return b(c < 0);
+    if (op == "<=") return b(c <= 0);
+    if (op == ">") return b(c > 0);
+    return b(c >= 0);
+  }
+  return r.fail(line, fmt::format("no test named '{}'", name));
+}
+
+Value call_method(Renderer& r, const Value& obj, const std::string& name, Args& args, bool* found) {
+  *found = true;
+  const int line = args.line;
+  if (obj.is_string()) {
+    const std::string& s = obj.s;
+    const Value a0 = args.get(0, "", Value::none());
+    if (name == "strip" || name == "lstrip" || name == "rstrip") {
+      const std::string* chars = a0.is_string() ? &a0.s : nullptr;
+      return Value::string(py_strip(s, chars, name != "rstrip", name != "lstrip"));
+    }
+    if (name == "split" || name == "rsplit") {
+      const Value sep = args.get(0, "sep", Value::none());
+      const Value maxsplit = args.get(1, "maxsplit", Value::integer(-1));
+      if (sep.is_string() && sep.s.empty()) return r.fail(line, "empty separator");
+      return string_list(py_split(s, sep.is_string() ? &sep.s : nullptr,
+                                  is_int(maxsplit) ? int_of(maxsplit) : -1, name == "rsplit"));
+    }
+    if (name == "startswith" || name == "endswith") {
+      std::vector<std::string> options;
+      if (a0.is_string()) {
+        options.push_back(a0.s);
+      } else if (a0.is_list()) {
+        for (const Value& x : a0.list->items) {
+          if (x.is_string()) options.push_back(x.s);
+        }
+      } else {
+        return r.fail(line, fmt::format("{} needs a string or a tuple of strings", name));
+      }
+      for (const std::string& o : options) {
+        const bool hit =
+            name == "startswith"
+                ? s.compare(0, o.size(), o) == 0 && s.size() >= o.size()
+                : s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0;
+        if (hit) return Value::boolean(true);
+      }
+      return Value::boolean(false);
+    }
+    if (name == "upper") return Value::string(ascii_upper(s));
+    if (name == "lower") return Value::string(ascii_lower(s));
+    if (name == "title") return Value::string(py_title(s));
+    if (name == "capitalize") return Value::string(capitalize(s));
+    if (name == "replace") {
+      const Value count = args.get(2, "count", Value::integer(-1));
+      return Value::string(py_replace(s, to_str(args.get(0, "old")), to_str(args.get(1, "new")),
+                                      is_int(count) ? int_of(count) : -1));
+    }
+    if (name == "find" || name == "rfind" || name == "count") {
+      if (!a0.is_string()) return r.fail(line, fmt::format("{} needs a string", name));
+      if (name == "count") {
+        if (a0.s.empty()) return Value::integer(static_cast<int64_t>(code_points(s).size()) + 1);
+        int64_t n = 0;
+        for (size_t at = s.find(a0.s); at != std::string::npos;
+             at = s.find(a0.s, at + a0.s.size())) {
+          ++n;
+        }
+        return Value::integer(n);
+      }
+      const size_t at = name == "find" ? s.find(a0.s) : s.rfind(a0.s);
+      if (at == std::string::npos) return Value::integer(-1);
+      return Value::integer(static_cast<int64_t>(code_points(s.substr(0, at)).size()));
+    }
+    if (name == "join") {
+      std::vector<Value> items;
+      if (!items_of(r, a0, line, &items)) return {};
+      std::string out;
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (!items[k].is_string()) {
+          return r.fail(line, fmt::format("sequence item {}: expected str instance", k));
+        }
+        if (k > 0) out += s;
+        out += items[k].s;
+      }
+      return Value::string(std::move(out));
+    }
+    if (name == "removeprefix" || name == "removesuffix") {
+      if (!a0.is_string()) return r.fail(line, fmt::format("{} needs a string", name));
+      if (name == "removeprefix" && s.compare(0, a0.s.size(), a0.s) == 0 &&
+          s.size() >= a0.s.size()) {
+        return Value::string(s.substr(a0.s.size()));
+      }
+      if (name == "removesuffix" && s.size() >= a0.s.size() && !a0.s.empty() &&
+          s.compare(s.size() - a0.s.size(), a0.s.size(), a0.s) == 0) {
+        return Value::string(s.substr(0, s.size() - a0.s.size()));
+      }
+      return obj;
+    }
+    if (name == "splitlines") return string_list(splitlines(s));
+    if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
+        name == "islower" || name == "isupper") {
+      if (s.empty()) return Value::boolean(false);
+      if (name == "isspace") {
+        for (std::string_view cp : code_points(s)) {
+          if (!is_py_space(cp)) return Value::boolean(false);
+        }
+        return Value::boolean(true);
+      }
+      if (name == "islower" || name == "isupper") {
+        bool cased = false;
+        for (unsigned char c : s) {
+          if (std::isalpha(c)) {
+            cased = true;
+            if (name == "islower" ? std::isupper(c) != 0 : std::islower(c) != 0) {
+              return Value::boolean(false);
+            }
+          }
+        }
+        return Value::boolean(cased);
+      }
+      for (unsigned char c : s) {
+        const bool ok = name == "isdigit"   ? std::isdigit(c) != 0
+                        : name == "isalpha" ? is_alpha(c)
+                                            : (is_alpha(c) || std::isdigit(c) != 0);
+        if (!ok) return Value::boolean(false);
+      }
+      return Value::boolean(true);
+    }
+  } else if (obj.is_dict()) {
+    const Dict& d = *obj.dict;
+    if (name == "items" || name == "keys" || name == "values") {
+      std::vector<Value> out;
+      for (const auto& [k, x] : d.items) {
+        if (name == "items") {
+          out.push_back(Value::new_list({Value::string(k), x}, /*tuple=*/true));
+        } else {
+          out.push_back(name == "keys" ? Value::string(k) : x);
+        }
+      }
+      return Value::new_list(std::move(out));
+    }
+    if (name == "get") {
+      const Value key = args.get(0, "key");
+      const Value fallback = args.get(1, "default", Value::none());
+      if (key.is_string() || key.kind == K::kInt) {
+        if (const Value* x = d.find(to_str(key))) return *x;
+      }
+      return fallback;
+    }
+  } else if (obj.is_list()) {
+    if (name == "count" || name == "index") {
+      const Value a0 = args.get(0, "value");
+      int64_t n = 0;
+      for (size_t k = 0; k < obj.list->items.size(); ++k) {
+        if (!equals(obj.list->items[k], a0)) continue;
+        if (name == "index") return Value::integer(static_cast<int64_t>(k));
+        ++n;
+      }
+      if (name == "index") return r.fail(line, "list.index(x): x not in list");
+      return Value::integer(n);
+    }
+  }
+  *found = false;
+  return {};
+}
+
+bool to_json(Renderer& r, const Value& v, const std::string* indent, const std::string& item_sep,
+             const std::string& key_sep, bool sort_keys, int line, std::string* out) {
+  return json_value(r, v, indent, item_sep, key_sep, sort_keys, line, 0, out);
+}
+
+void add_globals(Dict* g) {
+  g->set("range", Value::function("range", [](Renderer& r, Args& args) -> Value {
+           int64_t p[3] = {0, 0, 1};
+           const size_t n = args.pos.size();
+           if (n < 1 || n > 3) return r.fail(args.line, "range expects 1 to 3 arguments");
+           for (size_t k = 0; k < n; ++k) {
+             if (!is_int(args.pos[k])) return r.fail(args.line, "range arguments must be integers");
+           }
+           if (n == 1) {
+             p[1] = int_of(args.pos[0]);
+           } else {
+             p[0] = int_of(args.pos[0]);
+             p[1] = int_of(args.pos[1]);
+             if (n == 3) p[2] = int_of(args.pos[2]);
+           }
+           if (p[2] == 0) return r.fail(args.line, "range() arg 3 must not be zero");
+           constexpr int64_t kMaxRange = 100000;  // jinja2's sandbox MAX_RANGE
+           const double count = std::ceil((static_cast<double>(p[1]) - static_cast<double>(p[0])) /
+                                          static_cast<double>(p[2]));
+           if (count > kMaxRange) {
+             return r.fail(args.line, "range too big: at most 100000 items (as jinja2's sandbox)");
+           }
+           std::vector<Value> items;
+           for (int64_t x = p[0]; p[2] > 0 ? x < p[1] : x > p[1]; x += p[2]) {
+             items.push_back(Value::integer(x));
+           }
+           return Value::new_list(std::move(items));
+         }));
+  auto make_dict = [](bool ns) {
+    return [ns](Renderer& r, Args& args) -> Value {
+      Value d = Value::new_dict();
+      d.dict->is_namespace = ns;
+      for (const Value& p : args.pos) {
+        if (!p.is_dict()) return r.fail(args.line, "expected a mapping as positional argument");
+        for (const auto& [k, x] : p.dict->items) d.dict->set(k, x);
+      }
+      for (const auto& [k, x] : args.kw) d.dict->set(k, x);
+      return d;
+    };
+  };
+  g->set("namespace", Value::function("namespace", make_dict(true)));
+  g->set("dict", Value::function("dict", make_dict(false)));
+  g->set("raise_exception", Value::function("raise_exception", [](Renderer& r, Args& args) {
+           return r.fail(0,
+                         args.pos.empty() ? std::string("raise_exception") : to_str(args.pos[0]));
+         }));
+  g->set("strftime_now", Value::function("strftime_now", [](Renderer& r, Args& args) -> Value {
+           if (args.pos.empty() || !args.pos[0].is_string()) {
+             return r.fail(args.line, "strftime_now needs a format string");
+           }
+           bool utc = false;
+           const time_t t = static_cast<time_t>(r.now(&utc));
+           struct tm tm {};
+           if (utc) {
+             gmtime_r(&t, &tm);
+           } else {
+             localtime_r(&t, &tm);
+           }
+           char buf[512];
+           const size_t n = std::strftime(buf, sizeof buf, args.pos[0].s.c_str(), &tm);
+           return Value::string(std::string(buf, n));
+         }));
+}
+
+}  // namespace mnemo::jinja

@@ -1,0 +1,147 @@
+// Unit tests of the Jinja engine. Expected strings are what Python's jinja2 3.1 renders with
+// trim_blocks and lstrip_blocks on (the settings transformers uses); the byte-for-byte
+// comparison over whole chat templates and random conversations is
+// tests/python/test_chat_template_jinja.py, which runs jinja2 itself.
+#include "mnemo/jinja.h"
+
+#include <gtest/gtest.h>
+
+namespace mnemo::jinja {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string render(std::string_view src, const Json& ctx = Json::object()) {
+  auto t = Template::parse(src);
+  if (!t.ok()) return "PARSE ERROR: " + t.status().message();
+  RenderOptions o;
+  o.now_unix = 1772712000;  // 2026-03-05 12:00:00 UTC
+  auto r = t->render(ctx, o);
+  if (!r.ok()) return "ERROR: " + r.status().message();
+  return *r;
+}
+
+TEST(JinjaTest, PrintsValuesAsPython) {
+  EXPECT_EQ(render("{{ 1e20 }} {{ 0.1+0.2 }} {{ 1e-5 }} {{ 2.0 }} {{ 1e16 }} {{ 1e15 }}"),
+            "1e+20 0.30000000000000004 1e-05 2.0 1e+16 1000000000000000.0");
+  EXPECT_EQ(render(R"({{ [1.0, "a'b", none, true] }} {{ {"a": 1} }} {{ none }} {{ x }})"),
+            R"([1.0, "a'b", None, True] {'a': 1} None )");
+  EXPECT_EQ(render("{{ (1, 2) }} {{ () }} {{ (1,) }}"), "(1, 2) () (1,)");
+}
+
+TEST(JinjaTest, ArithmeticIsPython) {
+  EXPECT_EQ(
+      render("{{ 7 // -2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 4 / 2 }} {{ 10 % 3.5 }}"),
+      "-4 2 1024 0.5 2.0 3.0");
+  EXPECT_EQ(render("{{ [1,2] + [3] }} {{ 'ab' * 3 }} {{ [1] * 2 }}"), "[1, 2, 3] ababab [1, 1]");
+  EXPECT_EQ(render("{{ 1 < 2 < 3 }} {{ 'a' in 'cat' }} {{ 1 in [1] }} {{ 'k' in {'k':1} }}"),
+            "True True True True");
+  EXPECT_EQ(render("{{ true and 3 }} {{ 0 or 'x' }} {{ none or [] }}"), "3 x []");
+  EXPECT_EQ(render("{{ 'a' ~ 1 ~ none ~ 1.5 }}"), "a1None1.5");
+  EXPECT_EQ(render("{{ 'a' + 1 }}"),
+            "ERROR: line 1: can only concatenate str (not \"int\") to str");
+}
+
+TEST(JinjaTest, ScopesAreJinja2s) {
+  EXPECT_EQ(
+      render("{% set c = 0 %}{% for i in [1,2] %}{% set c = c + 1 %}{{ c }}{% endfor %}{{ c }}"),
+      "110");
+  EXPECT_EQ(render("{% for i in [1,2] %}{% if i == 2 %}{{ x }}{% endif %}{% set x = i %}{% endfor "
+                   "%}[{{x}}]"),
+            "[]");
+  EXPECT_EQ(render("{% if true %}{% set y = 3 %}{% endif %}{{ y }}"), "3");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(3) %}{% set ns.n = ns.n + i %}"
+                   "{% endfor %}{{ ns.n }}"),
+            "3");
+  EXPECT_EQ(render("{% macro m(a, b=2) %}{{a}}{{b}}{{ c }}{% endmacro %}{% set c = 5 %}"
+                   "{{ m(1) }}{{ m(1, b=3) }}"),
+            "125135");
+}
+
+TEST(JinjaTest, UndefinedIsJinja2sDefault) {
+  EXPECT_EQ(render("[{{ x }}]{{ x is defined }}{{ x|length }}"), "[]False0");
+  EXPECT_EQ(render("{{ x.y }}"), "ERROR: line 1: 'x' is undefined");
+  EXPECT_EQ(render("{{ d.y }}|{{ d.y is defined }}", {{"d", Json::object()}}), "|False");
+}
+
+TEST(JinjaTest, WhitespaceControl) {
+  EXPECT_EQ(render("a\n  {% if true %}\n  b\n  {% endif %}\nc\n"), "a\n  b\nc");
+  EXPECT_EQ(render("a  {%- if true -%}  b  {%- endif %}"), "ab");
+  EXPECT_EQ(render("a\n  {{ 1 }}\n  {# c #}\nb"), "a\n  1\nb");
+  EXPECT_EQ(render("{% raw %}\n{{ x }}{% endraw %}"), "\n{{ x }}");
+  EXPECT_EQ(render("a\r\nb\r\n"), "a\nb");
+}
+
+TEST(JinjaTest, LoopVariable) {
+  EXPECT_EQ(render("{% for x in 'abc' if x != 'b' %}{{ loop.index }}{{ x }}{{ loop.length }}"
+                   "{{ loop.last }}{{ loop.cycle('+', '-') }}{% else %}none{% endfor %}"),
+            "1a2False+2c2True-");
+  EXPECT_EQ(render("{% for x in [] %}{{ x }}{% else %}none{% endfor %}"), "none");
+  EXPECT_EQ(render("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}"),
+            "a=1;b=2;");
+  EXPECT_EQ(render("{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}"
+                   "{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}"),
+            "02");
+}
+
+TEST(JinjaTest, FiltersAndMethods) {
+  EXPECT_EQ(render("{{ '  a b  '|trim }}|{{ ' x '.strip() }}|{{ 'a,b,,c'.split(',') }}|"
+                   "{{ ' a  b '.split() }}|{{ 'a b c'.rsplit(' ', 1) }}"),
+            "a b|x|['a', 'b', '', 'c']|['a', 'b']|['a b', 'c']");
+  EXPECT_EQ(render("{{ 'héllo'[1:3] }} {{ 'héllo'|length }} {{ 'abc'[::-1] }}"), "él 5 cba");
+  EXPECT_EQ(render(R"({{ {"b": [1, 2.5, "é\n"], "a": none}|tojson }})"),
+            R"({"b": [1, 2.5, "é\n"], "a": null})");
+  EXPECT_EQ(render(R"({{ {"b": [1], "a": {}}|tojson(indent=2, sort_keys=true) }})"),
+            "{\n  \"a\": {},\n  \"b\": [\n    1\n  ]\n}");
+  EXPECT_EQ(
+      render(
+          "{{ [3, 1, 2]|sort|join(',') }} {{ ['B', 'a']|sort|list }} {{ [1, 1, 2]|unique|list }}"),
+      "1,2,3 ['a', 'B'] [1, 2]");
+  EXPECT_EQ(
+      render("{{ users|selectattr('admin')|map(attribute='name')|join(' ') }}",
+             {{"users", {{{"name", "a"}, {"admin", true}}, {{"name", "b"}, {"admin", false}}}}}),
+      "a");
+  EXPECT_EQ(
+      render("{{ x|default('d') }} {{ ''|default('d', true) }} {{ 3.7|int }} {{ '12'|int + 1 }}"),
+      "d d 3 13");
+  EXPECT_EQ(render("{{ strftime_now('%d %b %Y') }}"), "05 Mar 2026");
+}
+
+TEST(JinjaTest, RaiseExceptionIsAnError) {
+  EXPECT_EQ(render("{{ raise_exception('roles must alternate') }}"), "ERROR: roles must alternate");
+}
+
+TEST(JinjaTest, BadTemplatesAreErrorsNotCrashes) {
+  for (const char* bad : {"{% if x %}", "{{ x", "{% for %}", "{% include 'x' %}", "{{ 'a }}",
+                          "{% endfor %}", "{{ ]", "{% set %}", "{{ x | }}", "{% macro m( %}",
+                          "{% break %}", "{{ 99999999999999999999 }}", "{# x"}) {
+    auto t = Template::parse(bad);
+    EXPECT_FALSE(t.ok()) << bad;
+  }
+  std::string deep(1000, '(');
+  EXPECT_FALSE(Template::parse("{{ " + deep + " }}").ok());
+  std::string nested;
+  for (int i = 0; i < 300; ++i) nested += "{% if true %}";
+  EXPECT_FALSE(Template::parse(nested).ok());
+}
+
+TEST(JinjaTest, LimitsStopHostileTemplates) {
+  auto t = Template::parse(
+      "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}");
+  ASSERT_TRUE(t.ok());
+  RenderOptions o;
+  o.max_output_bytes = 1 << 20;
+  auto r = t->render(Json::object(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
+  auto rec = Template::parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_FALSE(rec->render(Json::object()).ok());
+  auto big = Template::parse("{{ 'x' * 1000000000000 }}");
+  ASSERT_TRUE(big.ok());
+  EXPECT_FALSE(big->render(Json::object()).ok());
+  EXPECT_FALSE(Template::parse("{{ range(1000000) }}")->render(Json::object()).ok());
+}
+
+}  // namespace
+}  // namespace mnemo::jinja
