@@ -1,9 +1,18 @@
 // Chat templates: a list of messages -> the prompt text a chat model was trained on.
 //
-// mnemo does not run Jinja. Like llama.cpp's llm_chat_detect_template / llm_chat_apply_template
-// (src/llama-chat.cpp), it recognises the template family from distinctive substrings of the
-// model's tokenizer.chat_template and renders that family's format itself:
+// Two ways to render, as llama-server has (its --jinja / --no-jinja):
 //
+// 1. Jinja (the default in the server): the model's tokenizer.chat_template, or a template
+//    given by the operator, is run by mnemo's Jinja engine (include/mnemo/jinja.h) the way
+//    Hugging Face transformers runs it, with the variables messages, add_generation_prompt,
+//    bos_token, eos_token, tools (when the request has them) and the request's
+//    chat_template_kwargs. As llama-server: a text part list as a message's content becomes
+//    its parts joined with "\n"; a leading bos_token (trailing eos_token) is cut from the result
+//    when the tokenizer adds that token itself.
+//
+// 2. Families: like llama.cpp's llm_chat_detect_template / llm_chat_apply_template
+//    (src/llama-chat.cpp), the family is recognised from distinctive substrings of the template
+//    and rendered by fixed code:
 //   chatml, recognised by "<|im_start|>":
 //       <|im_start|>{role}\n{content}<|im_end|>\n
 //   gemma, recognised by "<start_of_turn>":
@@ -22,16 +31,28 @@
 // parse_special = true so the markers become their control tokens.
 //
 // A missing or unrecognised template logs a warning and falls back to chatml.
+//
+// Both ways: when the conversation ends with an assistant message, it is a reply to continue
+// (llama-server's prefill): the messages before it are rendered with the generation prompt and
+// its content is appended (text parts joined with "\n\n", as llama-server).
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mnemo/status.h"
 
 namespace mnemo {
+
+class Tokenizer;
+namespace jinja {
+class Template;
+}
 
 /// One message of a conversation. role: "system", "user", "assistant" (others are written
 /// as given).
@@ -64,14 +85,52 @@ class ChatTemplate {
   /// none ("" if it inserts none).
   const std::string& default_system() const { return default_system_; }
 
-  /// The prompt for `messages`; with add_generation_prompt, ends with the opening of an
-  /// assistant turn.
+  /// A Jinja template (see the file comment). bos_token / eos_token: the texts the template
+  /// sees; add_bos / add_eos: whether the tokenizer adds those tokens itself (then the rendered
+  /// text's own copy is cut). The family is detected from `source` too (family()). Errors:
+  /// InvalidArgument "chat template: line N: ..." for a template the engine cannot parse.
+  static Result<ChatTemplate> from_jinja(std::string_view source, std::string bos_token,
+                                         std::string eos_token, bool add_bos, bool add_eos);
+
+  /// The template a server or `mnemo run` uses, chosen as llama-server chooses:
+  ///   - `name_or_source` a family name: that family;
+  ///   - else `name_or_source` non-empty: Jinja source (InvalidArgument when !jinja);
+  ///   - else `file_text` non-null: Jinja source when jinja, else its detected family;
+  ///   - else the model's tokenizer.chat_template: Jinja when jinja (a template the engine
+  ///     cannot parse logs a warning and falls back to its family), else its family.
+  /// Errors: InvalidArgument naming the problem (a syntax error's line).
+  static Result<ChatTemplate> choose(const Tokenizer& tok, std::string_view name_or_source,
+                                     const std::string* file_text, bool jinja);
+
+  /// True when rendered by the Jinja engine.
+  bool is_jinja() const { return jinja_ != nullptr; }
+  /// The Jinja source ("" for a family).
+  const std::string& source() const { return source_; }
+  /// "jinja" or the family name.
+  std::string_view mode_name() const;
+
+  /// The family's format for `messages` (also for a Jinja template: its detected family); with
+  /// add_generation_prompt, ends with the opening of an assistant turn.
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+  /// The prompt for an OpenAI-style conversation, ending with the opening of an assistant turn
+  /// (or continuing a trailing assistant message). messages: a JSON array of objects with
+  /// "role" and "content" (a string, null, or an array of {"type": "text", "text": ...}) and,
+  /// for Jinja, whatever else the template reads (tool_calls, reasoning_content, ...).
+  /// variables: more template variables (tools, chat_template_kwargs) as a JSON object; a
+  /// family ignores them. Errors: InvalidArgument for a malformed message or a Jinja error
+  /// (raise_exception's message), OutOfRange when the template runs past its limits.
+  Result<std::string> render(const nlohmann::ordered_json& messages,
+                             const nlohmann::ordered_json& variables) const;
 
  private:
   ChatTemplateFamily family_ = ChatTemplateFamily::kChatml;
   bool recognized_ = true;
   std::string default_system_;
+  std::shared_ptr<const jinja::Template> jinja_;
+  std::string source_;
+  std::string bos_token_, eos_token_;
+  bool add_bos_ = false, add_eos_ = false;
 };
 
 /// Shorthand: ChatTemplate::detect(template_text).apply(messages, add_generation_prompt).

@@ -50,9 +50,18 @@ struct ServerParams {
   /// may call the API (CORS); "*" (the default, as llama-server) allows every origin.
   std::string allowed_origins = "*";
   bool slots_endpoint = true;  // --slots / --no-slots: GET /slots
-  /// --chat-template NAME: a template family ("chatml", "llama3", "gemma") instead of the one
-  /// detected from the model's tokenizer.chat_template ("" = detect).
+  /// --chat-template: a template family ("chatml", "llama3", "gemma") or, with jinja, a Jinja
+  /// template's text, instead of the model's tokenizer.chat_template ("" = the model's).
+  /// ChatTemplate::choose (include/mnemo/chat.h) says which wins.
   std::string chat_template;
+  /// --chat-template-file: a file holding a Jinja template ("" = none).
+  std::string chat_template_file;
+  /// --jinja / --no-jinja: render chat templates with the Jinja engine (default, as
+  /// llama-server) or with the fixed format of their family.
+  bool jinja = true;
+  /// --chat-template-kwargs: a JSON object of extra template variables for every request (a
+  /// request's own chat_template_kwargs add to and override them).
+  std::string chat_template_kwargs;
   bool metrics = false;  // --metrics: enables GET /metrics
   int timeout_s = 600;   // --timeout: socket read/write and queue-wait limit, seconds
   /// --read-timeout: the longest pause, in seconds, while a client sends a request (line,

@@ -468,7 +468,8 @@ Status parse_one(const Json& b, const Json* prompt, Api api, const Tokenizer& to
     size_t bytes = 0;
     for (const ChatMessage& m : msgs) bytes += m.content.size();
     MNEMO_RETURN_IF_ERROR(check_text_bytes(bytes));
-    const std::string text = tmpl.apply(msgs, /*add_generation_prompt=*/true);
+    std::string text;
+    MNEMO_RETURN_IF_ERROR(render_chat_prompt(b, tmpl, d, &text));
     q.prompt = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/true);
   } else {
     auto found = b.find("prompt");
@@ -846,9 +847,30 @@ Json type_json(const std::optional<GgmlType>& t) {
   return t ? Json(std::string(type_name(*t))) : Json(nullptr);
 }
 
-Status chat_messages_of(const Json& body, std::vector<ChatMessage>* out) {
+Status render_chat_prompt(const Json& body, const ChatTemplate& tmpl, const ApiDefaults& d,
+                          std::string* out) {
   if (!body.is_object()) return Status::invalid_argument("the request body must be a JSON object");
-  return chat_messages(body, out);
+  std::vector<ChatMessage> msgs;
+  MNEMO_RETURN_IF_ERROR(chat_messages(body, &msgs));
+  Json vars = Json::object();
+  Json kwargs = d.chat_template_kwargs.is_object() ? d.chat_template_kwargs : Json::object();
+  if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return Status::invalid_argument("'chat_template_kwargs' must be an object");
+    }
+    for (auto kv = it->begin(); kv != it->end(); ++kv) kwargs[kv.key()] = kv.value();
+  }
+  vars["chat_template_kwargs"] = std::move(kwargs);
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return Status::invalid_argument("'tools' must be an array");
+    vars["tools"] = *it;
+  }
+  auto text = tmpl.render(body["messages"], vars);
+  // A template error is about this request's messages (or the operator's template), never a
+  // capacity outcome: a 400 naming it.
+  if (!text.ok()) return Status::invalid_argument(text.status().message());
+  *out = std::move(text).value();
+  return Status();
 }
 
 Status parse_json_body(std::string_view body, Json* out) {

@@ -43,6 +43,8 @@ struct ApiDefaults {
   size_t max_stop_bytes = 256;     // bytes per stop string
   std::string model_name;          // "model" in responses and /v1/models
   const Tokenizer* tok = nullptr;  // token texts of log-probabilities (must be set)
+  /// --chat-template-kwargs: template variables for every chat request (a JSON object).
+  Json chat_template_kwargs = Json::object();
 };
 
 /// A completion request as parsed from JSON.
@@ -154,10 +156,12 @@ Json type_json(const std::optional<GgmlType>& t);
 constexpr size_t kMaxJsonDepth = 64;
 Status parse_json_body(std::string_view body, Json* out);
 
-/// The "messages" of a chat body as the chat template takes them (the checks of
-/// /v1/chat/completions: roles, text parts only, no two trailing assistant messages). Errors:
-/// InvalidArgument naming the message.
-Status chat_messages_of(const Json& body, std::vector<ChatMessage>* out);
+/// The prompt text of a chat body: its "messages" (the checks of /v1/chat/completions: roles,
+/// text parts only, no two trailing assistant messages) rendered by `tmpl` with the body's
+/// "tools" and "chat_template_kwargs" (over d.chat_template_kwargs). Errors: InvalidArgument
+/// naming the message, or the template's error ("chat template: ...", raise_exception's text).
+Status render_chat_prompt(const Json& body, const ChatTemplate& tmpl, const ApiDefaults& d,
+                          std::string* out);
 
 /// A Content-Length header's value (RFC 9110 §8.6: 1*DIGIT) as a byte count. Errors:
 /// InvalidArgument for anything but 1 to 19 decimal digits (a sign, a list, 2^64 and beyond).

@@ -37,9 +37,11 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "mnemo/chat.h"
@@ -203,15 +205,14 @@ struct Exchange {
 class Front {
  public:
   Front(const Model& model, const Tokenizer& tok, Engine& engine, const ServerParams& params,
-        Metrics& metrics)
+        Metrics& metrics, ChatTemplate tmpl, Json template_kwargs)
       : model_(model),
         tok_(tok),
         engine_(engine),
         params_(params),
         metrics_(metrics),
-        tmpl_(params.chat_template.empty()
-                  ? ChatTemplate::detect(tok.chat_template())
-                  : ChatTemplate::from_name(params.chat_template).value()) {
+        tmpl_(std::move(tmpl)) {
+    defaults_.chat_template_kwargs = std::move(template_kwargs);
     defaults_.sampling = params.sampling;
     defaults_.n_predict = params.n_predict;
     defaults_.n_predict_max = params.n_predict_max;
@@ -434,46 +435,52 @@ void Front::props(const Request&, Response& res, RequestLog&) {
         {{"id", s.id}, {"type_k", type_json(s.type_k)}, {"type_v", type_json(s.type_v)}});
   }
   const SamplingParams& sp = params_.sampling;
-  reply_json(res, {{"model", defaults_.model_name},
-                   // The file's name: no response shows the server's directories.
-                   {"model_path", std::filesystem::path(params_.model_path).filename().string()},
-                   {"model_description", model_.describe()},
-                   {"n_ctx", info.n_ctx},
-                   {"n_ctx_slot", info.n_ctx_seq},
-                   {"total_slots", info.n_slots},
-                   {"memory_mode", info.kv_unified ? "unified" : "split"},
-                   {"kv_unified", info.kv_unified},
-                   {"n_batch", info.n_batch},
-                   {"n_ubatch", info.n_ubatch},
-                   {"n_threads", info.n_threads},
-                   {"context_shift", info.context_shift},
-                   {"kv_policy", info.kv_policy},
-                   {"slots", slots},
-                   {"kv_bytes", snap.breakdown.tensor_bytes},
-                   {"chat_template", std::string(chat_template_family_name(tmpl_.family()))},
-                   // As llama-server: the slot's n_ctx and the settings a request gets.
-                   {"default_generation_settings",
-                    {{"n_ctx", info.n_ctx_seq},
-                     {"params",
-                      {{"n_predict", params_.n_predict},
-                       {"n_predict_max", params_.n_predict_max},
-                       {"n_keep", params_.n_keep},
-                       {"temperature", sp.temp},
-                       {"top_k", sp.top_k},
-                       {"top_p", sp.top_p},
-                       {"min_p", sp.min_p},
-                       {"repeat_penalty", sp.repeat_penalty},
-                       {"repeat_last_n", sp.repeat_last_n},
-                       {"frequency_penalty", sp.frequency_penalty},
-                       {"presence_penalty", sp.presence_penalty},
-                       {"seed", sp.seed},
-                       {"logit_bias", Json::array()},
-                       {"stream", false},
-                       {"n_probs", 0},
-                       {"timings_per_token", false}}}}},
-                   {"endpoint_slots", params_.slots_endpoint},
-                   {"endpoint_metrics", params_.metrics},
-                   {"build_info", "mnemo 0.1.0"}});
+  reply_json(res,
+             {{"model", defaults_.model_name},
+              // The file's name: no response shows the server's directories.
+              {"model_path", std::filesystem::path(params_.model_path).filename().string()},
+              {"model_description", model_.describe()},
+              {"n_ctx", info.n_ctx},
+              {"n_ctx_slot", info.n_ctx_seq},
+              {"total_slots", info.n_slots},
+              {"memory_mode", info.kv_unified ? "unified" : "split"},
+              {"kv_unified", info.kv_unified},
+              {"n_batch", info.n_batch},
+              {"n_ubatch", info.n_ubatch},
+              {"n_threads", info.n_threads},
+              {"context_shift", info.context_shift},
+              {"kv_policy", info.kv_policy},
+              {"slots", slots},
+              {"kv_bytes", snap.breakdown.tensor_bytes},
+              // As llama-server: the template's text (a family's name when rendered by a
+              // fixed format), and the special tokens it sees.
+              {"chat_template", tmpl_.is_jinja() ? tmpl_.source() : std::string(tmpl_.mode_name())},
+              {"chat_template_mode", tmpl_.mode_name()},
+              {"bos_token", tok_.bos() == kTokenNull ? "" : tok_.token_to_piece(tok_.bos(), true)},
+              {"eos_token", tok_.eos() == kTokenNull ? "" : tok_.token_to_piece(tok_.eos(), true)},
+              // As llama-server: the slot's n_ctx and the settings a request gets.
+              {"default_generation_settings",
+               {{"n_ctx", info.n_ctx_seq},
+                {"params",
+                 {{"n_predict", params_.n_predict},
+                  {"n_predict_max", params_.n_predict_max},
+                  {"n_keep", params_.n_keep},
+                  {"temperature", sp.temp},
+                  {"top_k", sp.top_k},
+                  {"top_p", sp.top_p},
+                  {"min_p", sp.min_p},
+                  {"repeat_penalty", sp.repeat_penalty},
+                  {"repeat_last_n", sp.repeat_last_n},
+                  {"frequency_penalty", sp.frequency_penalty},
+                  {"presence_penalty", sp.presence_penalty},
+                  {"seed", sp.seed},
+                  {"logit_bias", Json::array()},
+                  {"stream", false},
+                  {"n_probs", 0},
+                  {"timings_per_token", false}}}}},
+              {"endpoint_slots", params_.slots_endpoint},
+              {"endpoint_metrics", params_.metrics},
+              {"build_info", "mnemo 0.1.0"}});
 }
 
 void Front::slots(const Request& req, Response& res, RequestLog&) {
@@ -605,12 +612,12 @@ void Front::tokenize(const Request& req, Response& res, RequestLog&) {
 void Front::apply_template(const Request& req, Response& res, RequestLog&) {
   Json body;
   if (!parse_body(req, res, &body)) return;
-  std::vector<ChatMessage> msgs;
-  if (Status st = chat_messages_of(body, &msgs); !st.ok()) {
+  std::string prompt;
+  if (Status st = render_chat_prompt(body, tmpl_, defaults_, &prompt); !st.ok()) {
     reply_error(res, ErrorKind::kInvalidRequest, st.message());
     return;
   }
-  reply_json(res, {{"prompt", tmpl_.apply(msgs, /*add_generation_prompt=*/true)}});
+  reply_json(res, {{"prompt", prompt}});
 }
 
 void Front::detokenize(const Request& req, Response& res, RequestLog&) {
@@ -1233,11 +1240,33 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
                                       "' is not a directory and cannot be created");
     }
   }
-  if (!params.chat_template.empty()) {
-    if (auto t = ChatTemplate::from_name(params.chat_template); !t.ok()) {
-      return t.status().with_context("--chat-template");
+  std::string template_file_text;
+  if (!params.chat_template_file.empty()) {
+    std::ifstream in(params.chat_template_file, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      return Status::invalid_argument("--chat-template-file: cannot read '" +
+                                      params.chat_template_file + "'");
+    }
+    template_file_text = text.str();
+  }
+  auto tmpl = ChatTemplate::choose(
+      tok, params.chat_template, params.chat_template_file.empty() ? nullptr : &template_file_text,
+      params.jinja);
+  if (!tmpl.ok()) {
+    return tmpl.status().with_context(params.chat_template_file.empty() ? "--chat-template"
+                                                                        : "--chat-template-file");
+  }
+  Json template_kwargs = Json::object();
+  if (!params.chat_template_kwargs.empty()) {
+    template_kwargs = Json::parse(params.chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
+    if (!template_kwargs.is_object()) {
+      return Status::invalid_argument("--chat-template-kwargs must be a JSON object");
     }
   }
+  MNEMO_LOG(kInfo) << "chat template: " << tmpl->mode_name()
+                   << (tmpl->is_jinja() ? fmt::format(" ({} bytes)", tmpl->source().size()) : "");
   std::optional<KvPolicy> policy;
   if (!params.kv_policy.empty()) {
     auto p = KvPolicy::parse(params.kv_policy);
@@ -1286,7 +1315,8 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   svr.set_read_timeout(std::min(params.read_timeout_s, params.timeout_s), 0);
   svr.set_write_timeout(params.timeout_s, 0);
   svr.set_keep_alive_max_count(1000);
-  Front front(model, tok, engine, params, metrics);
+  Front front(model, tok, engine, params, metrics, std::move(tmpl).value(),
+              std::move(template_kwargs));
   front.install(svr);
 
   int port = params.port;

@@ -4,7 +4,11 @@
 
 #include <cctype>
 
+#include <fmt/format.h>
+
+#include "mnemo/jinja.h"
 #include "mnemo/log.h"
+#include "mnemo/tokenizer.h"
 
 namespace mnemo {
 
@@ -152,6 +156,164 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
     }
   }
   return out;
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The text of messages[i].content: a string, null (""), or text parts joined with `sep`.
+Status content_text(const Json& m, size_t i, std::string_view sep, std::string* out) {
+  auto content = m.find("content");
+  if (content == m.end() || content->is_null()) return Status();
+  if (content->is_string()) {
+    *out = content->get<std::string>();
+    return Status();
+  }
+  if (!content->is_array()) {
+    return Status::invalid_argument(
+        fmt::format("messages[{}].content must be a string or an array of parts", i));
+  }
+  for (size_t k = 0; k < content->size(); ++k) {
+    const Json& part = (*content)[k];
+    auto type = part.is_object() ? part.find("type") : part.end();
+    auto text = part.is_object() ? part.find("text") : part.end();
+    if (!part.is_object() || type == part.end() || !type->is_string() ||
+        type->get<std::string>() != "text" || text == part.end() || !text->is_string()) {
+      return Status::invalid_argument(
+          fmt::format("messages[{}].content: only parts of type \"text\" are supported", i));
+    }
+    if (k > 0) out->append(sep);
+    out->append(text->get<std::string>());
+  }
+  return Status();
+}
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view source, std::string bos_token,
+                                              std::string eos_token, bool add_bos, bool add_eos) {
+  auto parsed = jinja::Template::parse(source);
+  if (!parsed.ok()) {
+    return Status::invalid_argument("chat template: " + parsed.status().message());
+  }
+  ChatTemplate t;
+  {
+    // The family too, quietly: apply() and logs name it.
+    const bool known = source.find("<|im_start|>") != std::string_view::npos ||
+                       source.find("<start_of_turn>") != std::string_view::npos ||
+                       source.find("<|start_header_id|>") != std::string_view::npos;
+    if (known) t = detect(source);
+  }
+  t.jinja_ = std::make_shared<const jinja::Template>(std::move(parsed).value());
+  t.source_ = std::string(source);
+  t.bos_token_ = std::move(bos_token);
+  t.eos_token_ = std::move(eos_token);
+  t.add_bos_ = add_bos;
+  t.add_eos_ = add_eos;
+  return t;
+}
+
+Result<ChatTemplate> ChatTemplate::choose(const Tokenizer& tok, std::string_view name_or_source,
+                                          const std::string* file_text, bool jinja) {
+  auto text_of = [&](TokenId id) {
+    return id == kTokenNull ? std::string() : tok.token_to_piece(id, /*special=*/true);
+  };
+  auto as_jinja = [&](std::string_view src) {
+    return from_jinja(src, text_of(tok.bos()), text_of(tok.eos()), tok.add_bos(), tok.add_eos());
+  };
+  if (!name_or_source.empty()) {
+    if (auto named = from_name(name_or_source); named.ok()) return named;
+    const bool looks_like_jinja = name_or_source.find("{{") != std::string_view::npos ||
+                                  name_or_source.find("{%") != std::string_view::npos;
+    if (!jinja || !looks_like_jinja) {
+      return Status::invalid_argument(fmt::format(
+          "unknown chat template name '{}' (known: chatml, llama3, gemma; or, with --jinja, a "
+          "Jinja template's text)",
+          name_or_source.substr(0, 40)));
+    }
+    return as_jinja(name_or_source);
+  }
+  if (file_text != nullptr) {
+    if (jinja) return as_jinja(*file_text);
+    return detect(*file_text);
+  }
+  const std::string& model_template = tok.chat_template();
+  if (jinja && !model_template.empty()) {
+    auto t = as_jinja(model_template);
+    if (t.ok()) return t;
+    MNEMO_LOG(kWarn) << "the model's " << t.status().message()
+                     << "; rendering its family's format instead";
+  }
+  return detect(model_template);
+}
+
+std::string_view ChatTemplate::mode_name() const {
+  return is_jinja() ? std::string_view("jinja") : chat_template_family_name(family_);
+}
+
+Result<std::string> ChatTemplate::render(const Json& messages, const Json& variables) const {
+  if (!messages.is_array()) return Status::invalid_argument("'messages' must be an array");
+  Json msgs = Json::array();
+  std::vector<ChatMessage> plain;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    auto role = m.is_object() ? m.find("role") : m.end();
+    if (!m.is_object() || role == m.end() || !role->is_string()) {
+      return Status::invalid_argument(fmt::format("messages[{}].role must be a string", i));
+    }
+    std::string text;
+    MNEMO_RETURN_IF_ERROR(content_text(m, i, "\n", &text));
+    Json copy = m;
+    if (m.contains("content") && m["content"].is_array()) copy["content"] = text;
+    msgs.push_back(std::move(copy));
+    plain.push_back({role->get<std::string>(), std::move(text)});
+  }
+  // A trailing assistant message is continued, not closed.
+  std::string prefill;
+  if (!plain.empty() && plain.back().role == "assistant") {
+    MNEMO_RETURN_IF_ERROR(content_text(messages.back(), messages.size() - 1, "\n\n", &prefill));
+    msgs.erase(msgs.end() - 1);
+    plain.pop_back();
+  }
+  if (!is_jinja()) return apply(plain, /*add_generation_prompt=*/true) + prefill;
+
+  Json ctx = Json::object();
+  if (variables.is_object()) {
+    for (auto it = variables.begin(); it != variables.end(); ++it) {
+      if (it.key() == "chat_template_kwargs") {
+        if (!it.value().is_object()) {
+          return Status::invalid_argument("'chat_template_kwargs' must be an object");
+        }
+        for (auto kv = it.value().begin(); kv != it.value().end(); ++kv) ctx[kv.key()] = kv.value();
+      } else if (it.key() == "tools") {
+        if (!it.value().is_null() && !(it.value().is_array() && it.value().empty())) {
+          ctx["tools"] = it.value();
+        }
+      } else {
+        ctx[it.key()] = it.value();
+      }
+    }
+  }
+  ctx["messages"] = std::move(msgs);
+  ctx["add_generation_prompt"] = true;
+  ctx["bos_token"] = bos_token_;
+  ctx["eos_token"] = eos_token_;
+  auto out = jinja_->render(ctx);
+  if (!out.ok()) return Status(out.status().code(), "chat template: " + out.status().message());
+  std::string text = std::move(out).value();
+  if (add_bos_ && !bos_token_.empty() && starts_with(text, bos_token_)) {
+    text.erase(0, bos_token_.size());
+  }
+  if (add_eos_ && !eos_token_.empty() && ends_with(text, eos_token_)) {
+    text.erase(text.size() - eos_token_.size());
+  }
+  return text + prefill;
 }
 
 std::string apply_chat_template(std::string_view template_text,

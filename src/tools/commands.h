@@ -29,6 +29,10 @@ RunFn register_perplexity(CLI::App& app);
 /// tokens, bytes; verify also checks every checksum), or deletes them (src/tools/cache.cc).
 RunFn register_cache(CLI::App& app);
 
+/// `mnemo template (--file T | --model F) --context CTX.json`: renders a Jinja chat template
+/// with the server's engine (src/tools/template.cc).
+RunFn register_template(CLI::App& app);
+
 /// `mnemo serve -m FILE ...`: the HTTP server (llama-server's flags; include/mnemo/server.h).
 RunFn register_serve(CLI::App& app);
 

@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   add("perplexity", "Perplexity over a text file; K/V requantization experiments",
       mnemo::tools::register_perplexity);
   add("serve", "HTTP server: OpenAI and llama.cpp APIs over slots", mnemo::tools::register_serve);
+  add("template", "Render a Jinja chat template (the server's engine) with given variables",
+      mnemo::tools::register_template);
   add("cache", "List, verify or clear a prompt cache directory (serve --cache-dir)",
       mnemo::tools::register_cache);
 

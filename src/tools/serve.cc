@@ -92,7 +92,16 @@ RunFn register_serve(CLI::App& app) {
                  "origins whose web pages may call the API (CORS), comma-separated; * = any");
   app.add_flag("--slots,!--no-slots", s.slots_endpoint, "enable GET /slots (default on)");
   app.add_option("--chat-template", s.chat_template,
-                 "chat template family instead of the model's: chatml, llama3, gemma");
+                 "chat template instead of the model's: chatml, llama3, gemma, or (with --jinja) "
+                 "a Jinja template's text");
+  app.add_option("--chat-template-file", s.chat_template_file,
+                 "file holding a Jinja chat template to use instead of the model's");
+  app.add_flag("--jinja,!--no-jinja", s.jinja,
+               "render chat templates with the Jinja engine (default on; off: the fixed format "
+               "of the template's family)");
+  app.add_option("--chat-template-kwargs", s.chat_template_kwargs,
+                 "JSON object of extra chat template variables, e.g. '{\"enable_thinking\": "
+                 "false}'");
   app.add_flag("--metrics", s.metrics, "enable GET /metrics (Prometheus text)");
   app.add_option("--timeout", s.timeout_s,
                  "seconds for socket reads/writes and for waiting for a free slot");
