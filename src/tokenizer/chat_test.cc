@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "mnemo/tokenizer.h"
+
 #include <string>
 #include <vector>
 
@@ -99,6 +101,73 @@ TEST(ChatTemplate, ChatmlDefaultSystemFromTemplate) {
   EXPECT_EQ(esc2.default_system(), "Line one\nLine two");
   // The role itself, not a constant: no default.
   EXPECT_EQ(ChatTemplate::detect("{{ '<|im_start|>' + message['role'] }}").default_system(), "");
+}
+
+// A small SPM vocabulary whose BOS is added by the tokenizer, with `chat_template`.
+Tokenizer tokenizer_with_template(std::string chat_template) {
+  VocabSpec spec;
+  spec.model = "llama";
+  spec.tokens = {"<unk>", "<s>", "</s>", "a"};
+  spec.token_types = {2, 3, 3, 1};
+  spec.add_bos = true;
+  spec.chat_template = std::move(chat_template);
+  auto t = Tokenizer::from_spec(std::move(spec));
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  return std::move(t).value();
+}
+
+using Json = nlohmann::ordered_json;
+
+TEST(ChatTemplate, JinjaIsChosenAndRendersWithVariables) {
+  const Tokenizer tok = tokenizer_with_template(
+      "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+      "{% if add_generation_prompt %}[assistant:{{ mood | default('') }}{% endif %}");
+  auto t = ChatTemplate::choose(tok, "", nullptr, /*jinja=*/true);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE(t->is_jinja());
+  const Json msgs = Json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "x"},
+                                    {"type": "text", "text": "y"}]}])");
+  // The BOS the template writes is cut: the tokenizer adds its own.
+  auto r = t->render(msgs, Json{{"chat_template_kwargs", {{"mood", "calm"}}}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(*r, "[user:x\ny][assistant:calm");
+  // A trailing assistant message is continued.
+  auto c = t->render(Json::parse(R"([{"role": "user", "content": "q"},
+                                     {"role": "assistant", "content": "Sure"}])"),
+                     Json::object());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, "[user:q][assistant:Sure");
+  // Without jinja the same model renders its family (unknown here: chatml).
+  auto fam = ChatTemplate::choose(tok, "", nullptr, /*jinja=*/false);
+  ASSERT_TRUE(fam.ok());
+  EXPECT_FALSE(fam->is_jinja());
+  EXPECT_EQ(*fam->render(Json::parse(R"([{"role": "user", "content": "q"}])"), Json::object()),
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, TemplateErrorsAreStatuses) {
+  const Tokenizer tok = tokenizer_with_template(
+      "{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}ok");
+  auto t = ChatTemplate::choose(tok, "", nullptr, true);
+  ASSERT_TRUE(t.ok());
+  auto r = t->render(Json::parse(R"([{"role": "system", "content": "s"}])"), Json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "chat template: no system");
+  EXPECT_FALSE(t->render(Json::parse(R"([{"role": 3}])"), Json::object()).ok());
+  EXPECT_FALSE(t->render(Json::parse(R"([{"role": "user", "content": 3}])"), Json::object()).ok());
+  // An operator's template that does not parse is an error naming the line...
+  auto bad = ChatTemplate::choose(tok, "x\n{% if %}", nullptr, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 2"), std::string::npos) << bad.status().message();
+  const std::string file = "{% for %}";
+  EXPECT_FALSE(ChatTemplate::choose(tok, "", &file, true).ok());
+  EXPECT_FALSE(ChatTemplate::choose(tok, "nope", nullptr, true).ok());
+  // ... while a model's own broken template falls back to its family.
+  const Tokenizer broken = tokenizer_with_template("<|im_start|>{% if %}");
+  auto fb = ChatTemplate::choose(broken, "", nullptr, true);
+  ASSERT_TRUE(fb.ok());
+  EXPECT_FALSE(fb->is_jinja());
+  EXPECT_EQ(fb->family(), ChatTemplateFamily::kChatml);
 }
 
 }  // namespace
