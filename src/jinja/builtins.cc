@@ -2,7 +2,7 @@
 // with the semantics of jinja2 3.1 (jinja2/filters.py, jinja2/tests.py) and of the Python str
 // and dict methods that templates call.
 //
-// Filters: abs, capitalize, center, count, d, default, dictsort, e, escape, first, float,
+// Filters: abs, batch, capitalize, center, count, d, default, dictsort, e, escape, first, float,
 //   indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr,
 //   replace, reverse, round, safe, select, selectattr, sort, string, sum, title, tojson, trim,
 //   unique, upper, wordcount.
@@ -15,8 +15,9 @@
 //   list: count, index.
 // Globals: range (at most 100000 items, as jinja2's sandbox), namespace, dict, raise_exception,
 //   strftime_now.
-// Case mapping (upper, lower, title, capitalize) and the `sort`/`unique` case folding change
-// ASCII letters only; Python changes every cased letter.
+// Case mapping (upper, lower, title, capitalize, and the case folding of sort/unique) covers
+// Latin-1, Latin Extended-A, Greek and Cyrillic; letters of other scripts keep their case
+// (Python maps every cased letter).
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -71,53 +72,144 @@ std::string py_strip(const std::string& s, const std::string* chars, bool left, 
   return out;
 }
 
-std::string ascii_lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+// Simple case mapping of one code point (Python's str.upper()/lower() on Latin-1, Latin
+// Extended-A, Greek and Cyrillic; other scripts are left as they are).
+uint32_t cp_upper(uint32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if (c == 0xb5) return 0x39c;
+  if (c >= 0xe0 && c <= 0xfe && c != 0xf7) return c - 32;
+  if (c == 0xff) return 0x178;
+  if (c == 0x131) return 'I';
+  if (c == 0x17f) return 'S';
+  if ((c >= 0x100 && c <= 0x137 && c != 0x130) || (c >= 0x14a && c <= 0x177)) return c & ~1u;
+  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) return (c & 1u) ? c : c - 1;
+  if (c == 0x3c2) return 0x3a3;
+  if ((c >= 0x3b1 && c <= 0x3c1) || (c >= 0x3c3 && c <= 0x3cb)) return c - 32;
+  if (c == 0x3ac) return 0x386;
+  if (c >= 0x3ad && c <= 0x3af) return c - 37;
+  if (c == 0x3cc) return 0x38c;
+  if (c == 0x3cd || c == 0x3ce) return c - 63;
+  if (c >= 0x430 && c <= 0x44f) return c - 32;
+  if (c >= 0x450 && c <= 0x45f) return c - 80;
+  return c;
 }
-std::string ascii_upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
+
+uint32_t cp_lower(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (c >= 0xc0 && c <= 0xde && c != 0xd7) return c + 32;
+  if (c == 0x178) return 0xff;
+  if ((c >= 0x100 && c <= 0x137 && c != 0x130 && c != 0x131) || (c >= 0x14a && c <= 0x177)) {
+    return c | 1u;
+  }
+  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) return (c & 1u) ? c + 1 : c;
+  if ((c >= 0x391 && c <= 0x3a1) || (c >= 0x3a3 && c <= 0x3ab)) return c + 32;
+  if (c == 0x386) return 0x3ac;
+  if (c >= 0x388 && c <= 0x38a) return c + 37;
+  if (c == 0x38c) return 0x3cc;
+  if (c == 0x38e || c == 0x38f) return c + 63;
+  if (c >= 0x410 && c <= 0x42f) return c + 32;
+  if (c >= 0x400 && c <= 0x40f) return c + 80;
+  return c;
+}
+
+bool cp_is_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xdf; }
+
+uint32_t decode(std::string_view u) {
+  const unsigned char c = u[0];
+  if (u.size() == 1) return c;
+  uint32_t cp = c & (u.size() == 2 ? 0x1f : u.size() == 3 ? 0x0f : 0x07);
+  for (size_t k = 1; k < u.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(u[k]) & 0x3f);
+  return cp;
+}
+
+void encode(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
+}
+
+// One code point upper- or lower-cased into *out ("ß" upper-cases to "SS", as Python).
+void put_case(std::string_view u, bool upper, std::string* out) {
+  const uint32_t c = decode(u);
+  if (upper && c == 0xdf) {
+    *out += "SS";
+    return;
+  }
+  const uint32_t m = upper ? cp_upper(c) : cp_lower(c);
+  if (m == c) {
+    out->append(u);
+  } else {
+    encode(m, out);
+  }
+}
+
+std::string py_lower(const std::string& s) {
+  std::string out;
+  for (std::string_view u : code_points(s)) put_case(u, false, &out);
+  return out;
+}
+std::string py_upper(const std::string& s) {
+  std::string out;
+  for (std::string_view u : code_points(s)) put_case(u, true, &out);
+  return out;
 }
 bool is_alpha(unsigned char c) { return std::isalpha(c) != 0 || c >= 0x80; }
 
-// Python's str.title(): a letter after a non-letter is upper case, other letters lower case.
+// Python's str.title(): a cased letter after an uncased character is upper case, other cased
+// letters lower case.
 std::string py_title(const std::string& s) {
-  std::string out = s;
+  std::string out;
   bool prev_cased = false;
-  for (char& c : out) {
-    const unsigned char u = c;
-    if (std::isalpha(u)) {
-      c = static_cast<char>(prev_cased ? std::tolower(u) : std::toupper(u));
-      prev_cased = true;
-    } else {
-      prev_cased = u >= 0x80 && prev_cased;
-    }
+  for (std::string_view u : code_points(s)) {
+    const bool cased = cp_is_cased(decode(u));
+    put_case(u, cased && !prev_cased, &out);
+    prev_cased = cased;
   }
   return out;
 }
 
-// jinja2's title filter: each word (split at whitespace, -, [, (, {) capitalized.
+// jinja2's title filter: each word (split at whitespace, -, [, (, {) has its first character
+// upper-cased and the rest lower-cased.
 std::string jinja_title(const std::string& s) {
   std::string out;
   bool word_start = true;
-  for (char c : s) {
-    const unsigned char u = c;
-    const bool sep = std::isspace(u) || c == '-' || c == '[' || c == '(' || c == '{';
+  for (std::string_view u : code_points(s)) {
+    const char c = u[0];
+    const bool sep = u.size() == 1 && (std::isspace(static_cast<unsigned char>(c)) || c == '-' ||
+                                       c == '[' || c == '(' || c == '{');
     if (sep) {
-      out.push_back(c);
+      out.append(u);
       word_start = true;
     } else {
-      out.push_back(static_cast<char>(word_start ? std::toupper(u) : std::tolower(u)));
+      put_case(u, word_start, &out);
       word_start = false;
     }
   }
   return out;
 }
 
+// Python's str.capitalize(): the first character upper-cased, the rest lower-cased.
 std::string capitalize(const std::string& s) {
-  std::string out = ascii_lower(s);
-  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
+  std::string out;
+  bool first = true;
+  for (std::string_view u : code_points(s)) {
+    put_case(u, first, &out);
+    first = false;
+  }
   return out;
 }
 
@@ -283,7 +375,7 @@ Value get_path(Renderer& r, const Value& v, const std::string& path, int line) {
 
 // Sort key: strings lower-cased unless case_sensitive.
 Value sort_key(const Value& v, bool case_sensitive) {
-  if (v.is_string() && !case_sensitive) return Value::string(ascii_lower(v.s));
+  if (v.is_string() && !case_sensitive) return Value::string(py_lower(v.s));
   return v;
 }
 
@@ -582,8 +674,8 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     const std::string s = to_str(v);
     return Value::string(py_strip(s, chars.is_string() ? &chars.s : nullptr, true, true));
   }
-  if (name == "upper") return Value::string(ascii_upper(to_str(v)));
-  if (name == "lower") return Value::string(ascii_lower(to_str(v)));
+  if (name == "upper") return Value::string(py_upper(to_str(v)));
+  if (name == "lower") return Value::string(py_lower(to_str(v)));
   if (name == "capitalize") return Value::string(capitalize(to_str(v)));
   if (name == "title") return Value::string(jinja_title(to_str(v)));
   if (name == "length" || name == "count") return length_of(r, v, line);
@@ -816,12 +908,24 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     if (!v.is_number()) return r.fail(line, "round needs a number");
     const int64_t precision = int_of(args.get(0, "precision", Value::integer(0)));
     const Value method = args.get(1, "method", Value::string("common"));
+    const std::string how = method.is_string() ? method.s : "common";
+    if (how == "common") {
+      // Python's round(): an int stays an int; a float is rounded half to even on its exact
+      // binary value (which printf's correctly rounded %.Nf does too).
+      if (is_int(v) && precision >= 0) return Value::integer(int_of(v));
+      if (precision < 0 || precision > 300) {
+        const double scale = std::pow(10.0, static_cast<double>(precision));
+        return Value::real(std::nearbyint(v.as_double() * scale) / scale);
+      }
+      const std::string text = fmt::format("{:.{}f}", v.as_double(), precision);
+      return Value::real(std::strtod(text.c_str(), nullptr));
+    }
+    if (how != "ceil" && how != "floor") {
+      return r.fail(line, "round's method must be 'common', 'ceil' or 'floor'");
+    }
     const double scale = std::pow(10.0, static_cast<double>(precision));
     const double x = v.as_double() * scale;
-    double y = std::nearbyint(x);  // half to even, as Python's round()
-    if (method.is_string() && method.s == "ceil") y = std::ceil(x);
-    if (method.is_string() && method.s == "floor") y = std::floor(x);
-    return Value::real(y / scale);
+    return Value::real((how == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
   }
   if (name == "indent") {
     const Value width = args.get(0, "width", Value::integer(4));
@@ -869,6 +973,25 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     }
     return Value::integer(n);
   }
+  if (name == "batch") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    const Value count = args.get(0, "linecount");
+    const Value fill = args.get(1, "fill_with", Value::none());
+    if (!is_int(count) || int_of(count) <= 0) {
+      return r.fail(line, "batch needs a positive item count");
+    }
+    const size_t n = static_cast<size_t>(int_of(count));
+    std::vector<Value> out;
+    for (size_t k = 0; k < items.size(); k += n) {
+      std::vector<Value> group(items.begin() + k, items.begin() + std::min(items.size(), k + n));
+      if (!fill.is_none()) {
+        while (group.size() < n) group.push_back(fill);
+      }
+      out.push_back(Value::new_list(std::move(group)));
+    }
+    return Value::new_list(std::move(out));
+  }
   if (name == "escape" || name == "e") return Value::string(html_escape(to_str(v)));
   return r.fail(line, fmt::format("no filter named '{}'", name));
 }
@@ -891,8 +1014,8 @@ Value apply_test(Renderer& r, std::string_view name, const Value& v, Args& args)
   if (name == "iterable") return b(v.is_list() || v.is_dict() || v.is_string() || v.is_undefined());
   if (name == "sequence") return b(v.is_list() || v.is_dict() || v.is_string());
   if (name == "callable") return b(v.kind == K::kFunc);
-  if (name == "lower") return b(v.is_string() && ascii_lower(v.s) == v.s);
-  if (name == "upper") return b(v.is_string() && ascii_upper(v.s) == v.s);
+  if (name == "lower") return b(v.is_string() && py_lower(v.s) == v.s);
+  if (name == "upper") return b(v.is_string() && py_upper(v.s) == v.s);
   if (name == "escaped") return b(false);
   if (name == "odd" || name == "even" || name == "divisibleby") {
     if (!is_int(v)) return r.fail(line, fmt::format("the test '{}' needs an integer", name));
@@ -985,8 +1108,8 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name, Args& 
       }
       return Value::boolean(false);
     }
-    if (name == "upper") return Value::string(ascii_upper(s));
-    if (name == "lower") return Value::string(ascii_lower(s));
+    if (name == "upper") return Value::string(py_upper(s));
+    if (name == "lower") return Value::string(py_lower(s));
     if (name == "title") return Value::string(py_title(s));
     if (name == "capitalize") return Value::string(capitalize(s));
     if (name == "replace") {

@@ -145,13 +145,47 @@ std::string float_repr(double d) {
   return sign + out + fmt::format("e{}{:02d}", exp < 0 ? '-' : '+', std::abs(exp));
 }
 
+// Code points Python's str.isprintable() refuses beyond ASCII, so repr() escapes them: C1
+// controls, the non-ASCII spaces and separators, format characters, private use. (Python's
+// table is Unicode's categories Cc Cf Cs Co Cn Zl Zp Zs; unassigned code points are printed
+// as they are here.)
+bool unprintable(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0xa0) || cp == 0xad || cp == 0x61c || cp == 0x1680 || cp == 0x180e ||
+         (cp >= 0x2000 && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202f) ||
+         (cp >= 0x205f && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x206f) || cp == 0x3000 ||
+         (cp >= 0xe000 && cp <= 0xf8ff) || cp == 0xfeff || (cp >= 0xfff9 && cp <= 0xfffb) ||
+         (cp >= 0xf0000);
+}
+
+uint32_t decode_cp(std::string_view u) {
+  const unsigned char c = u[0];
+  if (u.size() == 1) return c;
+  uint32_t cp = c & (u.size() == 2 ? 0x1f : u.size() == 3 ? 0x0f : 0x07);
+  for (size_t k = 1; k < u.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(u[k]) & 0x3f);
+  return cp;
+}
+
 // Python's repr(str): single quotes unless the text has ' and no ", escapes for \\, the quote,
-// \n \r \t and other control characters.
+// \n \r \t, other control characters and the code points str.isprintable() refuses.
 std::string string_repr(const std::string& s) {
   const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
   const char q = dq ? '"' : '\'';
   std::string out(1, q);
-  for (unsigned char c : s) {
+  for (std::string_view u : code_points(s)) {
+    if (u.size() > 1) {
+      const uint32_t cp = decode_cp(u);
+      if (!unprintable(cp)) {
+        out.append(u);
+      } else if (cp < 0x100) {
+        out += fmt::format("\\x{:02x}", cp);
+      } else if (cp < 0x10000) {
+        out += fmt::format("\\u{:04x}", cp);
+      } else {
+        out += fmt::format("\\U{:08x}", cp);
+      }
+      continue;
+    }
+    const unsigned char c = u[0];
     if (c == '\\') {
       out += "\\\\";
     } else if (c == q) {
@@ -648,6 +682,9 @@ class Interp final : public Renderer {
     const int64_t length = static_cast<int64_t>(items.size());
     ++loop_depth_;
     Flow result = Flow::kNormal;
+    // jinja2 runs the else block unless some iteration reached the end of the body (one left
+    // by break or continue does not count).
+    bool completed = false;
     for (int64_t k = 0; k < length; ++k) {
       if (!step()) {
         result = Flow::kError;
@@ -684,8 +721,10 @@ class Interp final : public Renderer {
         break;
       }
       if (f == Flow::kBreak) break;
+      if (f == Flow::kNormal) completed = true;
     }
     --loop_depth_;
+    if (result == Flow::kNormal && !completed) return exec(n.bodies[1]);
     return result;
   }
 

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "kernels/kernels.h"
@@ -18,7 +19,8 @@ struct RunFlags {
   SamplingParams sampling;
   std::string prompt;
   std::string system;
-  std::string chat_template;  // family name overriding the model's template ("gemma", ...)
+  std::string chat_template;  // a family name or Jinja text overriding the model's template
+  bool jinja = true;          // render the chat template with the Jinja engine
   int32_t n_predict = 128;
   bool chat = false;
   bool show_special = false;
@@ -87,19 +89,20 @@ int run_main(RunFlags& f) {
 
   std::string text = f.prompt;
   if (f.chat) {
-    std::vector<ChatMessage> msgs;
-    if (!f.system.empty()) msgs.push_back({"system", f.system});
-    msgs.push_back({"user", f.prompt});
-    ChatTemplate tmpl = ChatTemplate::detect(tok.chat_template());
-    if (!f.chat_template.empty()) {
-      auto named = ChatTemplate::from_name(f.chat_template);
-      if (!named.ok()) {
-        fmt::print(stderr, "mnemo run: --chat-template: {}\n", named.status().message());
-        return 2;
-      }
-      tmpl = *named;
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
+    msgs.push_back({{"role", "user"}, {"content", f.prompt}});
+    auto tmpl = ChatTemplate::choose(tok, f.chat_template, nullptr, f.jinja);
+    if (!tmpl.ok()) {
+      fmt::print(stderr, "mnemo run: --chat-template: {}\n", tmpl.status().message());
+      return 2;
     }
-    text = tmpl.apply(msgs, true);
+    auto rendered = tmpl->render(msgs, nlohmann::ordered_json::object());
+    if (!rendered.ok()) {
+      fmt::print(stderr, "mnemo run: {}\n", rendered.status().message());
+      return 1;
+    }
+    text = std::move(rendered).value();
   }
   std::vector<TokenId> prompt = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/f.chat);
   if (prompt.empty()) {
@@ -180,7 +183,11 @@ RunFn register_run(CLI::App& app) {
   app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat template");
   app.add_option("--system", f->system, "system message (with --chat)");
   app.add_option("--chat-template", f->chat_template,
-                 "template family overriding the model's: chatml, llama3, gemma");
+                 "chat template overriding the model's: chatml, llama3, gemma, or (with --jinja) "
+                 "a Jinja template's text");
+  app.add_flag("--jinja,!--no-jinja", f->jinja,
+               "render the chat template with the Jinja engine (default on; off: the fixed "
+               "format of its family)");
   app.add_flag("--special", f->show_special, "print special tokens");
   return [f]() { return run_main(*f); };
 }
