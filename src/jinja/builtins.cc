@@ -3,8 +3,8 @@
 // and dict methods that templates call.
 //
 // Filters: abs, batch, capitalize, center, count, d, default, dictsort, e, escape, first, float,
-//   indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr,
-//   replace, reverse, round, safe, select, selectattr, sort, string, sum, title, tojson, trim,
+//   format, groupby, indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr,
+//   replace, reverse, round, safe, select, selectattr, slice, sort, string, sum, title, tojson, trim,
 //   unique, upper, wordcount.
 // Tests: boolean, callable, defined, divisibleby, eq, equalto, escaped, even, false, float, ge,
 //   greaterthan, gt, in, integer, iterable, le, lessthan, lower, lt, mapping, ne, none, number,
@@ -20,6 +20,7 @@
 // (Python maps every cased letter).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -74,9 +75,17 @@ std::string py_strip(const std::string& s, const std::string* chars, bool left, 
 
 // Simple case mapping of one code point (Python's str.upper()/lower() on Latin-1, Latin
 // Extended-A, Greek and Cyrillic; other scripts are left as they are).
+// The Latin digraphs (U+01C4-01CC, U+01F1-01F3) come in threes: upper, title, lower.
+uint32_t digraph_base(uint32_t c) {
+  if (c >= 0x1c4 && c <= 0x1cc) return 0x1c4 + (c - 0x1c4) / 3 * 3;
+  if (c >= 0x1f1 && c <= 0x1f3) return 0x1f1;
+  return 0;
+}
+
 uint32_t cp_upper(uint32_t c) {
   if (c >= 'a' && c <= 'z') return c - 32;
   if (c < 0x80) return c;
+  if (const uint32_t d = digraph_base(c)) return d;
   if (c == 0xb5) return 0x39c;
   if (c >= 0xe0 && c <= 0xfe && c != 0xf7) return c - 32;
   if (c == 0xff) return 0x178;
@@ -98,6 +107,7 @@ uint32_t cp_upper(uint32_t c) {
 uint32_t cp_lower(uint32_t c) {
   if (c >= 'A' && c <= 'Z') return c + 32;
   if (c < 0x80) return c;
+  if (const uint32_t d = digraph_base(c)) return d + 2;
   if (c >= 0xc0 && c <= 0xde && c != 0xd7) return c + 32;
   if (c == 0x178) return 0xff;
   if ((c >= 0x100 && c <= 0x137 && c != 0x130 && c != 0x131) || (c >= 0x14a && c <= 0x177)) {
@@ -143,13 +153,15 @@ void encode(uint32_t cp, std::string* out) {
 }
 
 // One code point upper- or lower-cased into *out ("ß" upper-cases to "SS", as Python).
-void put_case(std::string_view u, bool upper, std::string* out) {
+// `title`: the title case where it differs from upper case (the digraphs; "ß" to "Ss").
+void put_case(std::string_view u, bool upper, std::string* out, bool title = false) {
   const uint32_t c = decode(u);
   if (upper && c == 0xdf) {
-    *out += "SS";
+    *out += title ? "Ss" : "SS";
     return;
   }
-  const uint32_t m = upper ? cp_upper(c) : cp_lower(c);
+  uint32_t m = upper ? cp_upper(c) : cp_lower(c);
+  if (upper && title && digraph_base(c) != 0) m = digraph_base(c) + 1;
   if (m == c) {
     out->append(u);
   } else {
@@ -157,14 +169,38 @@ void put_case(std::string_view u, bool upper, std::string* out) {
   }
 }
 
+// Python's str.lower(), with its two context rules: capital sigma is final sigma at the end
+// of a word (after a cased letter, not before one), and U+0130 becomes "i" + U+0307.
 std::string py_lower(const std::string& s) {
   std::string out;
-  for (std::string_view u : code_points(s)) put_case(u, false, &out);
+  const auto cps = code_points(s);
+  for (size_t k = 0; k < cps.size(); ++k) {
+    const uint32_t c = decode(cps[k]);
+    if (c == 0x3a3) {
+      const bool after_cased = k > 0 && cp_is_cased(decode(cps[k - 1]));
+      const bool before_cased = k + 1 < cps.size() && cp_is_cased(decode(cps[k + 1]));
+      encode(after_cased && !before_cased ? 0x3c2 : 0x3c3, &out);
+    } else if (c == 0x130) {
+      out += "i\u0307";
+    } else {
+      put_case(cps[k], false, &out);
+    }
+  }
   return out;
 }
+
+// Python's str.upper(), with the Latin ligatures expanded (U+FB00-FB06: "FF", "FI", ...).
 std::string py_upper(const std::string& s) {
+  static constexpr const char* kLigatures[] = {"FF", "FI", "FL", "FFI", "FFL", "ST", "ST"};
   std::string out;
-  for (std::string_view u : code_points(s)) put_case(u, true, &out);
+  for (std::string_view u : code_points(s)) {
+    const uint32_t c = decode(u);
+    if (c >= 0xfb00 && c <= 0xfb06) {
+      out += kLigatures[c - 0xfb00];
+    } else {
+      put_case(u, true, &out);
+    }
+  }
   return out;
 }
 bool is_alpha(unsigned char c) { return std::isalpha(c) != 0 || c >= 0x80; }
@@ -176,7 +212,7 @@ std::string py_title(const std::string& s) {
   bool prev_cased = false;
   for (std::string_view u : code_points(s)) {
     const bool cased = cp_is_cased(decode(u));
-    put_case(u, cased && !prev_cased, &out);
+    put_case(u, cased && !prev_cased, &out, /*title=*/true);
     prev_cased = cased;
   }
   return out;
@@ -195,7 +231,7 @@ std::string jinja_title(const std::string& s) {
       out.append(u);
       word_start = true;
     } else {
-      put_case(u, word_start, &out);
+      put_case(u, word_start, &out, /*title=*/true);
       word_start = false;
     }
   }
@@ -207,7 +243,7 @@ std::string capitalize(const std::string& s) {
   std::string out;
   bool first = true;
   for (std::string_view u : code_points(s)) {
-    put_case(u, first, &out);
+    put_case(u, first, &out, /*title=*/true);
     first = false;
   }
   return out;
@@ -657,6 +693,84 @@ Value select_items(Renderer& r, const Value& v, Args& args, bool by_attr, bool k
   return Value::new_list(std::move(out));
 }
 
+// Python's printf-style `fmt % args` for the conversions templates use: %s %r %d %i %f %F
+// %e %x %X %o %c %%, with flags - + 0 space, a width and a precision.
+Value percent_format(Renderer& r, const std::string& fmt_text, const std::vector<Value>& args,
+                     int line) {
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < fmt_text.size(); ++i) {
+    if (fmt_text[i] != '%') {
+      out.push_back(fmt_text[i]);
+      continue;
+    }
+    if (++i >= fmt_text.size()) return r.fail(line, "format: incomplete format");
+    if (fmt_text[i] == '%') {
+      out.push_back('%');
+      continue;
+    }
+    std::string flags;
+    while (i < fmt_text.size() && std::strchr("-+ 0#", fmt_text[i]) != nullptr) {
+      flags.push_back(fmt_text[i++]);
+    }
+    int width = 0, precision = -1;
+    while (i < fmt_text.size() && std::isdigit(static_cast<unsigned char>(fmt_text[i]))) {
+      width = std::min(width * 10 + (fmt_text[i++] - '0'), 1000);
+    }
+    if (i < fmt_text.size() && fmt_text[i] == '.') {
+      precision = 0;
+      ++i;
+      while (i < fmt_text.size() && std::isdigit(static_cast<unsigned char>(fmt_text[i]))) {
+        precision = std::min(precision * 10 + (fmt_text[i++] - '0'), 1000);
+      }
+    }
+    if (i >= fmt_text.size()) return r.fail(line, "format: incomplete format");
+    const char conv = fmt_text[i];
+    if (next >= args.size()) return r.fail(line, "format: not enough arguments for format string");
+    const Value& a = args[next++];
+    std::string spec = "%" + flags;
+    if (width > 0) spec += std::to_string(width);
+    std::string piece;
+    char buf[2048];
+    if (conv == 's' || conv == 'r') {
+      std::string text = conv == 's' ? to_str(a) : to_repr(a);
+      if (precision >= 0) {
+        const auto cps = code_points(text);
+        std::string cut;
+        for (size_t k = 0; k < cps.size() && k < static_cast<size_t>(precision); ++k) cut.append(cps[k]);
+        text = cut;
+      }
+      const size_t n = code_points(text).size();
+      const size_t pad = static_cast<size_t>(width) > n ? width - n : 0;
+      piece = flags.find('-') != std::string::npos ? text + std::string(pad, ' ')
+                                                   : std::string(pad, ' ') + text;
+    } else if (std::strchr("dixXo", conv) != nullptr) {
+      if (!a.is_number()) return r.fail(line, fmt::format("format: %{} needs a number", conv));
+      const long long x = a.kind == K::kFloat ? static_cast<long long>(a.f) : int_of(a);
+      if (precision >= 0) spec += "." + std::to_string(precision);
+      spec += "ll";
+      spec += conv == 'i' ? 'd' : conv;
+      std::snprintf(buf, sizeof buf, spec.c_str(), x);
+      piece = buf;
+    } else if (std::strchr("fFeEgG", conv) != nullptr) {
+      if (!a.is_number()) return r.fail(line, fmt::format("format: %{} needs a number", conv));
+      spec += "." + std::to_string(precision >= 0 ? precision : 6);
+      spec += conv;
+      std::snprintf(buf, sizeof buf, spec.c_str(), a.as_double());
+      piece = buf;
+    } else if (conv == 'c') {
+      piece = is_int(a) ? std::string(1, static_cast<char>(int_of(a))) : to_str(a);
+    } else {
+      return r.fail(line, fmt::format("format: unsupported format character '{}'", conv));
+    }
+    out += piece;
+  }
+  if (next < args.size()) {
+    return r.fail(line, "format: not all arguments converted during string formatting");
+  }
+  return Value::string(std::move(out));
+}
+
 }  // namespace
 
 Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& args) {
@@ -991,6 +1105,76 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
       out.push_back(Value::new_list(std::move(group)));
     }
     return Value::new_list(std::move(out));
+  }
+  if (name == "slice") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    const Value count = args.get(0, "slices");
+    const Value fill = args.get(1, "fill_with", Value::none());
+    if (!is_int(count) || int_of(count) <= 0 || int_of(count) > 100000) {
+      return r.fail(line, "slice needs a positive number of slices");
+    }
+    const size_t slices = static_cast<size_t>(int_of(count));
+    const size_t per = items.size() / slices, extra = items.size() % slices;
+    std::vector<Value> out;
+    size_t offset = 0;
+    for (size_t k = 0; k < slices; ++k) {
+      const size_t start = offset + k * per;
+      if (k < extra) ++offset;
+      const size_t end = offset + (k + 1) * per;
+      std::vector<Value> part(items.begin() + start, items.begin() + end);
+      if (!fill.is_none() && k >= extra) part.push_back(fill);
+      out.push_back(Value::new_list(std::move(part)));
+    }
+    return Value::new_list(std::move(out));
+  }
+  if (name == "groupby") {
+    std::vector<Value> items;
+    if (!items_of(r, v, line, &items)) return {};
+    const Value attribute = args.get(0, "attribute");
+    const Value fallback = args.get(1, "default", Value::none());
+    const bool case_sensitive = args.get(2, "case_sensitive", Value::boolean(false)).truthy();
+    if (!attribute.is_string() && !is_int(attribute)) {
+      return r.fail(line, "groupby needs an attribute");
+    }
+    const std::string path = to_str(attribute);
+    // Sorted by key (stable), then runs of equal keys; the grouper is the first item's key.
+    std::vector<std::pair<Value, Value>> keyed;
+    for (Value& item : items) {
+      Value key = get_path(r, item, path, line);
+      if (r.failed()) return {};
+      if (key.is_undefined() && !fallback.is_none()) key = fallback;
+      keyed.emplace_back(std::move(key), std::move(item));
+    }
+    bool bad = false;
+    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+      int c = 0;
+      if (!order_values(sort_key(a.first, case_sensitive), sort_key(b.first, case_sensitive), &c)) {
+        bad = true;
+        return false;
+      }
+      return c < 0;
+    });
+    if (bad) return r.fail(line, "groupby: keys that cannot be ordered");
+    std::vector<Value> out;
+    for (size_t k = 0; k < keyed.size();) {
+      size_t e = k;
+      std::vector<Value> group;
+      while (e < keyed.size() && equals(sort_key(keyed[e].first, case_sensitive),
+                                        sort_key(keyed[k].first, case_sensitive))) {
+        group.push_back(keyed[e].second);
+        ++e;
+      }
+      Value t = Value::new_list({keyed[k].first, Value::new_list(std::move(group))}, true);
+      t.list->fields = {"grouper", "list"};
+      out.push_back(std::move(t));
+      k = e;
+    }
+    return Value::new_list(std::move(out));
+  }
+  if (name == "format") {
+    if (!v.is_string()) return r.fail(line, "format needs a format string");
+    return percent_format(r, v.s, args.pos, line);
   }
   if (name == "escape" || name == "e") return Value::string(html_escape(to_str(v)));
   return r.fail(line, fmt::format("no filter named '{}'", name));

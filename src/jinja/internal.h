@@ -99,6 +99,8 @@ struct Value {
 struct List {
   std::vector<Value> items;
   bool tuple = false;  // prints as (a, b)
+  /// A named tuple (groupby's (grouper, list)): the attribute names of the items, in order.
+  std::vector<std::string> fields;
 };
 
 /// A dict keeping insertion order (Python 3.7+). Keys are strings, or the str() of an int key.

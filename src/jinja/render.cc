@@ -432,6 +432,11 @@ class Interp final : public Renderer {
       if (const Value* v = obj.dict->find(name)) return *v;
       return Value::undefined(name);
     }
+    if (obj.is_list()) {
+      for (size_t k = 0; k < obj.list->fields.size() && k < obj.list->items.size(); ++k) {
+        if (obj.list->fields[k] == name) return obj.list->items[k];
+      }
+    }
     return Value::undefined(name);
   }
 
