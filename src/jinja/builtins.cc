@@ -3,15 +3,15 @@
 // and dict methods that templates call.
 //
 // Filters: abs, batch, capitalize, center, count, d, default, dictsort, e, escape, first, float,
-//   format, groupby, indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr,
-//   replace, reverse, round, safe, select, selectattr, slice, sort, string, sum, title, tojson, trim,
-//   unique, upper, wordcount.
+//   format, groupby, indent, int, items, join, last, length, list, lower, map, max, min, reject,
+//   rejectattr, replace, reverse, round, safe, select, selectattr, slice, sort, string, sum, title,
+//   tojson, trim, unique, upper, wordcount.
 // Tests: boolean, callable, defined, divisibleby, eq, equalto, escaped, even, false, float, ge,
 //   greaterthan, gt, in, integer, iterable, le, lessthan, lower, lt, mapping, ne, none, number,
 //   odd, sameas, sequence, string, true, undefined, upper, and == != < <= > >=.
 // str methods: capitalize, count, endswith, find, isalnum, isalpha, isdigit, islower, isspace,
-//   isupper, join, lower, lstrip, removeprefix, removesuffix, replace, rfind, rsplit, rstrip,
-//   split, splitlines, startswith, strip, title, upper. dict: get, items, keys, values.
+//   isupper, format, join, lower, lstrip, removeprefix, removesuffix, replace, rfind, rsplit,
+//   rstrip, split, splitlines, startswith, strip, title, upper. dict: get, items, keys, values.
 //   list: count, index.
 // Globals: range (at most 100000 items, as jinja2's sandbox), namespace, dict, raise_exception,
 //   strftime_now.
@@ -360,7 +360,7 @@ bool items_of(Renderer& r, const Value& v, int line, std::vector<Value>* out) {
       *out = v.list->items;
       return true;
     case K::kDict:
-      for (const auto& [k, unused] : v.dict->items) out->push_back(Value::string(k));
+      for (size_t k = 0; k < v.dict->items.size(); ++k) out->push_back(v.dict->key(k));
       return true;
     case K::kString:
       for (std::string_view cp : code_points(v.s)) out->push_back(Value::string(std::string(cp)));
@@ -441,6 +441,8 @@ bool sort_values(Renderer& r, std::vector<Value>* items, bool reverse, bool case
   return true;
 }
 
+}  // namespace
+
 std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -466,6 +468,8 @@ std::string html_escape(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 // Python's str.splitlines() (line ends \n, \r\n, \r and the rest Python knows).
 std::vector<std::string> splitlines(const std::string& s) {
@@ -657,7 +661,8 @@ Value length_of(Renderer& r, const Value& v, int line) {
 // select / reject / selectattr / rejectattr.
 Value select_items(Renderer& r, const Value& v, Args& args, bool by_attr, bool keep_if) {
   std::vector<Value> items;
-  if (!items_of(r, v, args.line, &items)) return {};
+  // jinja2 iterates only a true value: none (or an empty value) selects nothing.
+  if (v.truthy() && !items_of(r, v, args.line, &items)) return {};
   size_t next = 0;
   std::string attr;
   if (by_attr) {
@@ -737,7 +742,8 @@ Value percent_format(Renderer& r, const std::string& fmt_text, const std::vector
       if (precision >= 0) {
         const auto cps = code_points(text);
         std::string cut;
-        for (size_t k = 0; k < cps.size() && k < static_cast<size_t>(precision); ++k) cut.append(cps[k]);
+        for (size_t k = 0; k < cps.size() && k < static_cast<size_t>(precision); ++k)
+          cut.append(cps[k]);
         text = cut;
       }
       const size_t n = code_points(text).size();
@@ -771,6 +777,130 @@ Value percent_format(Renderer& r, const std::string& fmt_text, const std::vector
   return Value::string(std::move(out));
 }
 
+// JSON text with every non-ASCII code point written as \uXXXX (a UTF-16 surrogate pair past
+// U+FFFF), as json.dumps(ensure_ascii=True). Only string contents hold non-ASCII.
+std::string ascii_escape(const std::string& json) {
+  std::string out;
+  for (std::string_view u : code_points(json)) {
+    if (u.size() == 1) {
+      out.append(u);
+      continue;
+    }
+    const uint32_t cp = decode(u);
+    if (cp < 0x10000) {
+      out += fmt::format("\\u{:04x}", cp);
+    } else {
+      const uint32_t v = cp - 0x10000;
+      out += fmt::format("\\u{:04x}\\u{:04x}", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
+    }
+  }
+  return out;
+}
+
+// Python's str.format for what templates write: {} {0} {name} (and {{ }}), each with an
+// optional !s / !r and a format spec [[fill]align][width][.precision][type] for s, d and f.
+Value str_format(Renderer& r, const std::string& f, const Args& args, int line) {
+  std::string out;
+  size_t auto_index = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    const char c = f[i];
+    if (c == '}') {
+      if (i + 1 < f.size() && f[i + 1] == '}') ++i;
+      out.push_back('}');
+      continue;
+    }
+    if (c != '{') {
+      out.push_back(c);
+      continue;
+    }
+    if (i + 1 < f.size() && f[i + 1] == '{') {
+      out.push_back('{');
+      ++i;
+      continue;
+    }
+    const size_t end = f.find('}', i);
+    if (end == std::string::npos) return r.fail(line, "format: a '{' is never closed");
+    std::string field = f.substr(i + 1, end - i - 1);
+    i = end;
+    std::string spec;
+    char conversion = 's';
+    if (const size_t colon = field.find(':'); colon != std::string::npos) {
+      spec = field.substr(colon + 1);
+      field.resize(colon);
+    }
+    if (const size_t bang = field.find('!'); bang != std::string::npos) {
+      conversion = bang + 1 < field.size() ? field[bang + 1] : 's';
+      field.resize(bang);
+    }
+    Value v;
+    if (field.empty()) {
+      if (auto_index >= args.pos.size()) return r.fail(line, "format: not enough arguments");
+      v = args.pos[auto_index++];
+    } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
+      const size_t k = std::stoul(field.substr(0, 9));
+      if (k >= args.pos.size()) return r.fail(line, "format: replacement index out of range");
+      v = args.pos[k];
+    } else {
+      bool found = false;
+      for (const auto& [name, x] : args.kw) {
+        if (name == field) {
+          v = x;
+          found = true;
+        }
+      }
+      if (!found) return r.fail(line, fmt::format("format: no argument named '{}'", field));
+    }
+    std::string text = conversion == 'r' ? to_repr(v) : to_str(v);
+    if (!spec.empty()) {
+      char fill = ' ', align = '\0';
+      size_t p = 0;
+      if (spec.size() >= 2 && std::strchr("<>^", spec[1]) != nullptr) {
+        fill = spec[0];
+        align = spec[1];
+        p = 2;
+      } else if (std::strchr("<>^", spec[0]) != nullptr) {
+        align = spec[0];
+        p = 1;
+      }
+      size_t width = 0;
+      while (p < spec.size() && std::isdigit(static_cast<unsigned char>(spec[p]))) {
+        width = std::min<size_t>(width * 10 + (spec[p++] - '0'), 1000);
+      }
+      int precision = -1;
+      if (p < spec.size() && spec[p] == '.') {
+        precision = 0;
+        while (++p < spec.size() && std::isdigit(static_cast<unsigned char>(spec[p]))) {
+          precision = std::min(precision * 10 + (spec[p] - '0'), 300);
+        }
+      }
+      const char type = p < spec.size() ? spec[p] : '\0';
+      if (type == 'f' || type == 'd') {
+        if (!v.is_number()) return r.fail(line, "format: a number is needed");
+        text = type == 'f'
+                   ? fmt::format("{:.{}f}", v.as_double(), precision < 0 ? 6 : precision)
+                   : std::to_string(v.kind == K::kFloat ? static_cast<int64_t>(v.f) : int_of(v));
+        if (align == '\0') align = '>';
+      } else if (precision >= 0) {
+        const auto cps = code_points(text);
+        std::string cut;
+        for (size_t k = 0; k < cps.size() && k < static_cast<size_t>(precision); ++k) {
+          cut.append(cps[k]);
+        }
+        text = cut;
+      }
+      const size_t n = code_points(text).size();
+      if (width > n) {
+        const size_t pad = width - n;
+        if (align == '\0') align = v.is_number() ? '>' : '<';
+        const size_t left = align == '>' ? pad : align == '^' ? pad / 2 : 0;
+        text = std::string(left, fill) + text + std::string(pad - left, fill);
+      }
+    }
+    out += text;
+  }
+  return Value::string(std::move(out));
+}
+
 }  // namespace
 
 Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& args) {
@@ -780,9 +910,12 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     r.fail(line, fmt::format("the filter '{}' needs a string", what));
     return false;
   };
-  if (name == "safe" || name == "string") {
-    return name == "safe" ? v : Value::string(to_str(v));
+  if (name == "safe") {
+    Value out = Value::string(to_str(v));
+    out.safe = true;
+    return out;
   }
+  if (name == "string") return v.is_string() ? v : Value::string(to_str(v));
   if (name == "trim") {
     const Value chars = args.get(0, "chars", Value::none());
     const std::string s = to_str(v);
@@ -829,8 +962,8 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     if (v.is_undefined()) return Value::new_list();
     if (!v.is_dict()) return r.fail(line, "the filter 'items' needs a mapping");
     std::vector<Value> out;
-    for (const auto& [k, x] : v.dict->items) {
-      out.push_back(Value::new_list({Value::string(k), x}, /*tuple=*/true));
+    for (size_t k = 0; k < v.dict->items.size(); ++k) {
+      out.push_back(Value::new_list({v.dict->key(k), v.dict->items[k].second}, /*tuple=*/true));
     }
     return Value::new_list(std::move(out));
   }
@@ -840,17 +973,20 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     const Value by = args.get(1, "by", Value::string("key"));
     const bool reverse = args.get(2, "reverse", Value::boolean(false)).truthy();
     std::vector<Value> pairs;
-    for (const auto& [k, x] : v.dict->items) {
-      pairs.push_back(Value::new_list({Value::string(k), x}, /*tuple=*/true));
+    for (size_t k = 0; k < v.dict->items.size(); ++k) {
+      pairs.push_back(Value::new_list({v.dict->key(k), v.dict->items[k].second}, /*tuple=*/true));
     }
     const std::string attr = by.is_string() && by.s == "value" ? "1" : "0";
     if (!sort_values(r, &pairs, reverse, case_sensitive, attr, line)) return {};
     return Value::new_list(std::move(pairs));
   }
   if (name == "tojson") {
-    const Value indent = args.get(0, "indent", Value::none());
-    const Value separators = args.get(1, "separators", Value::none());
-    const bool sort_keys = args.get(2, "sort_keys", Value::boolean(false)).truthy();
+    // transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None,
+    // sort_keys=False).
+    const bool ensure_ascii = args.get(0, "ensure_ascii", Value::boolean(false)).truthy();
+    const Value indent = args.get(1, "indent", Value::none());
+    const Value separators = args.get(2, "separators", Value::none());
+    const bool sort_keys = args.get(3, "sort_keys", Value::boolean(false)).truthy();
     std::string indent_text;
     const std::string* ind = nullptr;
     if (is_int(indent)) {
@@ -868,6 +1004,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     }
     std::string out;
     if (!to_json(r, v, ind, item_sep, key_sep, sort_keys, line, &out)) return {};
+    if (ensure_ascii) out = ascii_escape(out);
     return Value::string(std::move(out));
   }
   if (name == "replace") {
@@ -953,7 +1090,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
   }
   if (name == "map") {
     std::vector<Value> items;
-    if (!items_of(r, v, line, &items)) return {};
+    if (v.truthy() && !items_of(r, v, line, &items)) return {};  // none maps to nothing
     const Value attribute = args.get(99, "attribute", Value::none());
     std::vector<Value> out;
     if (attribute.is_string()) {
@@ -1176,7 +1313,12 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     if (!v.is_string()) return r.fail(line, "format needs a format string");
     return percent_format(r, v.s, args.pos, line);
   }
-  if (name == "escape" || name == "e") return Value::string(html_escape(to_str(v)));
+  if (name == "escape" || name == "e") {
+    if (v.is_string() && v.safe) return v;
+    Value out = Value::string(html_escape(to_str(v)));
+    out.safe = true;
+    return out;
+  }
   return r.fail(line, fmt::format("no filter named '{}'", name));
 }
 
@@ -1342,6 +1484,7 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name, Args& 
       return obj;
     }
     if (name == "splitlines") return string_list(splitlines(s));
+    if (name == "format") return str_format(r, s, args, line);
     if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
         name == "islower" || name == "isupper") {
       if (s.empty()) return Value::boolean(false);
@@ -1375,11 +1518,11 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name, Args& 
     const Dict& d = *obj.dict;
     if (name == "items" || name == "keys" || name == "values") {
       std::vector<Value> out;
-      for (const auto& [k, x] : d.items) {
+      for (size_t k = 0; k < d.items.size(); ++k) {
         if (name == "items") {
-          out.push_back(Value::new_list({Value::string(k), x}, /*tuple=*/true));
+          out.push_back(Value::new_list({d.key(k), d.items[k].second}, /*tuple=*/true));
         } else {
-          out.push_back(name == "keys" ? Value::string(k) : x);
+          out.push_back(name == "keys" ? d.key(k) : d.items[k].second);
         }
       }
       return Value::new_list(std::move(out));

@@ -36,6 +36,9 @@ struct Value {
     kFunc
   };
   Kind kind = Kind::kUndefined;
+  /// kString: marked safe (jinja2's Markup, from the `safe` or `escape` filter). Adding a plain
+  /// string to a safe one HTML-escapes the plain one, as Markup.__add__ does.
+  bool safe = false;
   bool b = false;
   int64_t i = 0;
   double f = 0;
@@ -103,14 +106,18 @@ struct List {
   std::vector<std::string> fields;
 };
 
-/// A dict keeping insertion order (Python 3.7+). Keys are strings, or the str() of an int key.
+/// A dict keeping insertion order (Python 3.7+). Keys are strings, or the str() of an int key
+/// (a dict literal's {4096: 512}); int_keys marks those, so iterating gives ints back.
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
-  bool is_namespace = false;  // namespace(): attributes may be assigned with {% set ns.x = %}
+  std::vector<bool> int_keys;  // [items.size()]
+  bool is_namespace = false;   // namespace(): attributes may be assigned with {% set ns.x = %}
   /// nullptr when absent.
   const Value* find(std::string_view key) const;
   /// Inserts or replaces.
-  void set(std::string key, Value v);
+  void set(std::string key, Value v, bool int_key = false);
+  /// The k-th key as a value (a string, or an int for an int key).
+  Value key(size_t k) const;
 };
 
 /// A call's arguments: positional, then keyword.
@@ -131,6 +138,8 @@ struct Func {
 std::string to_str(const Value& v);
 /// Python's repr(v) ('a' quoted, containers as to_str).
 std::string to_repr(const Value& v);
+/// markupsafe's escape: & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+std::string html_escape(const std::string& s);
 /// Python's == (1 == 1.0 == True; lists and dicts by content).
 bool equals(const Value& a, const Value& b);
 /// Python's ordering of a and b (numbers, strings by code point, lists item by item): *c is

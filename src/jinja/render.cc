@@ -68,7 +68,7 @@ const Value* Dict::find(std::string_view key) const {
   return nullptr;
 }
 
-void Dict::set(std::string key, Value v) {
+void Dict::set(std::string key, Value v, bool int_key) {
   for (auto& [k, old] : items) {
     if (k == key) {
       old = std::move(v);
@@ -76,6 +76,16 @@ void Dict::set(std::string key, Value v) {
     }
   }
   items.emplace_back(std::move(key), std::move(v));
+  int_keys.push_back(int_key);
+}
+
+Value Dict::key(size_t k) const {
+  if (k < int_keys.size() && int_keys[k]) {
+    int64_t x = 0;
+    std::from_chars(items[k].first.data(), items[k].first.data() + items[k].first.size(), x);
+    return Value::integer(x);
+  }
+  return Value::string(items[k].first);
 }
 
 Value Args::get(size_t index, std::string_view name, Value fallback) const {
@@ -242,14 +252,14 @@ std::string to_str(const Value& v) {
         std::string out = "<Namespace {";
         for (size_t k = 0; k < v.dict->items.size(); ++k) {
           if (k > 0) out += ", ";
-          out += string_repr(v.dict->items[k].first) + ": " + to_repr(v.dict->items[k].second);
+          out += to_repr(v.dict->key(k)) + ": " + to_repr(v.dict->items[k].second);
         }
         return out + "}>";
       }
       std::string out = "{";
       for (size_t k = 0; k < v.dict->items.size(); ++k) {
         if (k > 0) out += ", ";
-        out += string_repr(v.dict->items[k].first) + ": " + to_repr(v.dict->items[k].second);
+        out += to_repr(v.dict->key(k)) + ": " + to_repr(v.dict->items[k].second);
       }
       return out + "}";
     }
@@ -640,7 +650,7 @@ class Interp final : public Renderer {
         *out = v.list->items;
         return true;
       case Value::Kind::kDict:
-        for (const auto& [k, unused] : v.dict->items) out->push_back(Value::string(k));
+        for (size_t k = 0; k < v.dict->items.size(); ++k) out->push_back(v.dict->key(k));
         return true;
       case Value::Kind::kString:
         for (std::string_view cp : code_points(v.s)) out->push_back(Value::string(std::string(cp)));
@@ -887,7 +897,7 @@ class Interp final : public Renderer {
           if (!key.is_string() && key.kind != Value::Kind::kInt) {
             return fail(n.line, "dict keys must be strings or integers");
           }
-          d.dict->set(to_str(key), std::move(v));
+          d.dict->set(to_str(key), std::move(v), key.kind == Value::Kind::kInt);
         }
         return d;
       }
@@ -1000,7 +1010,16 @@ class Interp final : public Renderer {
         return Value::integer(r);
       }
       if (nums) return Value::real(a.as_double() + b.as_double());
-      if (a.is_string() && b.is_string()) return Value::string(a.s + b.s);
+      if (a.is_string() && b.is_string()) {
+        if (a.safe == b.safe) {
+          Value r = Value::string(a.s + b.s);
+          r.safe = a.safe;
+          return r;
+        }
+        Value r = Value::string(a.safe ? a.s + html_escape(b.s) : html_escape(a.s) + b.s);
+        r.safe = true;
+        return r;
+      }
       if (a.is_list() && b.is_list() && a.list->tuple == b.list->tuple) {
         std::vector<Value> items = a.list->items;
         items.insert(items.end(), b.list->items.begin(), b.list->items.end());
