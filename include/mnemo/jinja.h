@@ -59,8 +59,10 @@ struct RenderOptions {
   int64_t now_unix = -1;
   /// The output may not exceed this many bytes.
   size_t max_output_bytes = size_t{64} << 20;
-  /// Evaluation steps (expressions evaluated + statements run) before the render stops.
-  uint64_t max_steps = 20'000'000;
+  /// Evaluation steps before the render stops: one per expression evaluated and statement
+  /// run, plus one per 1024 bytes of every string value produced (copies of long strings are
+  /// work too). About a second of rendering on a 2020s server core.
+  uint64_t max_steps = 5'000'000;
 };
 
 class Program;  // the parsed form (src/jinja/jinja.cc)

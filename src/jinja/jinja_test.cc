@@ -141,6 +141,26 @@ TEST(JinjaTest, LimitsStopHostileTemplates) {
   ASSERT_TRUE(big.ok());
   EXPECT_FALSE(big->render(Json::object()).ok());
   EXPECT_FALSE(Template::parse("{{ range(1000000) }}")->render(Json::object()).ok());
+  // Rebuilding a long string again and again is work in proportion to its bytes: stopped.
+  auto quadratic = Template::parse(
+      "{% set ns = namespace(s='') %}{% for i in range(100000) %}"
+      "{% set ns.s = ns.s ~ 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' %}"
+      "{% endfor %}{{ ns.s | length }}");
+  ASSERT_TRUE(quadratic.ok());
+  auto q = quadratic->render(Json::object());
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), StatusCode::kOutOfRange);
+  // ... while the same pattern over a long conversation's worth of text passes.
+  Json ctx;
+  ctx["parts"] = Json::array();
+  for (int i = 0; i < 1000; ++i) ctx["parts"].push_back(std::string(1000, 'a'));
+  auto linear = Template::parse(
+      "{% set ns = namespace(s='') %}{% for p in parts %}{% set ns.s = ns.s ~ p %}{% endfor %}"
+      "{{ ns.s | length }}");
+  ASSERT_TRUE(linear.ok());
+  auto l = linear->render(ctx);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(*l, "1000000");
 }
 
 }  // namespace

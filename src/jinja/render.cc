@@ -646,9 +646,13 @@ class Interp final : public Renderer {
     switch (v.kind) {
       case Value::Kind::kUndefined:
         return true;
-      case Value::Kind::kList:
+      case Value::Kind::kList: {
+        size_t bytes = 0;
+        for (const Value& x : v.list->items) bytes += x.s.size() + sizeof(Value);
+        if (!charge(bytes)) return false;
         *out = v.list->items;
         return true;
+      }
       case Value::Kind::kDict:
         for (size_t k = 0; k < v.dict->items.size(); ++k) out->push_back(v.dict->key(k));
         return true;
@@ -767,7 +771,21 @@ class Interp final : public Renderer {
     return true;
   }
 
+  // An expression's value. Copying a string costs in proportion to its size: every string
+  // value produced is charged one step per 1024 bytes, so a template that rebuilds a long string
+  // over and over runs out of steps instead of running for minutes.
   Value eval(const Node& n) {
+    Value v = eval_node(n);
+    if (v.kind == Value::Kind::kString && v.s.size() >= 1024) charge(v.s.size());
+    return v;
+  }
+
+  bool charge(size_t bytes) {
+    steps_ += bytes / 1024;
+    return step();
+  }
+
+  Value eval_node(const Node& n) {
     if (!step()) return {};
     switch (n.kind) {
       case NodeKind::kLiteral:
