@@ -29,7 +29,7 @@ class PackedMatrix;  // src/kernels/kernels.h: a weight matrix repacked for the 
 using AbortFn = std::function<bool()>;
 
 /// Supported architectures (value of general.architecture).
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kMamba2, kGraniteHybrid };
+enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma3, kMamba2, kGraniteHybrid };
 
 /// "llama", "qwen2", "qwen3", "gemma3".
 const char* arch_name(Arch arch);
@@ -60,6 +60,15 @@ struct HParams {
   float attn_scale = 0.0f;            // multiplier of Q before QK^T (1/sqrt(head_dim_k) by default)
   float embd_scale = 1.0f;            // gemma: sqrt(n_embd)
   bool tied_output = false;           // output projection is token_embd
+  // --- mixture of experts (qwen3moe): {arch}.expert_* keys -------------------------------------
+  uint32_t n_expert = 0;       // expert_count (0: dense feed-forward)
+  uint32_t n_expert_used = 0;  // expert_used_count: experts each token is routed to (top-k)
+  uint32_t n_ff_exp = 0;       // expert_feed_forward_length: hidden width of one expert
+  /// The router's gate: softmax over the experts' logits (qwen3moe) or a sigmoid per expert.
+  enum class ExpertGating : uint8_t { kSoftmax, kSigmoid };
+  ExpertGating expert_gating = ExpertGating::kSoftmax;
+  bool expert_weights_norm = false;  // the top-k gate values are rescaled to sum to 1
+  bool is_moe() const { return n_expert > 0; }
   // --- recurrent layers (mamba2, granitehybrid): {arch}.ssm.* keys ----------------------------
   uint32_t ssm_d_conv = 0;   // ssm.conv_kernel: width of the causal depthwise conv
   uint32_t ssm_d_inner = 0;  // ssm.inner_size: d_inner = ssm_n_head * head dim
@@ -118,6 +127,13 @@ struct LayerWeights {
   Weight ffn_norm;                    // [n_embd]
   Weight ffn_gate, ffn_up, ffn_down;  // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]
   Weight post_ffn_norm;               // gemma3 [n_embd]
+  // Mixture of experts (HParams::is_moe). E = n_expert, F = n_ff_exp. The experts' matrices are
+  // one 3-D tensor each; expert e's rows are [e * F, (e + 1) * F) (gate, up) or
+  // [e * n_embd, (e + 1) * n_embd) (down).
+  Weight ffn_gate_inp;   // router [n_embd -> E]
+  Weight ffn_gate_exps;  // [n_embd -> F] x E
+  Weight ffn_up_exps;    // [n_embd -> F] x E
+  Weight ffn_down_exps;  // [F -> n_embd] x E
   // Mamba-2 mixer (recurrent layers of mamba2 / granitehybrid). H = ssm_n_head.
   Weight ssm_in;        // [n_embd -> 2 * d_inner + 2 * n_group * d_state + H]: z, xBC, dt
   Weight ssm_conv1d;    // f32 [conv channels rows of d_conv taps]

@@ -1,8 +1,13 @@
 // Sub-blocks shared by the attention architectures (llama.cc, gemma3.cc, granite_hybrid.cc): the
 // attention sub-layer (projections, optional biases and QK-norm, RoPE, cache store, attention,
-// output projection) and the gated feed-forward. What differs per architecture (pre / post norms,
-// residual scaling, the gate activation) stays in the architecture's file.
+// output projection), the gated feed-forward and the mixture of experts. What differs per
+// architecture (pre / post norms, residual scaling, the gate activation) stays in the
+// architecture's file.
 #include "model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 
 namespace mnemo {
 
@@ -44,6 +49,100 @@ void Forward::gated_ffn(uint32_t il, FfnAct act, const float* in, float* out) {
     kernels::gelu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data());
   }
   matmul(L.ffn_down, gate_.data(), T, out);
+}
+
+namespace {
+
+// Rows [first, first + n) of a weight matrix, as a matrix of their own (unpacked layout).
+Weight row_slice(const Weight& w, int64_t first, int64_t n) {
+  Weight v = w;
+  v.data = static_cast<const uint8_t*>(w.data) + size_t(first) * w.row_bytes;
+  v.ne1 = n;
+  v.packed = nullptr;
+  return v;
+}
+
+}  // namespace
+
+// Mixture of experts, as llama.cpp's build_moe_ffn with softmax gating (Shazeer et al. 2017,
+// "Outrageously Large Neural Networks"; Qwen3 technical report): per row, logits = Wr · in,
+// p = softmax(logits) (sigmoid gating: p = sigmoid(logits)), the n_expert_used experts with
+// the largest p (ties: the lower index), gate values g = p of those, divided by their sum when
+// expert_weights_norm; out = sum_k g_k · Wdown_k · (silu(Wgate_k · in) * Wup_k · in).
+// The rows routed to one expert are gathered and multiplied together, so an expert's weights
+// are read once per ubatch whatever the number of its rows. Contributions are added in expert
+// order, so a row's result does not depend on the other rows of the ubatch.
+void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
+  const LayerWeights& L = model_.layers()[il];
+  const int64_t T = n_tokens_;
+  const int64_t E = hp_.n_expert, K = hp_.n_expert_used, F = hp_.n_ff_exp, D = hp_.n_embd;
+  // Scratch: router [T x E] | result [T x D] | gathered rows [T x D] | gate, up [T x F] each |
+  // expert output [T x D].
+  moe_buf_.resize(size_t(T) * size_t(E + 3 * D + 2 * F));
+  float* router = moe_buf_.data();
+  float* acc = router + T * E;
+  float* xg = acc + T * D;
+  float* g = xg + T * D;
+  float* u = g + T * F;
+  float* y = u + T * F;
+  matmul(L.ffn_gate_inp, in, T, router);
+
+  std::vector<int32_t> chosen(static_cast<size_t>(T * K));
+  std::vector<float> weight(static_cast<size_t>(T * K));
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    float* p = router + t * E;
+    if (hp_.expert_gating == HParams::ExpertGating::kSoftmax) {
+      float mx = p[0];
+      for (int64_t e = 1; e < E; ++e) mx = std::max(mx, p[e]);
+      float sum = 0.0f;
+      for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(p[e] - mx));
+      for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+    } else {
+      for (int64_t e = 0; e < E; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+    }
+    for (int64_t e = 0; e < E; ++e) order[size_t(e)] = int32_t(e);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sum = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      chosen[size_t(t * K + k)] = order[size_t(k)];
+      sum += (weight[size_t(t * K + k)] = p[order[size_t(k)]]);
+    }
+    if (hp_.expert_weights_norm && sum > 0.0f) {
+      for (int64_t k = 0; k < K; ++k) weight[size_t(t * K + k)] /= sum;
+    }
+  }
+
+  std::fill(acc, acc + T * D, 0.0f);
+  std::vector<int64_t> rows;
+  std::vector<float> row_weight;
+  for (int64_t e = 0; e < E; ++e) {
+    rows.clear();
+    row_weight.clear();
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        if (chosen[size_t(t * K + k)] == e) {
+          rows.push_back(t);
+          row_weight.push_back(weight[size_t(t * K + k)]);
+        }
+      }
+    }
+    if (rows.empty()) continue;
+    const int64_t n = int64_t(rows.size());
+    for (int64_t r = 0; r < n; ++r) std::copy_n(in + rows[r] * D, D, xg + r * D);
+    matmul(row_slice(L.ffn_gate_exps, e * F, F), xg, n, g);
+    matmul(row_slice(L.ffn_up_exps, e * F, F), xg, n, u);
+    kernels::silu_mul(g, u, n * F, g);
+    matmul(row_slice(L.ffn_down_exps, e * D, D), g, n, y);
+    for (int64_t r = 0; r < n; ++r) {
+      float* dst = acc + rows[r] * D;
+      const float* src = y + r * D;
+      const float w = row_weight[size_t(r)];
+      for (int64_t j = 0; j < D; ++j) dst[j] += w * src[j];
+    }
+  }
+  std::copy_n(acc, T * D, out);
 }
 
 }  // namespace mnemo

@@ -6,7 +6,7 @@
 // written (converted to the cache's K/V type) into the cells the placement chose, then every
 // stream's rows attend over that stream's cells [0, n_kv) with the context's mask.
 //
-// Architectures: llama/qwen2/qwen3 blocks (src/model/llama.cc), gemma3 blocks
+// Architectures: llama/qwen2/qwen3/qwen3moe blocks (src/model/llama.cc), gemma3 blocks
 // (src/model/gemma3.cc); shared pieces in src/model/forward.cc. Recurrent architectures:
 // mamba2 (src/model/mamba2.cc) and granitehybrid (src/model/granite_hybrid.cc), whose Mamba-2
 // blocks read and write the recurrent state of the memory context (rs_for_layer).
@@ -65,6 +65,9 @@ class Forward {
   void attention_sublayer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* in,
                           float* out);
   void gated_ffn(uint32_t il, FfnAct act, const float* in, float* out);
+  // moe_ffn: mixture of experts (HParams::is_moe): the router picks n_expert_used experts per
+  // row, each a SwiGLU feed-forward; out = their outputs weighted by the router's gate values.
+  void moe_ffn(uint32_t il, const float* in, float* out);
 
   // Shared pieces (forward.cc).
   kernels::RopeParams rope_params(uint32_t il) const;
@@ -93,6 +96,7 @@ class Forward {
   std::vector<float> gate_;     // [T x n_ff]
   std::vector<float> up_;       // [T x n_ff]
   std::vector<float> ssm_buf_;  // mamba2 mixer scratch (src/model/mamba2.cc), grown on demand
+  std::vector<float> moe_buf_;  // moe_ffn scratch (src/model/blocks.cc), grown on demand
   std::vector<float> qg_, og_;  // gathered rows of one stream: [rows x n_head * hd]
   std::vector<std::vector<float>> rope_tables_;  // [2] global / sliding-window layers
   std::vector<int32_t> rope_pos_;

@@ -19,9 +19,13 @@ struct ArchName {
   Arch arch;
   const char* name;
 };
-constexpr ArchName kArchNames[] = {
-    {Arch::kLlama, "llama"},   {Arch::kQwen2, "qwen2"},   {Arch::kQwen3, "qwen3"},
-    {Arch::kGemma3, "gemma3"}, {Arch::kMamba2, "mamba2"}, {Arch::kGraniteHybrid, "granitehybrid"}};
+constexpr ArchName kArchNames[] = {{Arch::kLlama, "llama"},
+                                   {Arch::kQwen2, "qwen2"},
+                                   {Arch::kQwen3, "qwen3"},
+                                   {Arch::kQwen3Moe, "qwen3moe"},
+                                   {Arch::kGemma3, "gemma3"},
+                                   {Arch::kMamba2, "mamba2"},
+                                   {Arch::kGraniteHybrid, "granitehybrid"}};
 
 // Reads an optional unsigned hyper-parameter; a present key of the wrong type is an error.
 Status read_u32(const gguf::File& f, const char* suffix, uint32_t* out, bool required) {
@@ -136,6 +140,7 @@ uint64_t Model::n_decode_bytes() const {
                             &l.ffn_up,
                             &l.ffn_down,
                             &l.post_ffn_norm,
+                            &l.ffn_gate_inp,
                             &l.ssm_in,
                             &l.ssm_conv1d,
                             &l.ssm_conv1d_b,
@@ -146,6 +151,12 @@ uint64_t Model::n_decode_bytes() const {
                             &l.ssm_out,
                             &l.bo}) {
       n += bytes(*w);
+    }
+    // A token reads the matrices of the experts it is routed to: n_expert_used of n_expert.
+    if (hp_.is_moe()) {
+      for (const Weight* w : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) {
+        n += bytes(*w) / hp_.n_expert * hp_.n_expert_used;
+      }
     }
   }
   return n;
@@ -164,8 +175,26 @@ Status Model::load_hparams() {
   MNEMO_RETURN_IF_ERROR(read_u32(f, "context_length", &hp_.n_ctx_train, false));
   MNEMO_RETURN_IF_ERROR(read_u32(f, "embedding_length", &hp_.n_embd, true));
   MNEMO_RETURN_IF_ERROR(read_u32(f, "block_count", &hp_.n_layer, true));
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "feed_forward_length", &hp_.n_ff, true));
+  const bool moe = hp_.arch == Arch::kQwen3Moe;
+  MNEMO_RETURN_IF_ERROR(read_u32(f, "feed_forward_length", &hp_.n_ff, !moe));
   MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.head_count", &hp_.n_head, true));
+  if (moe) {
+    // qwen3moe (llama.cpp's llm_build_qwen3moe): softmax router, top-k experts, gate values
+    // renormalized to sum to 1, no shared expert.
+    MNEMO_RETURN_IF_ERROR(read_u32(f, "expert_count", &hp_.n_expert, true));
+    MNEMO_RETURN_IF_ERROR(read_u32(f, "expert_used_count", &hp_.n_expert_used, true));
+    MNEMO_RETURN_IF_ERROR(read_u32(f, "expert_feed_forward_length", &hp_.n_ff_exp, true));
+    if (hp_.n_expert == 0 || hp_.n_expert > 1024 || hp_.n_expert_used == 0 ||
+        hp_.n_expert_used > hp_.n_expert || hp_.n_ff_exp == 0 || hp_.n_ff_exp > (1u << 20)) {
+      return Status::invalid_argument(fmt::format(
+          "expert_count {}, expert_used_count {}, expert_feed_forward_length {}: need 1 <= used "
+          "<= count <= 1024 and a positive width",
+          hp_.n_expert, hp_.n_expert_used, hp_.n_ff_exp));
+    }
+    hp_.expert_gating = HParams::ExpertGating::kSoftmax;
+    hp_.expert_weights_norm = true;
+    if (hp_.n_ff == 0) hp_.n_ff = hp_.n_ff_exp;
+  }
   if (hp_.n_embd == 0 || hp_.n_layer == 0 || hp_.n_head == 0 || hp_.n_ff == 0) {
     return Status::invalid_argument(
         "embedding_length, block_count, head_count and "
@@ -224,6 +253,7 @@ Status Model::load_hparams() {
       break;
     case Arch::kQwen2:
     case Arch::kQwen3:
+    case Arch::kQwen3Moe:
       hp_.rope_mode = kernels::RopeMode::kNeox;
       break;
     case Arch::kMamba2:
@@ -290,7 +320,8 @@ Status Model::bind_weights() {
 
   const int64_t n_q = int64_t(hp.n_head) * hp.head_dim_k;
   const int64_t n_attn_out = int64_t(hp.n_head) * hp.head_dim_v;
-  const bool qk_norm = hp.arch == Arch::kQwen3 || hp.arch == Arch::kGemma3;
+  const bool qk_norm =
+      hp.arch == Arch::kQwen3 || hp.arch == Arch::kQwen3Moe || hp.arch == Arch::kGemma3;
   const bool gemma = hp.arch == Arch::kGemma3;
   const bool bias = hp.arch == Arch::kQwen2;
   layers_.resize(hp.n_layer);
@@ -314,9 +345,20 @@ Status Model::bind_weights() {
     MNEMO_RETURN_IF_ERROR(
         bind(name("post_attention_norm.weight"), hp.n_embd, 1, gemma, &l.post_attn_norm));
     MNEMO_RETURN_IF_ERROR(bind(name("ffn_norm.weight"), hp.n_embd, 1, true, &l.ffn_norm));
-    MNEMO_RETURN_IF_ERROR(bind(name("ffn_gate.weight"), hp.n_embd, hp.n_ff, true, &l.ffn_gate));
-    MNEMO_RETURN_IF_ERROR(bind(name("ffn_up.weight"), hp.n_embd, hp.n_ff, true, &l.ffn_up));
-    MNEMO_RETURN_IF_ERROR(bind(name("ffn_down.weight"), hp.n_ff, hp.n_embd, true, &l.ffn_down));
+    if (hp.is_moe()) {
+      const int64_t E = hp.n_expert, F = hp.n_ff_exp;
+      MNEMO_RETURN_IF_ERROR(bind(name("ffn_gate_inp.weight"), hp.n_embd, E, true, &l.ffn_gate_inp));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ffn_gate_exps.weight"), hp.n_embd, F * E, true, &l.ffn_gate_exps));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ffn_up_exps.weight"), hp.n_embd, F * E, true, &l.ffn_up_exps));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ffn_down_exps.weight"), F, hp.n_embd * E, true, &l.ffn_down_exps));
+    } else {
+      MNEMO_RETURN_IF_ERROR(bind(name("ffn_gate.weight"), hp.n_embd, hp.n_ff, true, &l.ffn_gate));
+      MNEMO_RETURN_IF_ERROR(bind(name("ffn_up.weight"), hp.n_embd, hp.n_ff, true, &l.ffn_up));
+      MNEMO_RETURN_IF_ERROR(bind(name("ffn_down.weight"), hp.n_ff, hp.n_embd, true, &l.ffn_down));
+    }
     MNEMO_RETURN_IF_ERROR(
         bind(name("post_ffw_norm.weight"), hp.n_embd, 1, gemma, &l.post_ffn_norm));
     for (const Weight* w : {&l.attn_norm, &l.ffn_norm, &l.attn_q_norm, &l.attn_k_norm,

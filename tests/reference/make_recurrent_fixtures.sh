@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Regenerates the llama.cpp reference logits of mnemo's tiny recurrent models:
+# Regenerates the llama.cpp reference logits of mnemo's tiny recurrent and mixture-of-experts
+# models:
 #   tests/fixtures/logits_tiny_<name>.json   top-20 log-probabilities at every position of one
 #                                            prompt, from llama.cpp (the peer) on the very GGUF
 #                                            file our writer makes
-# for <name> = mamba2_f32, granitehybrid_f32, granitehybrid (quantized weights). That llama.cpp
-# loads these files at all checks our tensor names, shapes and metadata keys; that its logits
-# agree checks the forward pass (tests/python/test_recurrent.py). The models are regenerated
+# for <name> = mamba2_f32, granitehybrid_f32, granitehybrid (quantized weights), qwen3moe_f32,
+# qwen3moe (quantized). That llama.cpp loads these files at all checks our tensor names, shapes
+# and metadata keys; that its logits agree checks the forward pass
+# (tests/python/test_recurrent.py, tests/python/test_moe.py). The models are regenerated
 # by the test with the same arguments; model_sha256 in each fixture proves they are the same.
 #   tests/reference/make_recurrent_fixtures.sh [BUILD_DIR]     (default build; needs the peer)
 set -euo pipefail
@@ -29,6 +31,8 @@ declare -A ARGS=(
   [mamba2_f32]="mamba2 --seed 3 --f32"
   [granitehybrid_f32]="granitehybrid --seed 3 --f32"
   [granitehybrid]="granitehybrid --seed 3"
+  [qwen3moe_f32]="qwen3moe --seed 3 --f32"
+  [qwen3moe]="qwen3moe --seed 3"
 )
 for name in "${!ARGS[@]}"; do
   read -r arch rest <<<"${ARGS[$name]}"

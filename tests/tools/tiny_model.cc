@@ -75,13 +75,50 @@ std::vector<uint8_t> make_weight(GgmlType t, int64_t n_rows, int64_t n_in, Gen& 
 
 }  // namespace
 
+std::vector<std::pair<std::string, Value>> tiny_spm_vocab(int64_t n_vocab) {
+  std::vector<Value> toks, scores, types;
+  auto piece = [&](std::string t, float score, int32_t type) {
+    toks.push_back(Value::str(std::move(t)));
+    scores.push_back(Value::f32(score));
+    types.push_back(Value::i32(type));
+  };
+  piece("<unk>", 0, 2);
+  piece("<s>", 0, 3);
+  piece("</s>", 0, 3);
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) piece(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">", 0, 6);
+  for (int c = 33; toks.size() < size_t(n_vocab) && c < 127; ++c) {
+    piece("\xE2\x96\x81" + std::string(1, char(c)), -float(c), 1);
+    if (toks.size() < size_t(n_vocab)) piece(std::string(1, char(c)), -100.0f - float(c), 1);
+  }
+  for (int k = 0; toks.size() < size_t(n_vocab); ++k) {
+    piece("<extra_" + std::to_string(k) + ">", -1000, 1);
+  }
+  std::vector<std::pair<std::string, Value>> out;
+  out.emplace_back("tokenizer.ggml.model", Value::str("llama"));
+  out.emplace_back("tokenizer.ggml.tokens", Value::array(gguf::ValueType::STRING, std::move(toks)));
+  out.emplace_back("tokenizer.ggml.scores",
+                   Value::array(gguf::ValueType::FLOAT32, std::move(scores)));
+  out.emplace_back("tokenizer.ggml.token_type",
+                   Value::array(gguf::ValueType::INT32, std::move(types)));
+  out.emplace_back("tokenizer.ggml.bos_token_id", Value::u32(1));
+  out.emplace_back("tokenizer.ggml.eos_token_id", Value::u32(2));
+  out.emplace_back("tokenizer.ggml.unknown_token_id", Value::u32(0));
+  return out;
+}
+
 Status write_tiny_model(const std::string& arch, const std::string& out, uint32_t seed,
                         bool all_f32) {
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "gemma3") {
-    return Status::invalid_argument("unknown arch " + arch + " (llama, qwen2, qwen3, gemma3)");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" &&
+      arch != "gemma3") {
+    return Status::invalid_argument("unknown arch " + arch +
+                                    " (llama, qwen2, qwen3, qwen3moe, gemma3)");
   }
   Status status;
   const bool gemma = arch == "gemma3";
+  const bool moe = arch == "qwen3moe";
+  // qwen3moe: 8 experts of width 256, 2 per token (llama.cpp's qwen3moe keys and tensors).
+  const int64_t n_expert = 8, n_expert_used = 2, n_ff_exp = 256;
   const int64_t n_embd = 256, n_ff = 512, n_head = 4, n_head_kv = 2, hd = 64, n_vocab = 512;
   const int64_t n_layer = gemma ? 6 : 2;
   Gen g{std::mt19937(seed)};
@@ -101,17 +138,27 @@ Status write_tiny_model(const std::string& arch, const std::string& out, uint32_
   add(arch + ".attention.layer_norm_rms_epsilon", Value::f32(1e-6f));
   add(arch + ".rope.freq_base", Value::f32(gemma ? 1000000.0f : 10000.0f));
   add(arch + ".vocab_size", Value::u32(n_vocab));
-  if (gemma || arch == "qwen3") {
+  if (moe) {
+    add(arch + ".expert_count", Value::u32(n_expert));
+    add(arch + ".expert_used_count", Value::u32(n_expert_used));
+    add(arch + ".expert_feed_forward_length", Value::u32(n_ff_exp));
+  }
+  if (gemma || arch == "qwen3" || moe) {
     add(arch + ".attention.key_length", Value::u32(hd));
     add(arch + ".attention.value_length", Value::u32(hd));
   }
   if (gemma) add(arch + ".attention.sliding_window", Value::u32(8));
+  // qwen3moe is checked against llama.cpp, which needs a tokenizer in the file.
+  if (moe) {
+    for (auto& [k, v] : tiny_spm_vocab(n_vocab)) add(k, std::move(v));
+  }
 
   auto T = [&](GgmlType t) { return all_f32 ? GgmlType::F32 : t; };
   auto tensor = [&](const std::string& name, std::vector<int64_t> dims, GgmlType t, float mean,
                     float stddev) {
     const int64_t n_in = dims[0];
-    const int64_t n_rows = dims.size() > 1 ? dims[1] : 1;
+    int64_t n_rows = 1;
+    for (size_t d = 1; d < dims.size(); ++d) n_rows *= dims[d];
     auto data = make_weight(t, n_rows, n_in, g, mean, stddev);
     mnemo::Status st = w.add_tensor(name, dims, t, data);
     if (!st.ok() && status.ok()) status = st.with_context(name);
@@ -133,12 +180,24 @@ Status write_tiny_model(const std::string& arch, const std::string& out, uint32_
       tensor(p + "attn_k.bias", {n_head_kv * hd}, GgmlType::F32, 0.0f, 0.1f);
       tensor(p + "attn_v.bias", {n_head_kv * hd}, GgmlType::F32, 0.0f, 0.1f);
     }
-    if (arch == "qwen3" || gemma) {
+    if (arch == "qwen3" || gemma || moe) {
       tensor(p + "attn_q_norm.weight", {hd}, GgmlType::F32, 1.0f, 0.1f);
       tensor(p + "attn_k_norm.weight", {hd}, GgmlType::F32, 1.0f, 0.1f);
     }
     if (gemma) tensor(p + "post_attention_norm.weight", {n_embd}, GgmlType::F32, 1.0f, 0.1f);
     tensor(p + "ffn_norm.weight", {n_embd}, GgmlType::F32, 1.0f, 0.1f);
+    if (moe) {
+      // The router in f32 (as real files keep it); the experts in the types real files ship.
+      const float s_exp = 1.0f / std::sqrt(float(n_ff_exp));
+      tensor(p + "ffn_gate_inp.weight", {n_embd, n_expert}, GgmlType::F32, 0.0f, 4.0f * s_embd);
+      tensor(p + "ffn_gate_exps.weight", {n_embd, n_ff_exp, n_expert},
+             T(il % 2 ? GgmlType::Q4_K : GgmlType::Q8_0), 0.0f, s_embd);
+      tensor(p + "ffn_up_exps.weight", {n_embd, n_ff_exp, n_expert},
+             T(il % 2 ? GgmlType::Q5_K : GgmlType::Q4_K), 0.0f, s_embd);
+      tensor(p + "ffn_down_exps.weight", {n_ff_exp, n_embd, n_expert},
+             T(il % 2 ? GgmlType::Q6_K : GgmlType::Q8_0), 0.0f, s_exp);
+      continue;
+    }
     tensor(p + "ffn_gate.weight", {n_embd, n_ff}, T(il % 2 ? GgmlType::Q4_K : GgmlType::Q5_0), 0.0f,
            s_embd);
     tensor(p + "ffn_up.weight", {n_embd, n_ff}, T(il % 2 ? GgmlType::Q5_K : GgmlType::BF16), 0.0f,

@@ -3,20 +3,30 @@
 // numpy reference (tests/reference/forward.py) and of the memory modes against each other.
 //
 // Shapes: n_embd 256, n_ff 512, 4 query heads of 64, 2 KV heads, vocab 512; 2 blocks (gemma3: 6
-// blocks, the last one global, sliding window 8). Weight types are mixed on purpose so every
+// blocks, the last one global, sliding window 8; qwen3moe: 8 experts of width 256, 2 per token,
+// instead of the dense feed-forward). Weight types are mixed on purpose so every
 // matmul kernel path runs: q8_0, f16, q4_0, q4_1, q5_0, bf16, q4_K, q5_K, q6_K (all_f32: f32).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "mnemo/gguf.h"
 #include "mnemo/status.h"
 
 namespace mnemo::testing {
 
-/// Writes a tiny `arch` model ("llama", "qwen2", "qwen3", "gemma3") to `path`, weights drawn
-/// from `seed`. Errors: InvalidArgument for an unknown arch, IOError from the writer.
+/// Writes a tiny `arch` model ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3") to `path`, weights
+/// drawn from `seed`. Errors: InvalidArgument for an unknown arch, IOError from the writer.
 Status write_tiny_model(const std::string& arch, const std::string& path, uint32_t seed,
                         bool all_f32);
+
+/// The tokenizer.ggml.* keys of a SentencePiece-style vocabulary (tokenizer.ggml.model "llama")
+/// of n_vocab pieces, so that tools which need a tokenizer (mnemo serve, llama.cpp) load a tiny
+/// file: <unk>, <s>, </s>, the 256 byte-fallback pieces, then "▁x" and "x" for printable ASCII
+/// characters x, then <extra_k> fillers. In the order they are written.
+std::vector<std::pair<std::string, gguf::Value>> tiny_spm_vocab(int64_t n_vocab);
 
 }  // namespace mnemo::testing

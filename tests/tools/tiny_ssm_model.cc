@@ -15,6 +15,7 @@
 // Initialisation follows Mamba-2's: A = -exp(A_log) with A_log = log(U[1, 16]); dt_bias the
 // inverse softplus of dt ~ exp(U[log 0.001, log 0.1]); D = 1; so states carry over many tokens.
 #include "tiny_ssm_model.h"
+#include "tiny_model.h"
 
 #include <cmath>
 #include <cstdio>
@@ -128,36 +129,8 @@ int write_tiny_ssm_model(int argc, char** argv) {
     W.key(arch + ".attention.head_count", Value::u32(0));
   }
 
-  // A SentencePiece-style vocabulary (tokenizer.ggml.model "llama") of n_vocab pieces, so that
-  // tools which need a tokenizer (mnemo serve, llama.cpp) load the file: <unk>, <s>, </s>, the
-  // 256 byte-fallback pieces, then "▁x" and "x" for printable ASCII characters x.
-  {
-    std::vector<Value> toks, scores, types;
-    auto piece = [&](std::string t, float score, int32_t type) {
-      toks.push_back(Value::str(std::move(t)));
-      scores.push_back(Value::f32(score));
-      types.push_back(Value::i32(type));
-    };
-    piece("<unk>", 0, 2);
-    piece("<s>", 0, 3);
-    piece("</s>", 0, 3);
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    for (int b = 0; b < 256; ++b)
-      piece(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">", 0, 6);
-    for (int c = 33; toks.size() < size_t(n_vocab) && c < 127; ++c) {
-      piece("\xE2\x96\x81" + std::string(1, char(c)), -float(c), 1);
-      if (toks.size() < size_t(n_vocab)) piece(std::string(1, char(c)), -100.0f - float(c), 1);
-    }
-    for (int k = 0; toks.size() < size_t(n_vocab); ++k)
-      piece("<extra_" + std::to_string(k) + ">", -1000, 1);
-    W.key("tokenizer.ggml.model", Value::str("llama"));
-    W.key("tokenizer.ggml.tokens", Value::array(gguf::ValueType::STRING, std::move(toks)));
-    W.key("tokenizer.ggml.scores", Value::array(gguf::ValueType::FLOAT32, std::move(scores)));
-    W.key("tokenizer.ggml.token_type", Value::array(gguf::ValueType::INT32, std::move(types)));
-    W.key("tokenizer.ggml.bos_token_id", Value::u32(1));
-    W.key("tokenizer.ggml.eos_token_id", Value::u32(2));
-    W.key("tokenizer.ggml.unknown_token_id", Value::u32(0));
-  }
+  // The tiny SentencePiece-style vocabulary (tiny_model.h), so llama.cpp and mnemo serve load it.
+  for (auto& [k, v] : testing::tiny_spm_vocab(n_vocab)) W.key(k, std::move(v));
 
   const float s_embd = 1.0f / std::sqrt(float(n_embd));
   W.tensor("token_embd.weight", {n_embd, n_vocab}, GgmlType::Q8_0,
