@@ -109,6 +109,10 @@ struct Weight {
   /// Model; null when the weight is not repacked (vectors, embeddings read by row, types or CPUs
   /// where packing does not pay, ModelParams::repack off). Forward uses it when present.
   const kernels::PackedMatrix* packed = nullptr;
+  /// An experts tensor (LayerWeights::ffn_*_exps) is repacked expert by expert: packed_slices[e]
+  /// holds rows [e * slice_rows, (e + 1) * slice_rows). Empty when not repacked.
+  std::vector<const kernels::PackedMatrix*> packed_slices;
+  int64_t slice_rows = 0;
 
   bool present() const { return data != nullptr; }
   /// Row r as a byte pointer. r < ne1.

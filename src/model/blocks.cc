@@ -53,12 +53,18 @@ void Forward::gated_ffn(uint32_t il, FfnAct act, const float* in, float* out) {
 
 namespace {
 
-// Rows [first, first + n) of a weight matrix, as a matrix of their own (unpacked layout).
+// Rows [first, first + n) of a weight matrix, as a matrix of their own: the packed copy of
+// that expert when the model repacked the experts (Weight::packed_slices).
 Weight row_slice(const Weight& w, int64_t first, int64_t n) {
-  Weight v = w;
-  v.data = static_cast<const uint8_t*>(w.data) + size_t(first) * w.row_bytes;
+  Weight v;
+  v.type = w.type;
+  v.ne0 = w.ne0;
+  v.row_bytes = w.row_bytes;
+  v.data = w.data + size_t(first) * w.row_bytes;
   v.ne1 = n;
-  v.packed = nullptr;
+  if (!w.packed_slices.empty() && n == w.slice_rows && first % w.slice_rows == 0) {
+    v.packed = w.packed_slices[size_t(first / w.slice_rows)];
+  }
   return v;
 }
 
@@ -76,19 +82,20 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;
   const int64_t E = hp_.n_expert, K = hp_.n_expert_used, F = hp_.n_ff_exp, D = hp_.n_embd;
-  // Scratch: router [T x E] | result [T x D] | gathered rows [T x D] | gate, up [T x F] each |
-  // expert output [T x D].
-  moe_buf_.resize(size_t(T) * size_t(E + 3 * D + 2 * F));
+  const int64_t R = T * K;  // (row, expert) pairs
+  // Scratch: router [T x E] | result [T x D] | per pair: gathered row [D], gate [F], up [F],
+  // expert output [D].
+  moe_buf_.resize(size_t(T * (E + D) + R * (2 * D + 2 * F)));
   float* router = moe_buf_.data();
   float* acc = router + T * E;
-  float* xg = acc + T * D;
-  float* g = xg + T * D;
-  float* u = g + T * F;
-  float* y = u + T * F;
+  float* xg = acc + T * D;  // [R x D]
+  float* g = xg + R * D;    // [R x F]
+  float* u = g + R * F;     // [R x F]
+  float* y = u + R * F;     // [R x D]
   matmul(L.ffn_gate_inp, in, T, router);
 
-  std::vector<int32_t> chosen(static_cast<size_t>(T * K));
-  std::vector<float> weight(static_cast<size_t>(T * K));
+  std::vector<int32_t> chosen(static_cast<size_t>(R));
+  std::vector<float> weight(static_cast<size_t>(R));
   std::vector<int32_t> order(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     float* p = router + t * E;
@@ -114,12 +121,17 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
     }
   }
 
-  std::fill(acc, acc + T * D, 0.0f);
+  // The pairs grouped by expert (expert order, then row order): one job per expert used.
+  struct Job {
+    int64_t expert, first, n;  // pairs [first, first + n) of the grouped lists
+  };
+  std::vector<Job> jobs;
   std::vector<int64_t> rows;
   std::vector<float> row_weight;
+  rows.reserve(size_t(R));
+  row_weight.reserve(size_t(R));
   for (int64_t e = 0; e < E; ++e) {
-    rows.clear();
-    row_weight.clear();
+    const int64_t first = int64_t(rows.size());
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
         if (chosen[size_t(t * K + k)] == e) {
@@ -128,18 +140,44 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
         }
       }
     }
-    if (rows.empty()) continue;
-    const int64_t n = int64_t(rows.size());
-    for (int64_t r = 0; r < n; ++r) std::copy_n(in + rows[r] * D, D, xg + r * D);
-    matmul(row_slice(L.ffn_gate_exps, e * F, F), xg, n, g);
-    matmul(row_slice(L.ffn_up_exps, e * F, F), xg, n, u);
-    kernels::silu_mul(g, u, n * F, g);
-    matmul(row_slice(L.ffn_down_exps, e * D, D), g, n, y);
-    for (int64_t r = 0; r < n; ++r) {
-      float* dst = acc + rows[r] * D;
-      const float* src = y + r * D;
-      const float w = row_weight[size_t(r)];
-      for (int64_t j = 0; j < D; ++j) dst[j] += w * src[j];
+    if (int64_t(rows.size()) > first) jobs.push_back({e, first, int64_t(rows.size()) - first});
+  }
+  auto run_expert = [&](const Job& j, ThreadPool* pool) {
+    float* jx = xg + j.first * D;
+    float* jg = g + j.first * F;
+    float* ju = u + j.first * F;
+    float* jy = y + j.first * D;
+    for (int64_t r = 0; r < j.n; ++r)
+      std::copy_n(in + rows[size_t(j.first + r)] * D, D, jx + r * D);
+    auto mm = [&](const Weight& w, const float* x, float* dst) {
+      if (w.packed != nullptr) {
+        kernels::matmul(*w.packed, x, j.n, dst, pool);
+      } else {
+        kernels::matmul(matrix(w), x, j.n, dst, pool);
+      }
+    };
+    mm(row_slice(L.ffn_gate_exps, j.expert * F, F), jx, jg);
+    mm(row_slice(L.ffn_up_exps, j.expert * F, F), jx, ju);
+    kernels::silu_mul(jg, ju, j.n * F, jg);
+    mm(row_slice(L.ffn_down_exps, j.expert * D, D), jg, jy);
+  };
+  // Few rows (generation): each expert's multiplications are too small to split well over
+  // threads, so the threads take whole experts. Many rows (prompts): the experts one after
+  // another, each split over the threads. A row's result is the same either way (matmul's
+  // outputs do not depend on the thread count).
+  if (pool_ != nullptr && pool_->n_threads() > 1 && T <= 4 && jobs.size() > 1) {
+    pool_->parallel_for(int64_t(jobs.size()),
+                        [&](int64_t jb, int) { run_expert(jobs[size_t(jb)], nullptr); });
+  } else {
+    for (const Job& j : jobs) run_expert(j, pool_);
+  }
+  std::fill(acc, acc + T * D, 0.0f);
+  for (const Job& j : jobs) {
+    for (int64_t r = 0; r < j.n; ++r) {
+      float* dst = acc + rows[size_t(j.first + r)] * D;
+      const float* src = y + (j.first + r) * D;
+      const float w = row_weight[size_t(j.first + r)];
+      for (int64_t c = 0; c < D; ++c) dst[c] += w * src[c];
     }
   }
   std::copy_n(acc, T * D, out);

@@ -101,6 +101,29 @@ void Model::repack_weights(int n_threads) {
       linear.push_back(w);
     }
   }
+  // Experts: each expert's matrix is packed on its own (moe_ffn multiplies one expert at a time).
+  if (hp_.is_moe()) {
+    for (LayerWeights& l : layers_) {
+      const std::pair<Weight*, int64_t> exps[] = {{&l.ffn_gate_exps, hp_.n_ff_exp},
+                                                  {&l.ffn_up_exps, hp_.n_ff_exp},
+                                                  {&l.ffn_down_exps, hp_.n_embd}};
+      for (auto [w, rows] : exps) {
+        std::vector<const kernels::PackedMatrix*> slices;
+        for (int64_t e = 0; e < int64_t(hp_.n_expert); ++e) {
+          const kernels::WeightMatrix src{w->type, w->data + size_t(e * rows) * w->row_bytes, rows,
+                                          w->ne0};
+          auto p = std::make_unique<kernels::PackedMatrix>(kernels::pack_matrix(src, &pool));
+          if (!p->is_packed()) break;
+          slices.push_back(p.get());
+          packed_.push_back(std::move(p));
+        }
+        if (slices.size() != hp_.n_expert) continue;  // a type or target packing does not serve
+        w->packed_slices = std::move(slices);
+        w->slice_rows = rows;
+        file_.release_pages(w->data, w->row_bytes * size_t(w->ne1));
+      }
+    }
+  }
   for (Weight* w : linear) {
     if (!w->present() || w->ne1 < 2) continue;
     const kernels::WeightMatrix src{w->type, w->data, w->ne1, w->ne0};
@@ -155,7 +178,12 @@ uint64_t Model::n_decode_bytes() const {
     // A token reads the matrices of the experts it is routed to: n_expert_used of n_expert.
     if (hp_.is_moe()) {
       for (const Weight* w : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) {
-        n += bytes(*w) / hp_.n_expert * hp_.n_expert_used;
+        uint64_t all = bytes(*w);
+        if (!w->packed_slices.empty()) {
+          all = 0;
+          for (const kernels::PackedMatrix* p : w->packed_slices) all += p->packed_bytes();
+        }
+        n += all / hp_.n_expert * hp_.n_expert_used;
       }
     }
   }

@@ -17,8 +17,9 @@ run):
 - quantized weights: 0.3 nats (measured 0.18; the dense qwen3 file: 0.14): both engines quantize
   activations to 8 bits, in different block shapes, on random blocks with large scales. Top-1 is
   compared wherever llama.cpp's margin exceeds the bound.
-Batch invariance: every ubatch size gives bit-identical logits (a row's experts are chosen and
-added in the same order whatever the other rows).
+Batch invariance: every ubatch size and thread count gives bit-identical logits (a row's experts
+are chosen and added in the same order whatever the other rows; with few rows the threads take
+whole experts, with many each expert is split over them).
 """
 import hashlib
 import json
@@ -67,4 +68,7 @@ def test_moe_logits_do_not_depend_on_the_ubatch(build_dir, tmp_path, args):
     whole = logits_tool(build_dir, path, tokens)
     for ub in ("1", "3", "7"):
         assert np.array_equal(logits_tool(build_dir, path, tokens, "-ub", ub, "-b", ub), whole), ub
+        # Two threads: few rows take whole experts per thread, many rows split each expert.
+        assert np.array_equal(
+            logits_tool(build_dir, path, tokens, "-t", "2", "-ub", ub, "-b", ub), whole), ub
 

@@ -1,5 +1,9 @@
 // make_tiny_model ARCH OUT.gguf [--seed N] [--f32]: writes a tiny random-weight model (see
-// tiny_model.h) for tests against the numpy reference forward pass (tests/reference/forward.py).
+// tiny_model.h) for tests against the numpy reference forward pass (tests/reference/forward.py)
+// and llama.cpp.
+// make_tiny_model qwen3moe-bench OUT.gguf [--layers N] [--seed N]: a qwen3moe file with
+// Qwen3-30B-A3B's shapes and N blocks (default 2), for benchmarks (write_moe_bench_model).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,13 +23,18 @@ int main(int argc, char** argv) {
   }
   uint32_t seed = 1;
   bool all_f32 = false;
+  int layers = 2;
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
       seed = uint32_t(std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--f32") == 0)
       all_f32 = true;
+    else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
+      layers = std::max(1, std::atoi(argv[++i]));
   }
-  mnemo::Status st = mnemo::testing::write_tiny_model(argv[1], argv[2], seed, all_f32);
+  mnemo::Status st = arch == "qwen3moe-bench"
+                         ? mnemo::testing::write_moe_bench_model(argv[2], seed, layers)
+                         : mnemo::testing::write_tiny_model(argv[1], argv[2], seed, all_f32);
   if (!st.ok()) {
     std::fprintf(stderr, "make_tiny_model: %s\n", st.to_string().c_str());
     return 1;

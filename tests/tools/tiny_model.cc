@@ -107,8 +107,46 @@ std::vector<std::pair<std::string, Value>> tiny_spm_vocab(int64_t n_vocab) {
   return out;
 }
 
+namespace {
+
+struct Shape {
+  int64_t n_embd = 256, n_ff = 512, n_head = 4, n_head_kv = 2, hd = 64, n_vocab = 512;
+  int64_t n_layer = 2;
+  int64_t n_expert = 8, n_expert_used = 2, n_ff_exp = 256;
+  bool bench = false;  // Q4_K_M-like types for every matrix
+};
+
+Status write_model(const std::string& arch, const std::string& out, uint32_t seed, bool all_f32,
+                   Shape shape);
+
+}  // namespace
+
 Status write_tiny_model(const std::string& arch, const std::string& out, uint32_t seed,
                         bool all_f32) {
+  Shape shape;
+  if (arch == "gemma3") shape.n_layer = 6;
+  return write_model(arch, out, seed, all_f32, shape);
+}
+
+Status write_moe_bench_model(const std::string& out, uint32_t seed, int64_t n_layer) {
+  Shape shape;
+  shape.n_embd = 2048;
+  shape.n_ff = 6144;
+  shape.n_head = 32;
+  shape.n_head_kv = 4;
+  shape.hd = 128;
+  shape.n_layer = n_layer;
+  shape.n_expert = 128;
+  shape.n_expert_used = 8;
+  shape.n_ff_exp = 768;
+  shape.bench = true;
+  return write_model("qwen3moe", out, seed, false, shape);
+}
+
+namespace {
+
+Status write_model(const std::string& arch, const std::string& out, uint32_t seed, bool all_f32,
+                   Shape shape) {
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" &&
       arch != "gemma3") {
     return Status::invalid_argument("unknown arch " + arch +
@@ -117,10 +155,13 @@ Status write_tiny_model(const std::string& arch, const std::string& out, uint32_
   Status status;
   const bool gemma = arch == "gemma3";
   const bool moe = arch == "qwen3moe";
-  // qwen3moe: 8 experts of width 256, 2 per token (llama.cpp's qwen3moe keys and tensors).
-  const int64_t n_expert = 8, n_expert_used = 2, n_ff_exp = 256;
-  const int64_t n_embd = 256, n_ff = 512, n_head = 4, n_head_kv = 2, hd = 64, n_vocab = 512;
-  const int64_t n_layer = gemma ? 6 : 2;
+  // qwen3moe: by default 8 experts of width 256, 2 per token (llama.cpp's qwen3moe keys and
+  // tensors).
+  const int64_t n_expert = shape.n_expert, n_expert_used = shape.n_expert_used,
+                n_ff_exp = shape.n_ff_exp;
+  const int64_t n_embd = shape.n_embd, n_ff = shape.n_ff, n_head = shape.n_head,
+                n_head_kv = shape.n_head_kv, hd = shape.hd, n_vocab = shape.n_vocab;
+  const int64_t n_layer = shape.n_layer;
   Gen g{std::mt19937(seed)};
   mnemo::gguf::Writer w;
   auto add = [&](const std::string& k, Value v) {
@@ -153,7 +194,12 @@ Status write_tiny_model(const std::string& arch, const std::string& out, uint32_
     for (auto& [k, v] : tiny_spm_vocab(n_vocab)) add(k, std::move(v));
   }
 
-  auto T = [&](GgmlType t) { return all_f32 ? GgmlType::F32 : t; };
+  // bench: Q4_K_M-like (q4_K everywhere, q6_K for ffn_down and the output).
+  auto T = [&](GgmlType t) {
+    if (shape.bench)
+      return t == GgmlType::Q6_K || t == GgmlType::Q8_0 ? GgmlType::Q6_K : GgmlType::Q4_K;
+    return all_f32 ? GgmlType::F32 : t;
+  };
   auto tensor = [&](const std::string& name, std::vector<int64_t> dims, GgmlType t, float mean,
                     float stddev) {
     const int64_t n_in = dims[0];
@@ -209,5 +255,7 @@ Status write_tiny_model(const std::string& arch, const std::string& out, uint32_
   MNEMO_RETURN_IF_ERROR(status);
   return w.write(out);
 }
+
+}  // namespace
 
 }  // namespace mnemo::testing

@@ -23,6 +23,12 @@ namespace mnemo::testing {
 Status write_tiny_model(const std::string& arch, const std::string& path, uint32_t seed,
                         bool all_f32);
 
+/// qwen3moe with the shapes of Qwen3-30B-A3B (n_embd 2048, 32 query heads and 4 KV heads of
+/// 128, 128 experts of width 768, 8 per token) but `n_layer` blocks and a 512-token vocabulary:
+/// random weights (experts q4_K / q6_K, as a Q4_K_M file) for speed comparisons with llama.cpp
+/// (docs/benchmarks.md). About 340 MB per block.
+Status write_moe_bench_model(const std::string& path, uint32_t seed, int64_t n_layer);
+
 /// The tokenizer.ggml.* keys of a SentencePiece-style vocabulary (tokenizer.ggml.model "llama")
 /// of n_vocab pieces, so that tools which need a tokenizer (mnemo serve, llama.cpp) load a tiny
 /// file: <unk>, <s>, </s>, the 256 byte-fallback pieces, then "▁x" and "x" for printable ASCII
