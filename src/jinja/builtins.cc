@@ -19,6 +19,7 @@
 // Latin-1, Latin Extended-A, Greek and Cyrillic; letters of other scripts keep their case
 // (Python maps every cased letter).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -29,14 +30,6 @@
 
 namespace mnemo::jinja {
 
-namespace {
-
-using K = Value::Kind;
-
-bool is_int(const Value& v) { return v.kind == K::kInt || v.kind == K::kBool; }
-int64_t int_of(const Value& v) { return v.kind == K::kBool ? v.b : v.i; }
-
-// Python's str.isspace() code points.
 bool is_py_space(std::string_view cp) {
   if (cp.size() == 1) {
     const unsigned char c = cp[0];
@@ -52,29 +45,56 @@ bool is_py_space(std::string_view cp) {
   return false;
 }
 
-// Python's str.strip/lstrip/rstrip: `chars` nullptr for whitespace.
+size_t utf8_length(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xc0) != 0x80;
+  return n;
+}
+
+namespace {
+
+using K = Value::Kind;
+
+bool is_int(const Value& v) { return v.kind == K::kInt || v.kind == K::kBool; }
+int64_t int_of(const Value& v) { return v.kind == K::kBool ? v.b : v.i; }
+
+// Python's str.strip/lstrip/rstrip: `chars` nullptr for whitespace. Walks in from the ends
+// (a long text with little to strip costs little).
 std::string py_strip(const std::string& s, const std::string* chars, bool left, bool right) {
-  const auto cps = code_points(s);
   std::vector<std::string_view> set;
   if (chars != nullptr) set = code_points(*chars);
   auto strip_it = [&](std::string_view cp) {
     if (chars == nullptr) return is_py_space(cp);
     return std::find(set.begin(), set.end(), cp) != set.end();
   };
-  size_t a = 0, b = cps.size();
+  auto cp_at = [&](size_t i) {  // the code point starting at byte i
+    const unsigned char c = s[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if (i + n > s.size()) n = 1;
+    return std::string_view(s).substr(i, n);
+  };
+  size_t a = 0, b = s.size();
   if (left) {
-    while (a < b && strip_it(cps[a])) ++a;
+    while (a < b) {
+      const std::string_view cp = cp_at(a);
+      if (!strip_it(cp)) break;
+      a += cp.size();
+    }
   }
   if (right) {
-    while (b > a && strip_it(cps[b - 1])) --b;
+    while (b > a) {
+      size_t start = b - 1;
+      while (start > a && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80 && b - start < 4) {
+        --start;
+      }
+      const std::string_view cp = std::string_view(s).substr(start, b - start);
+      if (!strip_it(cp)) break;
+      b = start;
+    }
   }
-  std::string out;
-  for (size_t k = a; k < b; ++k) out.append(cps[k]);
-  return out;
+  return s.substr(a, b - a);
 }
 
-// Simple case mapping of one code point (Python's str.upper()/lower() on Latin-1, Latin
-// Extended-A, Greek and Cyrillic; other scripts are left as they are).
 // The Latin digraphs (U+01C4-01CC, U+01F1-01F3) come in threes: upper, title, lower.
 uint32_t digraph_base(uint32_t c) {
   if (c >= 0x1c4 && c <= 0x1cc) return 0x1c4 + (c - 0x1c4) / 3 * 3;
@@ -231,7 +251,7 @@ std::string jinja_title(const std::string& s) {
       out.append(u);
       word_start = true;
     } else {
-      put_case(u, word_start, &out, /*title=*/true);
+      put_case(u, word_start, &out);
       word_start = false;
     }
   }
@@ -351,6 +371,21 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   return out;
 }
 
+// The size py_replace's result would have (checked against the output limit first).
+uint64_t replace_size(const std::string& s, const std::string& from, const std::string& to,
+                      int64_t count) {
+  uint64_t n = 0;
+  if (from.empty()) {
+    n = utf8_length(s) + 1;
+  } else {
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + from.size())) {
+      ++n;
+    }
+  }
+  if (count >= 0) n = std::min<uint64_t>(n, uint64_t(count));
+  return s.size() + n * to.size();
+}
+
 // The items of an iterable as filters see them (Undefined: none).
 bool items_of(Renderer& r, const Value& v, int line, std::vector<Value>* out) {
   switch (v.kind) {
@@ -363,6 +398,7 @@ bool items_of(Renderer& r, const Value& v, int line, std::vector<Value>* out) {
       for (size_t k = 0; k < v.dict->items.size(); ++k) out->push_back(v.dict->key(k));
       return true;
     case K::kString:
+      if (!r.reserve(uint64_t(utf8_length(v.s)) * sizeof(Value))) return false;
       for (std::string_view cp : code_points(v.s)) out->push_back(Value::string(std::string(cp)));
       return true;
     default:
@@ -395,8 +431,10 @@ Value get_path(Renderer& r, const Value& v, const std::string& path, int line) {
         path.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
     if (cur.is_list() && numeric) {
-      const size_t k = std::stoul(part);
-      cur = k < cur.list->items.size() ? cur.list->items[k] : Value::undefined(part);
+      size_t k = 0;
+      const auto res = std::from_chars(part.data(), part.data() + part.size(), k);
+      cur = res.ec == std::errc() && k < cur.list->items.size() ? cur.list->items[k]
+                                                                : Value::undefined(part);
     } else if (cur.is_undefined()) {
       return cur;
     } else {
@@ -417,6 +455,8 @@ Value sort_key(const Value& v, bool case_sensitive) {
 
 bool sort_values(Renderer& r, std::vector<Value>* items, bool reverse, bool case_sensitive,
                  const std::string& attribute, int line) {
+  // n log n comparisons.
+  if (!r.steps(items->size() * (64 - uint64_t(__builtin_clzll(items->size() | 1))))) return false;
   std::vector<std::pair<Value, Value>> keyed;
   for (Value& v : *items) {
     Value key = attribute.empty() ? v : get_path(r, v, attribute, line);
@@ -561,6 +601,7 @@ bool json_value(Renderer& r, const Value& v, const std::string* indent, const st
   auto newline = [&](int lv) {
     out->push_back('\n');
     for (int k = 0; k < lv; ++k) *out += *indent;
+    return r.reserve(out->size());
   };
   switch (v.kind) {
     case K::kNone:
@@ -592,13 +633,13 @@ bool json_value(Renderer& r, const Value& v, const std::string* indent, const st
       out->push_back('[');
       for (size_t k = 0; k < v.list->items.size(); ++k) {
         if (k > 0) *out += item_sep;
-        if (indent != nullptr) newline(level + 1);
+        if (indent != nullptr && !newline(level + 1)) return false;
         if (!json_value(r, v.list->items[k], indent, item_sep, key_sep, sort_keys, line, level + 1,
                         out)) {
           return false;
         }
       }
-      if (indent != nullptr) newline(level);
+      if (indent != nullptr && !newline(level)) return false;
       out->push_back(']');
       return true;
     }
@@ -617,7 +658,7 @@ bool json_value(Renderer& r, const Value& v, const std::string* indent, const st
       out->push_back('{');
       for (size_t k = 0; k < items.size(); ++k) {
         if (k > 0) *out += item_sep;
-        if (indent != nullptr) newline(level + 1);
+        if (indent != nullptr && !newline(level + 1)) return false;
         json_string(items[k]->first, out);
         *out += key_sep;
         if (!json_value(r, items[k]->second, indent, item_sep, key_sep, sort_keys, line, level + 1,
@@ -625,7 +666,7 @@ bool json_value(Renderer& r, const Value& v, const std::string* indent, const st
           return false;
         }
       }
-      if (indent != nullptr) newline(level);
+      if (indent != nullptr && !newline(level)) return false;
       out->push_back('}');
       return true;
     }
@@ -644,7 +685,7 @@ Value length_of(Renderer& r, const Value& v, int line) {
     case K::kUndefined:
       return Value::integer(0);
     case K::kString:
-      return Value::integer(static_cast<int64_t>(code_points(v.s).size()));
+      return Value::integer(static_cast<int64_t>(utf8_length(v.s)));
     case K::kList:
       return Value::integer(static_cast<int64_t>(v.list->items.size()));
     case K::kDict:
@@ -697,6 +738,8 @@ Value select_items(Renderer& r, const Value& v, Args& args, bool by_attr, bool k
   }
   return Value::new_list(std::move(out));
 }
+
+}  // namespace
 
 // Python's printf-style `fmt % args` for the conversions templates use: %s %r %d %i %f %F
 // %e %x %X %o %c %%, with flags - + 0 space, a width and a precision.
@@ -752,6 +795,9 @@ Value percent_format(Renderer& r, const std::string& fmt_text, const std::vector
                                                    : std::string(pad, ' ') + text;
     } else if (std::strchr("dixXo", conv) != nullptr) {
       if (!a.is_number()) return r.fail(line, fmt::format("format: %{} needs a number", conv));
+      if (a.kind == K::kFloat && !(std::fabs(a.f) < 9.2e18)) {
+        return r.fail(line, "format: a number past 64-bit integers");
+      }
       const long long x = a.kind == K::kFloat ? static_cast<long long>(a.f) : int_of(a);
       if (precision >= 0) spec += "." + std::to_string(precision);
       spec += "ll";
@@ -776,6 +822,8 @@ Value percent_format(Renderer& r, const std::string& fmt_text, const std::vector
   }
   return Value::string(std::move(out));
 }
+
+namespace {
 
 // JSON text with every non-ASCII code point written as \uXXXX (a UTF-16 surrogate pair past
 // U+FFFF), as json.dumps(ensure_ascii=True). Only string contents hold non-ASCII.
@@ -837,7 +885,8 @@ Value str_format(Renderer& r, const std::string& f, const Args& args, int line) 
       if (auto_index >= args.pos.size()) return r.fail(line, "format: not enough arguments");
       v = args.pos[auto_index++];
     } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
-      const size_t k = std::stoul(field.substr(0, 9));
+      size_t k = SIZE_MAX;
+      std::from_chars(field.data(), field.data() + std::min<size_t>(field.size(), 9), k);
       if (k >= args.pos.size()) return r.fail(line, "format: replacement index out of range");
       v = args.pos[k];
     } else {
@@ -876,9 +925,11 @@ Value str_format(Renderer& r, const std::string& f, const Args& args, int line) 
       const char type = p < spec.size() ? spec[p] : '\0';
       if (type == 'f' || type == 'd') {
         if (!v.is_number()) return r.fail(line, "format: a number is needed");
-        text = type == 'f'
-                   ? fmt::format("{:.{}f}", v.as_double(), precision < 0 ? 6 : precision)
-                   : std::to_string(v.kind == K::kFloat ? static_cast<int64_t>(v.f) : int_of(v));
+        if (type == 'd' && v.kind == K::kFloat) {
+          return r.fail(line, "format: unknown format code 'd' for a float");
+        }
+        text = type == 'f' ? fmt::format("{:.{}f}", v.as_double(), precision < 0 ? 6 : precision)
+                           : std::to_string(int_of(v));
         if (align == '\0') align = '>';
       } else if (precision >= 0) {
         const auto cps = code_points(text);
@@ -950,6 +1001,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
           attribute.is_string() ? get_path(r, items[k], attribute.s, line) : items[k];
       if (r.failed()) return {};
       out += to_str(item);
+      if (!r.reserve(out.size())) return {};
     }
     return Value::string(std::move(out));
   }
@@ -1011,8 +1063,10 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
     if (!need_string("replace")) return {};
     const Value from = args.get(0, "old"), to = args.get(1, "new");
     const Value count = args.get(2, "count", Value::none());
-    return Value::string(
-        py_replace(to_str(v), to_str(from), to_str(to), is_int(count) ? int_of(count) : -1));
+    const std::string text = to_str(v), f = to_str(from), t = to_str(to);
+    const int64_t c = is_int(count) ? int_of(count) : -1;
+    if (!r.reserve(replace_size(text, f, t, c))) return {};
+    return Value::string(py_replace(text, f, t, c));
   }
   if (name == "reverse") {
     if (v.is_string()) {
@@ -1048,6 +1102,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
       Value key = attribute.is_string() ? get_path(r, item, attribute.s, line) : item;
       if (r.failed()) return {};
       key = sort_key(key, case_sensitive);
+      if (!r.steps(seen.size())) return {};
       bool dup = false;
       for (const Value& s : seen) dup = dup || equals(s, key);
       if (dup) continue;
@@ -1186,7 +1241,11 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
         width.is_string()
             ? width.s
             : std::string(static_cast<size_t>(std::clamp<int64_t>(int_of(width), 0, 256)), ' ');
-    const std::vector<std::string> lines = splitlines(to_str(v) + "\n");
+    const std::string text = to_str(v);
+    if (!r.reserve(text.size() + (std::count(text.begin(), text.end(), '\n') + 2) * ind.size())) {
+      return {};
+    }
+    const std::vector<std::string> lines = splitlines(text + "\n");
     std::string out;
     if (blank) {
       for (size_t k = 0; k < lines.size(); ++k) {
@@ -1233,6 +1292,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& v, Args& arg
       return r.fail(line, "batch needs a positive item count");
     }
     const size_t n = static_cast<size_t>(int_of(count));
+    if (!fill.is_none() && !r.reserve(uint64_t(n) * sizeof(Value))) return {};
     std::vector<Value> out;
     for (size_t k = 0; k < items.size(); k += n) {
       std::vector<Value> group(items.begin() + k, items.begin() + std::min(items.size(), k + n));
@@ -1440,8 +1500,10 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name, Args& 
     if (name == "capitalize") return Value::string(capitalize(s));
     if (name == "replace") {
       const Value count = args.get(2, "count", Value::integer(-1));
-      return Value::string(py_replace(s, to_str(args.get(0, "old")), to_str(args.get(1, "new")),
-                                      is_int(count) ? int_of(count) : -1));
+      const std::string f = to_str(args.get(0, "old")), t = to_str(args.get(1, "new"));
+      const int64_t c = is_int(count) ? int_of(count) : -1;
+      if (!r.reserve(replace_size(s, f, t, c))) return {};
+      return Value::string(py_replace(s, f, t, c));
     }
     if (name == "find" || name == "rfind" || name == "count") {
       if (!a0.is_string()) return r.fail(line, fmt::format("{} needs a string", name));
@@ -1468,6 +1530,7 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name, Args& 
         }
         if (k > 0) out += s;
         out += items[k].s;
+        if (!r.reserve(out.size())) return {};
       }
       return Value::string(std::move(out));
     }
@@ -1580,8 +1643,8 @@ void add_globals(Dict* g) {
              return r.fail(args.line, "range too big: at most 100000 items (as jinja2's sandbox)");
            }
            std::vector<Value> items;
-           for (int64_t x = p[0]; p[2] > 0 ? x < p[1] : x > p[1]; x += p[2]) {
-             items.push_back(Value::integer(x));
+           for (__int128 x = p[0]; p[2] > 0 ? x < p[1] : x > p[1]; x += p[2]) {
+             items.push_back(Value::integer(static_cast<int64_t>(x)));
            }
            return Value::new_list(std::move(items));
          }));

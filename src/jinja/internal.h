@@ -88,6 +88,8 @@ struct Value {
   }
   /// Python's truth value.
   bool truthy() const;
+  /// Nesting depth: 0 for a scalar, 1 + the deepest item for a list or dict.
+  int depth() const;
   /// The number as a double (bool, int, float).
   double as_double() const { return kind == Kind::kFloat ? f : kind == Kind::kBool ? b : i; }
 
@@ -99,9 +101,11 @@ struct Value {
   }
 };
 
+/// A list or tuple (shared by the values that hold it).
 struct List {
   std::vector<Value> items;
   bool tuple = false;  // prints as (a, b)
+  int depth = 1;       // 1 + the deepest item's depth (the renderer refuses values past 256)
   /// A named tuple (groupby's (grouper, list)): the attribute names of the items, in order.
   std::vector<std::string> fields;
 };
@@ -111,6 +115,7 @@ struct List {
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
   std::vector<bool> int_keys;  // [items.size()]
+  int depth = 1;               // 1 + the deepest value's depth
   bool is_namespace = false;   // namespace(): attributes may be assigned with {% set ns.x = %}
   /// nullptr when absent.
   const Value* find(std::string_view key) const;
@@ -129,6 +134,7 @@ struct Args {
   Value get(size_t index, std::string_view name, Value fallback = Value::undefined()) const;
 };
 
+/// A callable: a macro, a loop's cycle(), a global such as range().
 struct Func {
   std::string name;
   std::function<Value(Renderer&, Args&)> fn;
@@ -145,6 +151,10 @@ bool equals(const Value& a, const Value& b);
 /// Python's ordering of a and b (numbers, strings by code point, lists item by item): *c is
 /// -1, 0 or 1; false when the two cannot be ordered.
 bool order_values(const Value& a, const Value& b, int* c);
+/// Python's str.isspace() for one code point (UTF-8 bytes).
+bool is_py_space(std::string_view cp);
+/// Code points in UTF-8 `s` (bytes that do not continue a character), without materializing.
+size_t utf8_length(std::string_view s);
 /// Code points of UTF-8 `s` (bytes that are not UTF-8 count as one code point each).
 std::vector<std::string_view> code_points(std::string_view s);
 
@@ -166,6 +176,11 @@ class Renderer {
   virtual int64_t now(bool* utc) const = 0;
   /// Counts one unit of work; false (after recording the error) once the budget is spent.
   virtual bool step() = 0;
+  /// Counts n units of work at once (a filter's loop over n items).
+  virtual bool steps(uint64_t n) = 0;
+  /// Before building a value of about `bytes` bytes: false (after recording an OutOfRange
+  /// error) when that is past the render's output limit.
+  virtual bool reserve(uint64_t bytes) = 0;
 };
 
 /// The filter `name` applied to `v` (`args` holds the rest). Sets an error through `r` for an
@@ -176,6 +191,8 @@ Value apply_test(Renderer& r, std::string_view name, const Value& v, Args& args)
 /// A method of a str, dict or list (`"a b".split()`, `d.items()`); `*found` false when `obj`
 /// has no such method.
 Value call_method(Renderer& r, const Value& obj, const std::string& name, Args& args, bool* found);
+/// Python's printf-style `fmt % args` (%s %r %d %i %f %e %x %o %c %%, flags, width, precision).
+Value percent_format(Renderer& r, const std::string& fmt, const std::vector<Value>& args, int line);
 /// The globals every template sees: range, namespace, dict, raise_exception, strftime_now.
 void add_globals(Dict* globals);
 /// json.dumps(v, ensure_ascii=False, indent, separators, sort_keys) (Python's json module):
@@ -220,9 +237,12 @@ enum class NodeKind : uint8_t {
   kBlockValue,  // the rendered body of a filter block or set block
 };
 
+/// A node: its kind says which fields it uses (see NodeKind). Expression trees are at most
+/// 256 nodes high (the parser refuses taller ones), so rendering and destroying recurse boundedly.
 struct Node {
   NodeKind kind = NodeKind::kText;
   int line = 0;
+  int height = 1;  // expressions: 1 + the tallest child
   std::string name;
   Value value;
   bool negate = false;

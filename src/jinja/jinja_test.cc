@@ -125,6 +125,58 @@ TEST(JinjaTest, BadTemplatesAreErrorsNotCrashes) {
   EXPECT_FALSE(Template::parse(nested).ok());
 }
 
+// Templates that used to crash, loop or exhaust memory: each ends in an error (or in
+// jinja2's own answer) within the render's bounds.
+TEST(JinjaTest, HostileTemplatesEndInErrors) {
+  auto fails = [](const std::string& src) {
+    auto t = Template::parse(src);
+    if (!t.ok()) return true;
+    RenderOptions o;
+    o.max_output_bytes = 16 << 20;
+    return !t->render(Json::object(), o).ok();
+  };
+  std::string plus = "{{ 1";
+  for (int i = 0; i < 20000; ++i) plus += "+1";
+  EXPECT_TRUE(fails(plus + " }}"));
+  EXPECT_TRUE(fails(plus + " ) }}"));
+  std::string filters = "{{ 'a'";
+  for (int i = 0; i < 20000; ++i) filters += "|trim";
+  EXPECT_TRUE(fails(filters + " }}"));
+  std::string loops;
+  for (int i = 0; i < 250; ++i) loops += "{% for x in [1] %}";
+  loops += "{% if n < 60 %}{{ f(n+1) }}{% endif %}";
+  for (int i = 0; i < 250; ++i) loops += "{% endfor %}";
+  EXPECT_TRUE(fails("{% macro f(n) %}" + loops + "{% endmacro %}{{ f(0) }}"));
+  EXPECT_TRUE(
+      fails("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+            "{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l|string|length }}"));
+  EXPECT_TRUE(fails("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}"));
+  EXPECT_TRUE(fails("{% set s='x'*1000 %}{% set big=[s]*4000000 %}{{ big|length }}"));
+  EXPECT_TRUE(
+      fails("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
+            "{% set ns.l = ns.l + ns.l %}{% endfor %}"));
+  EXPECT_TRUE(fails("{% for c in 'x'*20000000 %}{% break %}{% endfor %}"));
+  EXPECT_TRUE(fails("{{ ('\n'*1000000)|indent('x'*100000, blank=true) }}"));
+  EXPECT_TRUE(fails("{{ [1]|batch(1000000000000, 0)|list }}"));
+  EXPECT_TRUE(
+      fails("{% macro f(n) %}{{ 'x'*6000000 }}{% if n < 40 %}{{ f(n+1) }}{% endif %}"
+            "{% endmacro %}{{ f(0)|length }}"));
+  EXPECT_TRUE(
+      fails("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+            "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"));
+  EXPECT_TRUE(fails("{{ '%d'|format(1e300) }}"));
+  EXPECT_TRUE(fails("{{ range(200000)|unique|list|length }}"));
+  // Where jinja2 has an answer, the same one.
+  EXPECT_EQ(render("{{ [1,2,3][1::9223372036854775807] }}"), "[2]");
+  EXPECT_EQ(render("{{ range(9223372036854775806, 9223372036854775807, 9223372036854775807)"
+                   "|list }}"),
+            "[9223372036854775806]");
+  EXPECT_EQ(render("{% macro f(a, b=a) %}[{{b}}]{% endmacro %}{{ f(1) }}"), "[1]");
+  EXPECT_EQ(render("{{ '%s-%05.2f' % ('a', 3.14159) }}"), "a-03.14");
+  EXPECT_EQ(render("x\u00a0{%- if true %}y{% endif %}"), "xy");
+  EXPECT_EQ(render("a\x0cb\x0b"), "a\x0cb\x0b");
+}
+
 TEST(JinjaTest, LimitsStopHostileTemplates) {
   auto t = Template::parse(
       "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}");

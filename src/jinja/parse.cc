@@ -49,39 +49,45 @@ bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-// Python's str.splitlines() + "\n".join(): every line end (\r\n, \r, \n, \v, \f, \x1c-\x1e,
-// U+0085, U+2028, U+2029) becomes "\n", and so one trailing line end disappears.
+// jinja2's lexer: "\r\n" and "\r" become "\n" (its newline_sequence), and one trailing "\n" is
+// dropped (keep_trailing_newline=False).
 std::string normalize_newlines(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = s[i];
-    if (c == '\r') {
+    if (s[i] == '\r') {
       if (i + 1 < s.size() && s[i + 1] == '\n') ++i;
       out.push_back('\n');
-    } else if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) {
-      out.push_back('\n');
-    } else if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) {
-      ++i;
-      out.push_back('\n');
-    } else if (c == 0xe2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
-               (static_cast<unsigned char>(s[i + 2]) == 0xa8 ||
-                static_cast<unsigned char>(s[i + 2]) == 0xa9)) {
-      i += 2;
-      out.push_back('\n');
     } else {
-      out.push_back(static_cast<char>(c));
+      out.push_back(s[i]);
     }
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
 }
 
-// Python's str.rstrip() for the ASCII whitespace a template's text holds.
-std::string_view rstrip_ws(std::string_view s) {
-  while (!s.empty() && (is_space(s.back()) || (s.back() >= 0x1c && s.back() <= 0x1f))) {
-    s.remove_suffix(1);
+// The length of the UTF-8 whitespace character (Python's isspace) that ends `s`, or 0.
+size_t trailing_space(std::string_view s) {
+  for (size_t n = 1; n <= 3 && n <= s.size(); ++n) {
+    const std::string_view cp = s.substr(s.size() - n);
+    if ((static_cast<unsigned char>(cp[0]) & 0xc0) == 0x80) continue;
+    return is_py_space(cp) ? n : 0;
   }
+  return 0;
+}
+
+// The length of the UTF-8 whitespace character at the start of `s`, or 0.
+size_t leading_space(std::string_view s) {
+  if (s.empty()) return 0;
+  const unsigned char c = s[0];
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+  if (n > s.size()) return 0;
+  return is_py_space(s.substr(0, n)) ? n : 0;
+}
+
+// Python's str.rstrip() (what "{%-" does to the text before it).
+std::string_view rstrip_ws(std::string_view s) {
+  while (size_t n = trailing_space(s)) s.remove_suffix(n);
   return s;
 }
 
@@ -279,7 +285,7 @@ class Lexer {
   // end ('-': skip all whitespace, '+': nothing, else one "\n" when `trim`).
   size_t after_end(size_t p, char sign, bool trim) const {
     if (sign == '-') {
-      while (p < src_.size() && (is_space(src_[p]) || (src_[p] >= 0x1c && src_[p] <= 0x1f))) ++p;
+      while (size_t n = leading_space(std::string_view(src_).substr(p))) p += n;
     } else if (sign != '+' && trim && opt_.trim_blocks && p < src_.size() && src_[p] == '\n') {
       ++p;
     }
@@ -503,6 +509,24 @@ class Parser {
     n->kind = k;
     n->line = line;
     return n;
+  }
+
+  // Sets n's height from its children; a tree taller than kMaxDepth is refused (long chains
+  // such as 1+1+...+1 or a|f|f|... grow it without nesting in the source).
+  Status measure(Node* n) const {
+    int h = 0;
+    for (const NodePtr& k : n->kids) {
+      if (k != nullptr) h = std::max(h, k->height);
+    }
+    for (const auto& kw : n->kwargs) {
+      if (kw.second != nullptr) h = std::max(h, kw.second->height);
+    }
+    n->height = h + 1;
+    if (n->height > kMaxDepth) {
+      return Status::invalid_argument(
+          fmt::format("line {}: an expression nested deeper than {}", n->line, kMaxDepth));
+    }
+    return Status();
   }
 
   // Statements up to a block tag whose keyword is one of `ends` (its name is consumed and
@@ -779,6 +803,7 @@ class Parser {
       MNEMO_RETURN_IF_ERROR(expr(&e));
       t->kids.push_back(std::move(e));
     }
+    MNEMO_RETURN_IF_ERROR(measure(t.get()));
     *out = std::move(t);
     return Status();
   }
@@ -807,6 +832,7 @@ class Parser {
       c->kids.push_back(std::move(a));
       c->kids.push_back(std::move(cond));
       c->kids.push_back(std::move(other));
+      MNEMO_RETURN_IF_ERROR(measure(c.get()));
       a = std::move(c);
     }
     *out = std::move(a);
@@ -823,6 +849,7 @@ class Parser {
       auto n = node(NodeKind::kOr, line);
       n->kids.push_back(std::move(a));
       n->kids.push_back(std::move(b));
+      MNEMO_RETURN_IF_ERROR(measure(n.get()));
       a = std::move(n);
     }
     *out = std::move(a);
@@ -839,6 +866,7 @@ class Parser {
       auto n = node(NodeKind::kAnd, line);
       n->kids.push_back(std::move(a));
       n->kids.push_back(std::move(b));
+      MNEMO_RETURN_IF_ERROR(measure(n.get()));
       a = std::move(n);
     }
     *out = std::move(a);
@@ -855,6 +883,7 @@ class Parser {
       auto n = node(NodeKind::kUnary, line);
       n->name = "not";
       n->kids.push_back(std::move(a));
+      MNEMO_RETURN_IF_ERROR(measure(n.get()));
       *out = std::move(n);
       return Status();
     }
@@ -890,6 +919,7 @@ class Parser {
       MNEMO_RETURN_IF_ERROR(math1(&b));
       n->ops.push_back(op);
       n->kids.push_back(std::move(b));
+      MNEMO_RETURN_IF_ERROR(measure(n.get()));
     }
     *out = n != nullptr ? std::move(n) : std::move(a);
     return Status();
@@ -912,6 +942,7 @@ class Parser {
       n->name = op.text;
       n->kids.push_back(std::move(a));
       n->kids.push_back(std::move(b));
+      MNEMO_RETURN_IF_ERROR(measure(n.get()));
       a = std::move(n);
     }
     *out = std::move(a);
@@ -929,6 +960,7 @@ class Parser {
       auto n = node(NodeKind::kUnary, op.line);
       n->name = op.text;
       n->kids.push_back(std::move(a));
+      MNEMO_RETURN_IF_ERROR(measure(n.get()));
       MNEMO_RETURN_IF_ERROR(postfix(&n));
       MNEMO_RETURN_IF_ERROR(filter_chain(&n));
       *out = std::move(n);
@@ -952,6 +984,7 @@ class Parser {
       auto n = node(NodeKind::kUnary, op.line);
       n->name = op.text;
       n->kids.push_back(std::move(a));
+      MNEMO_RETURN_IF_ERROR(measure(n.get()));
       MNEMO_RETURN_IF_ERROR(postfix(&n));
       *out = std::move(n);
       return Status();
@@ -1024,6 +1057,7 @@ class Parser {
         tup->kids.push_back(std::move(e));
       }
       MNEMO_RETURN_IF_ERROR(expect_op(")"));
+      MNEMO_RETURN_IF_ERROR(measure(tup.get()));
       *out = std::move(tup);
       return Status();
     }
@@ -1038,6 +1072,7 @@ class Parser {
         next();
       }
       MNEMO_RETURN_IF_ERROR(expect_op("]"));
+      MNEMO_RETURN_IF_ERROR(measure(list.get()));
       *out = std::move(list);
       return Status();
     }
@@ -1055,6 +1090,7 @@ class Parser {
         next();
       }
       MNEMO_RETURN_IF_ERROR(expect_op("}"));
+      MNEMO_RETURN_IF_ERROR(measure(dict.get()));
       *out = std::move(dict);
       return Status();
     }
@@ -1079,12 +1115,14 @@ class Parser {
           idx->value = Value::integer(next().i);
           n->kids.push_back(std::move(*a));
           n->kids.push_back(std::move(idx));
+          MNEMO_RETURN_IF_ERROR(measure(n.get()));
           *a = std::move(n);
           continue;
         } else {
           return error("expected a name after '.'");
         }
         n->kids.push_back(std::move(*a));
+        MNEMO_RETURN_IF_ERROR(measure(n.get()));
         *a = std::move(n);
       } else if (is_op("[")) {
         next();
@@ -1108,11 +1146,13 @@ class Parser {
           n->kids.push_back(std::move(parts[1]));
           n->kids.push_back(std::move(parts[2]));
         }
+        MNEMO_RETURN_IF_ERROR(measure(n.get()));
         *a = std::move(n);
       } else if (is_op("(")) {
         auto n = node(NodeKind::kCall, line);
         n->kids.push_back(std::move(*a));
         MNEMO_RETURN_IF_ERROR(call_args(n.get()));
+        MNEMO_RETURN_IF_ERROR(measure(n.get()));
         *a = std::move(n);
       } else {
         return Status();
@@ -1154,6 +1194,7 @@ class Parser {
     }
     n->kids.push_back(std::move(*a));
     if (is_op("(")) MNEMO_RETURN_IF_ERROR(call_args(n.get()));
+    MNEMO_RETURN_IF_ERROR(measure(n.get()));
     *a = std::move(n);
     return Status();
   }
@@ -1183,11 +1224,13 @@ class Parser {
           MNEMO_RETURN_IF_ERROR(postfix(&arg));
           n->kids.push_back(std::move(arg));
         }
+        MNEMO_RETURN_IF_ERROR(measure(n.get()));
         *a = std::move(n);
       } else if (is_op("(")) {
         auto n = node(NodeKind::kCall, peek().line);
         n->kids.push_back(std::move(*a));
         MNEMO_RETURN_IF_ERROR(call_args(n.get()));
+        MNEMO_RETURN_IF_ERROR(measure(n.get()));
         *a = std::move(n);
       } else {
         return Status();

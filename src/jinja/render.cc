@@ -20,6 +20,7 @@ Value Value::new_list(std::vector<Value> items, bool tuple) {
   v.list = std::make_shared<List>();
   v.list->items = std::move(items);
   v.list->tuple = tuple;
+  for (const Value& x : v.list->items) v.list->depth = std::max(v.list->depth, 1 + x.depth());
   return v;
 }
 
@@ -36,6 +37,10 @@ Value Value::function(std::string name, std::function<Value(Renderer&, Args&)> f
   f->fn = std::move(fn);
   v.func = std::move(f);
   return v;
+}
+
+int Value::depth() const {
+  return kind == Kind::kList ? list->depth : kind == Kind::kDict ? dict->depth : 0;
 }
 
 bool Value::truthy() const {
@@ -69,6 +74,7 @@ const Value* Dict::find(std::string_view key) const {
 }
 
 void Dict::set(std::string key, Value v, bool int_key) {
+  depth = std::max(depth, 1 + v.depth());
   for (auto& [k, old] : items) {
     if (k == key) {
       old = std::move(v);
@@ -409,6 +415,18 @@ class Interp final : public Renderer {
     }
     return false;
   }
+  bool steps(uint64_t n) override {
+    steps_ += n;
+    return step();
+  }
+  bool reserve(uint64_t bytes) override {
+    if (bytes + total_before_ + out_->size() <= opt_.max_output_bytes) return true;
+    if (error_.ok()) {
+      error_ = Status::out_of_range(fmt::format(
+          "the template builds a value past the output limit of {} bytes", opt_.max_output_bytes));
+    }
+    return false;
+  }
   int64_t now(bool* utc) const override {
     *utc = opt_.now_unix >= 0;
     return opt_.now_unix >= 0 ? opt_.now_unix : static_cast<int64_t>(std::time(nullptr));
@@ -457,22 +475,6 @@ class Interp final : public Renderer {
       return fail(args.line, fmt::format("macro '{}' takes not more than {} argument(s)", m.name,
                                          m.targets.size()));
     }
-    Scope frame;
-    for (size_t k = 0; k < m.targets.size(); ++k) {
-      Value v = k < args.pos.size() ? args.pos[k] : Value::undefined(m.targets[k]);
-      bool given = k < args.pos.size();
-      for (const auto& [name, kv] : args.kw) {
-        if (name == m.targets[k]) {
-          v = kv;
-          given = true;
-        }
-      }
-      if (!given && m.kids[k] != nullptr) {
-        v = eval(*m.kids[k]);
-        if (failed()) return {};
-      }
-      frame.emplace_back(m.targets[k], std::move(v));
-    }
     for (const auto& [name, kv] : args.kw) {
       bool known = false;
       for (const std::string& t : m.targets) known = known || t == name;
@@ -481,17 +483,33 @@ class Interp final : public Renderer {
                     fmt::format("macro '{}' takes no keyword argument '{}'", m.name, name));
       }
     }
+    // The macro's scope over the template's top-level variables; defaults are evaluated in it,
+    // in order, so a default may name an earlier parameter (as jinja2).
     std::vector<Scope> saved(scopes_.begin() + 2, scopes_.end());
     scopes_.resize(2);
-    scopes_.push_back(std::move(frame));
+    scopes_.emplace_back();
     std::string text;
     std::string* saved_out = out_;
+    total_before_ += saved_out->size();
     out_ = &text;
     const int saved_loops = loop_depth_;
     loop_depth_ = 0;
-    exec(m.bodies[0]);
+    for (size_t k = 0; k < m.targets.size() && !failed(); ++k) {
+      Value v = k < args.pos.size() ? args.pos[k] : Value::undefined(m.targets[k]);
+      bool given = k < args.pos.size();
+      for (const auto& [name, kv] : args.kw) {
+        if (name == m.targets[k]) {
+          v = kv;
+          given = true;
+        }
+      }
+      if (!given && m.kids[k] != nullptr) v = eval(*m.kids[k]);
+      scopes_.back().emplace_back(m.targets[k], std::move(v));
+    }
+    if (!failed()) exec(m.bodies[0]);
     loop_depth_ = saved_loops;
     out_ = saved_out;
+    total_before_ -= saved_out->size();
     scopes_.resize(2);
     for (auto& s : saved) scopes_.push_back(std::move(s));
     if (failed()) return {};
@@ -500,6 +518,22 @@ class Interp final : public Renderer {
 
  private:
   static constexpr int kMaxCallDepth = 64;
+  static constexpr int kMaxValueDepth = 256;
+
+  // Whether `v` holds the dict `d` (a namespace assigned into itself would make a cycle).
+  static bool reaches(const Value& v, const Dict* d) {
+    if (v.is_dict()) {
+      if (v.dict.get() == d) return true;
+      for (const auto& kv : v.dict->items) {
+        if (reaches(kv.second, d)) return true;
+      }
+    } else if (v.is_list()) {
+      for (const Value& x : v.list->items) {
+        if (reaches(x, d)) return true;
+      }
+    }
+    return false;
+  }
 
   Value lookup(const std::string& name) const {
     for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s) {
@@ -552,6 +586,11 @@ class Interp final : public Renderer {
 
   Flow exec_one(const Node& n) {
     if (!step()) return Flow::kError;
+    Recursion guard{&recursion_};
+    if (++recursion_ > kMaxRecursion) {
+      fail(n.line, fmt::format("the template nests deeper than {} levels", kMaxRecursion));
+      return Flow::kError;
+    }
     switch (n.kind) {
       case NodeKind::kText:
         return emit(n.name) ? Flow::kNormal : Flow::kError;
@@ -582,7 +621,15 @@ class Interp final : public Renderer {
                  fmt::format("cannot assign attribute on non-namespace object '{}'", n.targets[0]));
             return Flow::kError;
           }
+          if (reaches(v, ns.dict.get())) {
+            fail(n.line, "a namespace cannot hold itself");
+            return Flow::kError;
+          }
           ns.dict->set(n.attr, std::move(v));
+          if (ns.dict->depth > kMaxValueDepth) {
+            fail(n.line, fmt::format("a value nested deeper than {} levels", kMaxValueDepth));
+            return Flow::kError;
+          }
           return Flow::kNormal;
         }
         if (n.targets.size() == 1) {
@@ -657,6 +704,7 @@ class Interp final : public Renderer {
         for (size_t k = 0; k < v.dict->items.size(); ++k) out->push_back(v.dict->key(k));
         return true;
       case Value::Kind::kString:
+        if (!reserve(uint64_t(utf8_length(v.s)) * sizeof(Value))) return false;
         for (std::string_view cp : code_points(v.s)) out->push_back(Value::string(std::string(cp)));
         return true;
       default:
@@ -774,8 +822,29 @@ class Interp final : public Renderer {
   // An expression's value. Copying a string costs in proportion to its size: every string
   // value produced is charged one step per 1024 bytes, so a template that rebuilds a long string
   // over and over runs out of steps instead of running for minutes.
+  // Bounds the C++ recursion of rendering (statements in statements, expressions in
+  // expressions, macro calls): kMaxRecursion levels fit an 8 MiB thread stack with room.
+  struct Recursion {
+    int* depth;
+    ~Recursion() { --*depth; }
+  };
+  static constexpr int kMaxRecursion = 1000;
+
   Value eval(const Node& n) {
+    Recursion guard{&recursion_};
+    if (++recursion_ > kMaxRecursion) {
+      return fail(n.line, fmt::format("the template nests deeper than {} levels", kMaxRecursion));
+    }
     Value v = eval_node(n);
+    if (v.depth() > kMaxValueDepth) {
+      return fail(n.line, fmt::format("a value nested deeper than {} levels", kMaxValueDepth));
+    }
+    // No single value may outgrow the output limit (a string doubled in a loop, a list grown
+    // by +): the render stops before memory does.
+    if ((v.kind == Value::Kind::kString && !reserve(v.s.size())) ||
+        (v.kind == Value::Kind::kList && !reserve(v.list->items.size() * sizeof(Value)))) {
+      return {};
+    }
     if (v.kind == Value::Kind::kString && v.s.size() >= 1024) charge(v.s.size());
     return v;
   }
@@ -994,7 +1063,7 @@ class Interp final : public Renderer {
     const int64_t start = clamp(bounds[0], given[0], step < 0 ? size - 1 : 0);
     const int64_t stop = clamp(bounds[1], given[1], step < 0 ? -1 : size);
     std::vector<size_t> picks;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+    for (__int128 k = start; step > 0 ? k < stop : k > stop; k += step) {
       picks.push_back(static_cast<size_t>(k));
     }
     if (obj.is_list()) {
@@ -1039,6 +1108,9 @@ class Interp final : public Renderer {
         return r;
       }
       if (a.is_list() && b.is_list() && a.list->tuple == b.list->tuple) {
+        if (!reserve((uint64_t(a.list->items.size()) + b.list->items.size()) * sizeof(Value))) {
+          return {};
+        }
         std::vector<Value> items = a.list->items;
         items.insert(items.end(), b.list->items.begin(), b.list->items.end());
         return Value::new_list(std::move(items), a.list->tuple);
@@ -1068,7 +1140,10 @@ class Interp final : public Renderer {
       if ((seq->is_string() || seq->is_list()) &&
           (count->kind == K::kInt || count->kind == K::kBool)) {
         const int64_t times = std::max<int64_t>(0, int_of(*count));
-        const size_t unit = seq->is_string() ? seq->s.size() : seq->list->items.size() * 16;
+        uint64_t unit = seq->is_string() ? seq->s.size() : 0;
+        if (seq->is_list()) {
+          for (const Value& x : seq->list->items) unit += sizeof(Value) + x.s.size();
+        }
         if (unit > 0 && static_cast<uint64_t>(times) > opt_.max_output_bytes / unit) {
           if (error_.ok())
             error_ = Status::out_of_range("a repeated sequence past the output limit");
@@ -1086,6 +1161,16 @@ class Interp final : public Renderer {
         return Value::new_list(std::move(items), seq->list->tuple);
       }
       return unsupported();
+    }
+    if (op == "%" && a.is_string()) {
+      // printf-style formatting: "fmt" % value or "fmt" % (values, ...).
+      std::vector<Value> fargs;
+      if (b.is_list() && b.list->tuple) {
+        fargs = b.list->items;
+      } else {
+        fargs.push_back(b);
+      }
+      return percent_format(*this, a.s, fargs, line);
     }
     if (!nums) return unsupported();
     if (op == "/") {
@@ -1146,6 +1231,10 @@ class Interp final : public Renderer {
   }
 
   Value compare(const std::string& op, const Value& a, const Value& b, int line) {
+    if (a.is_list() && b.is_list() &&
+        !steps(std::min(a.list->items.size(), b.list->items.size()))) {
+      return {};
+    }
     if (op == "==") return Value::boolean(equals(a, b));
     if (op == "!=") return Value::boolean(!equals(a, b));
     if (op == "in" || op == "notin") {
@@ -1157,6 +1246,7 @@ class Interp final : public Renderer {
         }
         found = b.s.find(a.s) != std::string::npos;
       } else if (b.is_list()) {
+        if (!steps(b.list->items.size())) return {};
         for (const Value& v : b.list->items) found = found || equals(a, v);
       } else if (b.is_dict()) {
         found =
@@ -1217,6 +1307,7 @@ class Interp final : public Renderer {
   uint64_t steps_ = 0;
   int call_depth_ = 0;
   int loop_depth_ = 0;
+  int recursion_ = 0;
   Value block_value_;
 };
 
