@@ -28,9 +28,13 @@
 // undefined variable prints as "" and is an error when an attribute of it is read (jinja2's
 // default Undefined).
 //
-// Limits, so a hostile template (a GGUF's or a --chat-template-file's) cannot hang or exhaust
-// the server: nesting depth of the source, macro call depth, the number of evaluation steps and
-// the output size (RenderOptions); past one, render() returns an error.
+// Limits, so a hostile template (a GGUF's or a --chat-template-file's) cannot crash, hang or
+// exhaust the server: blocks nested at most 256 deep and expression trees at most 256 high (long
+// chains such as 1+1+...+1 included); rendering recurses at most 1000 levels (statements,
+// expressions and macro calls together; macro calls at most 64); values nest at most 256 deep
+// and a namespace cannot hold itself; no value and no output grows past max_output_bytes; work
+// is counted in steps (RenderOptions::max_steps; loops inside filters count per item). Past a
+// limit, parse() or render() returns an error.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +69,7 @@ struct RenderOptions {
   uint64_t max_steps = 5'000'000;
 };
 
-class Program;  // the parsed form (src/jinja/jinja.cc)
+class Program;  // the parsed form (src/jinja/internal.h)
 
 /// A parsed template. Immutable; cheap to copy; render() may run on many threads at once.
 class Template {
