@@ -161,11 +161,13 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
     kernels::silu_mul(jg, ju, j.n * F, jg);
     mm(row_slice(L.ffn_down_exps, j.expert * D, D), jg, jy);
   };
-  // Few rows (generation): each expert's multiplications are too small to split well over
-  // threads, so the threads take whole experts. Many rows (prompts): the experts one after
-  // another, each split over the threads. A row's result is the same either way (matmul's
-  // outputs do not depend on the thread count).
-  if (pool_ != nullptr && pool_->n_threads() > 1 && T <= 4 && jobs.size() > 1) {
+  // When there are experts enough to share out (always in generation, and in prompts that
+  // reach many experts), the threads take whole experts: one expert's multiplications are
+  // small and splitting each costs a synchronization per call. Otherwise the experts run one
+  // after another, each split over the threads. A row's result is the same either way
+  // (matmul's outputs do not depend on the thread count).
+  const int64_t n_threads = pool_ != nullptr ? pool_->n_threads() : 1;
+  if (n_threads > 1 && jobs.size() > 1 && (T <= 4 || int64_t(jobs.size()) >= 4 * n_threads)) {
     pool_->parallel_for(int64_t(jobs.size()),
                         [&](int64_t jb, int) { run_expert(jobs[size_t(jb)], nullptr); });
   } else {
