@@ -146,36 +146,10 @@ uint32_t cp_lower(uint32_t c) {
 
 bool cp_is_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xdf; }
 
-uint32_t decode(std::string_view u) {
-  const unsigned char c = u[0];
-  if (u.size() == 1) return c;
-  uint32_t cp = c & (u.size() == 2 ? 0x1f : u.size() == 3 ? 0x0f : 0x07);
-  for (size_t k = 1; k < u.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(u[k]) & 0x3f);
-  return cp;
-}
-
-void encode(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else {
-    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  }
-}
-
 // One code point upper- or lower-cased into *out ("ß" upper-cases to "SS", as Python).
 // `title`: the title case where it differs from upper case (the digraphs; "ß" to "Ss").
 void put_case(std::string_view u, bool upper, std::string* out, bool title = false) {
-  const uint32_t c = decode(u);
+  const uint32_t c = decode_utf8(u);
   if (upper && c == 0xdf) {
     *out += title ? "Ss" : "SS";
     return;
@@ -185,7 +159,7 @@ void put_case(std::string_view u, bool upper, std::string* out, bool title = fal
   if (m == c) {
     out->append(u);
   } else {
-    encode(m, out);
+    append_utf8(m, out);
   }
 }
 
@@ -195,11 +169,11 @@ std::string py_lower(const std::string& s) {
   std::string out;
   const auto cps = code_points(s);
   for (size_t k = 0; k < cps.size(); ++k) {
-    const uint32_t c = decode(cps[k]);
+    const uint32_t c = decode_utf8(cps[k]);
     if (c == 0x3a3) {
-      const bool after_cased = k > 0 && cp_is_cased(decode(cps[k - 1]));
-      const bool before_cased = k + 1 < cps.size() && cp_is_cased(decode(cps[k + 1]));
-      encode(after_cased && !before_cased ? 0x3c2 : 0x3c3, &out);
+      const bool after_cased = k > 0 && cp_is_cased(decode_utf8(cps[k - 1]));
+      const bool before_cased = k + 1 < cps.size() && cp_is_cased(decode_utf8(cps[k + 1]));
+      append_utf8(after_cased && !before_cased ? 0x3c2 : 0x3c3, &out);
     } else if (c == 0x130) {
       out += "i\u0307";
     } else {
@@ -214,7 +188,7 @@ std::string py_upper(const std::string& s) {
   static constexpr const char* kLigatures[] = {"FF", "FI", "FL", "FFI", "FFL", "ST", "ST"};
   std::string out;
   for (std::string_view u : code_points(s)) {
-    const uint32_t c = decode(u);
+    const uint32_t c = decode_utf8(u);
     if (c >= 0xfb00 && c <= 0xfb06) {
       out += kLigatures[c - 0xfb00];
     } else {
@@ -231,7 +205,7 @@ std::string py_title(const std::string& s) {
   std::string out;
   bool prev_cased = false;
   for (std::string_view u : code_points(s)) {
-    const bool cased = cp_is_cased(decode(u));
+    const bool cased = cp_is_cased(decode_utf8(u));
     put_case(u, cased && !prev_cased, &out, /*title=*/true);
     prev_cased = cased;
   }
@@ -834,7 +808,7 @@ std::string ascii_escape(const std::string& json) {
       out.append(u);
       continue;
     }
-    const uint32_t cp = decode(u);
+    const uint32_t cp = decode_utf8(u);
     if (cp < 0x10000) {
       out += fmt::format("\\u{:04x}", cp);
     } else {

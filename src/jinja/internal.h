@@ -151,6 +151,10 @@ bool equals(const Value& a, const Value& b);
 /// Python's ordering of a and b (numbers, strings by code point, lists item by item): *c is
 /// -1, 0 or 1; false when the two cannot be ordered.
 bool order_values(const Value& a, const Value& b, int* c);
+/// The code point of one UTF-8 character `u` (a single byte that is not UTF-8: its value).
+uint32_t decode_utf8(std::string_view u);
+/// Appends code point `cp` (<= U+10FFFF) as UTF-8.
+void append_utf8(uint32_t cp, std::string* out);
 /// Python's str.isspace() for one code point (UTF-8 bytes).
 bool is_py_space(std::string_view cp);
 /// Code points in UTF-8 `s` (bytes that do not continue a character), without materializing.

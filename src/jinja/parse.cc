@@ -91,24 +91,6 @@ std::string_view rstrip_ws(std::string_view s) {
   return s;
 }
 
-void append_utf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else {
-    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  }
-}
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -950,48 +932,25 @@ class Parser {
   }
   Status math1(NodePtr* out) { return binary_level(0, out); }
 
-  Status unary(NodePtr* out) {
+  // A unary expression: signs, a primary, its postfixes; then, unless `filters` is false (an
+  // operand of a sign), its filters and tests. So -x|abs is abs(-x), as jinja2 parses it.
+  Status unary(NodePtr* out, bool filters = true) {
+    NodePtr a;
     if (is_op("-") || is_op("+")) {
       const Token op = next();
       if (++edepth_ > kMaxDepth) return error("an expression nested deeper than 256");
       DepthGuard g{&edepth_};
-      NodePtr a;
-      MNEMO_RETURN_IF_ERROR(unary_no_filter(&a));
-      auto n = node(NodeKind::kUnary, op.line);
-      n->name = op.text;
-      n->kids.push_back(std::move(a));
-      MNEMO_RETURN_IF_ERROR(measure(n.get()));
-      MNEMO_RETURN_IF_ERROR(postfix(&n));
-      MNEMO_RETURN_IF_ERROR(filter_chain(&n));
-      *out = std::move(n);
-      return Status();
+      NodePtr operand;
+      MNEMO_RETURN_IF_ERROR(unary(&operand, /*filters=*/false));
+      a = node(NodeKind::kUnary, op.line);
+      a->name = op.text;
+      a->kids.push_back(std::move(operand));
+      MNEMO_RETURN_IF_ERROR(measure(a.get()));
+    } else {
+      MNEMO_RETURN_IF_ERROR(primary(&a));
     }
-    NodePtr a;
-    MNEMO_RETURN_IF_ERROR(primary(&a));
     MNEMO_RETURN_IF_ERROR(postfix(&a));
-    MNEMO_RETURN_IF_ERROR(filter_chain(&a));
-    *out = std::move(a);
-    return Status();
-  }
-
-  Status unary_no_filter(NodePtr* out) {
-    if (is_op("-") || is_op("+")) {
-      const Token op = next();
-      if (++edepth_ > kMaxDepth) return error("an expression nested deeper than 256");
-      DepthGuard g{&edepth_};
-      NodePtr a;
-      MNEMO_RETURN_IF_ERROR(unary_no_filter(&a));
-      auto n = node(NodeKind::kUnary, op.line);
-      n->name = op.text;
-      n->kids.push_back(std::move(a));
-      MNEMO_RETURN_IF_ERROR(measure(n.get()));
-      MNEMO_RETURN_IF_ERROR(postfix(&n));
-      *out = std::move(n);
-      return Status();
-    }
-    NodePtr a;
-    MNEMO_RETURN_IF_ERROR(primary(&a));
-    MNEMO_RETURN_IF_ERROR(postfix(&a));
+    if (filters) MNEMO_RETURN_IF_ERROR(filter_chain(&a));
     *out = std::move(a);
     return Status();
   }

@@ -118,6 +118,32 @@ std::vector<std::string_view> code_points(std::string_view s) {
   return out;
 }
 
+uint32_t decode_utf8(std::string_view u) {
+  const unsigned char c = u[0];
+  if (u.size() == 1) return c;
+  uint32_t cp = c & (u.size() == 2 ? 0x1f : u.size() == 3 ? 0x0f : 0x07);
+  for (size_t k = 1; k < u.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(u[k]) & 0x3f);
+  return cp;
+}
+
+void append_utf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
+}
+
 namespace {
 
 // Python's repr(float): the shortest digits that read back the same; positional notation for
@@ -173,14 +199,6 @@ bool unprintable(uint32_t cp) {
          (cp >= 0xf0000);
 }
 
-uint32_t decode_cp(std::string_view u) {
-  const unsigned char c = u[0];
-  if (u.size() == 1) return c;
-  uint32_t cp = c & (u.size() == 2 ? 0x1f : u.size() == 3 ? 0x0f : 0x07);
-  for (size_t k = 1; k < u.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(u[k]) & 0x3f);
-  return cp;
-}
-
 // Python's repr(str): single quotes unless the text has ' and no ", escapes for \\, the quote,
 // \n \r \t, other control characters and the code points str.isprintable() refuses.
 std::string string_repr(const std::string& s) {
@@ -189,7 +207,7 @@ std::string string_repr(const std::string& s) {
   std::string out(1, q);
   for (std::string_view u : code_points(s)) {
     if (u.size() > 1) {
-      const uint32_t cp = decode_cp(u);
+      const uint32_t cp = decode_utf8(u);
       if (!unprintable(cp)) {
         out.append(u);
       } else if (cp < 0x100) {

@@ -21,14 +21,12 @@ Batch invariance: every ubatch size and thread count gives bit-identical logits 
 are chosen and added in the same order whatever the other rows; with few rows the threads take
 whole experts, with many each expert is split over them).
 """
-import hashlib
-import json
 import subprocess
 
 import numpy as np
 import pytest
 
-from test_recurrent import REPO, logits_tool
+from test_recurrent import check_against_llama_cpp, logits_tool
 
 FIXTURES = {"qwen3moe_f32": 5e-3, "qwen3moe": 0.3}
 
@@ -42,23 +40,7 @@ def make(build_dir, tmp_path, args):
 
 @pytest.mark.parametrize("name", list(FIXTURES))
 def test_tiny_moe_matches_llama_cpp(build_dir, tmp_path, name):
-    fixture = json.loads((REPO / "tests" / "fixtures" / f"logits_tiny_{name}.json").read_text())
-    args = fixture["meta"]["make_tiny_model_args"].split()
-    path = make(build_dir, tmp_path, args)
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == fixture["meta"]["model_sha256"], (
-        "the tiny model writer changed: rerun tests/reference/make_recurrent_fixtures.sh")
-    bound = FIXTURES[name]
-    for prompt in fixture["prompts"]:
-        tokens = prompt["tokens"]
-        ours = logits_tool(build_dir, path, tokens)
-        lse = np.log(np.exp(ours - ours.max(axis=1, keepdims=True)).sum(axis=1)) + ours.max(axis=1)
-        max_diff = 0.0
-        for i, (ids, lps) in enumerate(zip(prompt["top_ids"], prompt["top_logprobs"])):
-            mine = ours[i, ids] - lse[i]
-            max_diff = max(max_diff, float(np.abs(mine - np.array(lps)).max()))
-            if lps[0] - lps[1] > bound:
-                assert int(ours[i].argmax()) == ids[0], f"{name} pos {i}"
-        assert max_diff <= bound, f"{name}: max |logprob diff| {max_diff:.2e} > {bound}"
+    check_against_llama_cpp(build_dir, tmp_path, name, FIXTURES[name])
 
 
 @pytest.mark.parametrize("args", [["qwen3moe", "--seed", "3"], ["qwen3moe", "--seed", "5"]])
