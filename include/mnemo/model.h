@@ -29,9 +29,20 @@ class PackedMatrix;  // src/kernels/kernels.h: a weight matrix repacked for the 
 using AbortFn = std::function<bool()>;
 
 /// Supported architectures (value of general.architecture).
-enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma3, kMamba2, kGraniteHybrid };
+enum class Arch {
+  kLlama,
+  kQwen2,
+  kQwen3,
+  kQwen3Moe,
+  kGemma3,
+  kMamba2,
+  kGraniteHybrid,
+  kQwen35,
+  kQwen35Moe
+};
 
-/// "llama", "qwen2", "qwen3", "gemma3".
+/// The general.architecture string: "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "mamba2",
+/// "granitehybrid", "qwen35", "qwen35moe".
 const char* arch_name(Arch arch);
 /// The architecture for a general.architecture string; NotSupported listing the supported ones.
 Result<Arch> arch_from_name(const std::string& name);
@@ -64,18 +75,24 @@ struct HParams {
   uint32_t n_expert = 0;       // expert_count (0: dense feed-forward)
   uint32_t n_expert_used = 0;  // expert_used_count: experts each token is routed to (top-k)
   uint32_t n_ff_exp = 0;       // expert_feed_forward_length: hidden width of one expert
+  /// expert_shared_feed_forward_length: width of the shared expert every token also runs
+  /// (qwen35moe; 0: none). Its output is scaled by sigmoid(ffn_gate_inp_shexp · x).
+  uint32_t n_ff_shexp = 0;
   /// The router's gate: softmax over the experts' logits (qwen3moe) or a sigmoid per expert.
   enum class ExpertGating : uint8_t { kSoftmax, kSigmoid };
   ExpertGating expert_gating = ExpertGating::kSoftmax;
   bool expert_weights_norm = false;  // the top-k gate values are rescaled to sum to 1
   bool is_moe() const { return n_expert > 0; }
-  // --- recurrent layers (mamba2, granitehybrid): {arch}.ssm.* keys ----------------------------
+  // --- recurrent layers (mamba2, granitehybrid, qwen35): {arch}.ssm.* keys --------------------
+  // Mamba-2 reads them as named. Gated DeltaNet (qwen35) reuses the keys as llama.cpp's converter
+  // writes them: inner_size = value heads x head dim (the value width), state_size = the key (and
+  // value) head dim, time_step_rank = value heads, group_count = key heads.
   uint32_t ssm_d_conv = 0;   // ssm.conv_kernel: width of the causal depthwise conv
   uint32_t ssm_d_inner = 0;  // ssm.inner_size: d_inner = ssm_n_head * head dim
   uint32_t ssm_d_state = 0;  // ssm.state_size: N, the state size per channel
   uint32_t ssm_n_head = 0;   // ssm.time_step_rank: Mamba-2 heads (one dt, A, D per head)
   uint32_t ssm_n_group = 0;  // ssm.group_count: groups of heads sharing B and C
-  std::vector<uint8_t> recurrent_layer;  // [n_layer] 1: Mamba-2 block; empty: none
+  std::vector<uint8_t> recurrent_layer;  // [n_layer] 1: recurrent block; empty: none
   float residual_scale = 1.0f;  // granite {arch}.residual_scale: block outputs scaled before adds
   float logit_scale = 1.0f;     // granite {arch}.logit_scale: logits divided by it
   bool has_recurrent_layers() const { return !recurrent_layer.empty(); }
@@ -148,6 +165,15 @@ struct LayerWeights {
   Weight ssm_norm;      // f32 [d_inner] gated RMSNorm weight (GGUF shape [d_inner / G, G])
   Weight ssm_out;       // [d_inner -> n_embd]
   Weight bo;            // granitehybrid attn_output.bias [n_embd] (optional)
+  // Gated DeltaNet mixer (recurrent layers of qwen35 / qwen35moe; ssm_conv1d, ssm_dt_b, ssm_a,
+  // ssm_out as above, ssm_norm [head dim]). Hk key heads, Hv value heads, head dim d.
+  Weight ssm_qkv;    // attn_qkv [n_embd -> 2 Hk d + Hv d]: q, k, v before the conv
+  Weight ssm_z;      // attn_gate [n_embd -> Hv d]: the output gate z
+  Weight ssm_beta;   // ssm_beta [n_embd -> Hv]: write strength, sigmoid
+  Weight ssm_alpha;  // ssm_alpha [n_embd -> Hv]: decay, softplus(alpha + dt_bias) * A
+  // Shared expert (qwen35moe; HParams::n_ff_shexp > 0).
+  Weight ffn_gate_inp_shexp;  // [n_embd -> 1] gate of the shared expert
+  Weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // SwiGLU of width n_ff_shexp
 };
 
 /// How a model is loaded.
@@ -201,6 +227,8 @@ class Model {
   Status bind_weights();
   Status load_ssm_hparams();  // mamba2 / granitehybrid (src/model/model_ssm.cc)
   Status bind_ssm_weights();
+  Status load_qwen35_hparams();  // qwen35 / qwen35moe (src/model/model_qwen35.cc)
+  Status bind_qwen35_weights();
   /// Repacks every linear weight (see ModelParams::repack).
   void repack_weights(int n_threads);
 

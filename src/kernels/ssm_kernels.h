@@ -1,11 +1,14 @@
 // CPU kernels of state-space (Mamba-style) layers: the short causal depthwise convolution with a
-// carried state, the Mamba-2 selective scan (SSD recurrence with a scalar decay per head), and
-// the gated, grouped RMSNorm of Mamba-2's output.
+// carried state, the Mamba-2 selective scan (SSD recurrence with a scalar decay per head), the
+// gated, grouped RMSNorm of Mamba-2's output, and the gated delta rule of Gated DeltaNet layers
+// (Qwen3.5) with the L2 normalization of its queries and keys.
 //
 // Sources: Gu & Dao 2023, "Mamba: Linear-Time Sequence Modeling with Selective State Spaces"
 // (selective scan, causal conv1d front end); Dao & Gu 2024, "Transformers are SSMs: Generalized
 // Models and Efficient Algorithms Through Structured State Space Duality" (Mamba-2: scalar A per
-// head, B and C shared by the heads of a group, gated RMSNorm before the out-projection).
+// head, B and C shared by the heads of a group, gated RMSNorm before the out-projection); Yang,
+// Kautz & Hatamizadeh 2024, "Gated Delta Networks: Improving Mamba2 with Delta Rule" (the gated
+// delta rule).
 //
 // Conventions as in mnemo/kernels.h: activations float32, matrices row-major ("[a x b]": a rows
 // of b), strides in elements, a null ThreadPool runs on the calling thread, shapes are
@@ -16,6 +19,8 @@
 // the fastest-varying dimension comes first in its notation):
 //   conv state  [n_ch x (d_conv - 1)]: per channel, its last d_conv - 1 inputs, oldest first.
 //   ssm state   [n_head x head_dim x d_state]: h[head][i][s].
+//   delta state [n_v_head x head_dim x head_dim]: S[head][i][j], i the value index, j the key
+//               index (llama.cpp's gated delta net state, j fastest).
 #pragma once
 
 #include <cstdint>
@@ -75,6 +80,35 @@ void ssm_scan(const SsmScanParams& p, float* state, const float* x, int64_t x_st
 void rms_norm_gated(const float* y, int64_t y_stride, const float* z, int64_t z_stride,
                     const float* w, float eps, int64_t n_tokens, int64_t n, int64_t n_group,
                     float* out, int64_t out_stride);
+
+/// One gated delta rule call (Gated DeltaNet's recurrent core).
+struct DeltaNetParams {
+  int64_t n_tokens = 0;  // T >= 1
+  int64_t n_k_head = 0;  // Hk: query / key heads
+  int64_t n_v_head = 0;  // Hv: value heads, a multiple of Hk; value head h reads key head h % Hk
+  int64_t head_dim = 0;  // d: the key and the value head dim (equal, as in Qwen3.5)
+  float q_scale = 1.0f;  // multiplies q (1 / sqrt(d) in Gated DeltaNet)
+};
+
+/// The gated delta rule, token by token, per value head h with key head kh = h % Hk (the
+/// tiling llama.cpp's graph applies when Hv > Hk):
+///   S   = exp(g[t][h]) * S                      g <= 0: the decay, a log
+///   u   = S k                                   k = k[t][kh], [d]
+///   S  += beta[t][h] * (v[t][h] - u) k^T        v: [d]
+///   o[t][h] = S (q_scale * q[t][kh])
+/// q and k are used as given (Gated DeltaNet L2-normalizes them first: l2_norm_rows).
+///   state: [Hv x d x d] (S[h][i][j], j fastest), updated in place to the state after token T-1.
+///   q, k: [T x Hk * d] with row stride qk_stride; v: [T x Hv * d] row stride v_stride;
+///   g, beta: [T x Hv] row stride gb_stride; out: [T x Hv * d] row stride out_stride (must not
+///   overlap the inputs). Threads split the value heads. SIMD through Highway, per target.
+void gated_delta_net(const DeltaNetParams& p, float* state, const float* q, const float* k,
+                     int64_t qk_stride, const float* v, int64_t v_stride, const float* g,
+                     const float* beta, int64_t gb_stride, float* out, int64_t out_stride,
+                     ThreadPool* pool);
+
+/// x[r][0 .. n) /= max(||x[r]||_2, eps) for each of n_rows rows with row stride `stride` (as
+/// ggml_l2_norm). In place.
+void l2_norm_rows(float* x, int64_t n_rows, int64_t n, int64_t stride, float eps);
 
 }  // namespace kernels
 }  // namespace mnemo

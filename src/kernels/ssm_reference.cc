@@ -75,4 +75,40 @@ void rms_norm_gated(const float* y, int64_t y_stride, const float* z, int64_t z_
   }
 }
 
+void gated_delta_net(const DeltaNetParams& p, float* state, const float* q, const float* k,
+                     int64_t qk_stride, const float* v, int64_t v_stride, const float* g,
+                     const float* beta, int64_t gb_stride, float* out, int64_t out_stride) {
+  const int64_t T = p.n_tokens, Hk = p.n_k_head, Hv = p.n_v_head, d = p.head_dim;
+  for (int64_t h = 0; h < Hv; ++h) {
+    const int64_t kh = h % Hk;
+    std::vector<double> S(state + h * d * d, state + (h + 1) * d * d);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* kt = k + t * qk_stride + kh * d;
+      const float* qt = q + t * qk_stride + kh * d;
+      const float* vt = v + t * v_stride + h * d;
+      const double decay = std::exp(double(g[t * gb_stride + h]));
+      const double b = beta[t * gb_stride + h];
+      for (int64_t i = 0; i < d; ++i) {
+        double* si = &S[size_t(i * d)];
+        double u = 0.0;
+        for (int64_t j = 0; j < d; ++j) u += (si[j] *= decay) * kt[j];
+        const double delta = b * (double(vt[i]) - u);
+        double o = 0.0;
+        for (int64_t j = 0; j < d; ++j) o += (si[j] += delta * kt[j]) * qt[j];
+        out[t * out_stride + h * d + i] = float(o * p.q_scale);
+      }
+    }
+    for (int64_t e = 0; e < d * d; ++e) state[h * d * d + e] = float(S[size_t(e)]);
+  }
+}
+
+void l2_norm_rows(float* x, int64_t n_rows, int64_t n, int64_t stride, float eps) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += double(x[r * stride + i]) * x[r * stride + i];
+    const double inv = 1.0 / std::max(std::sqrt(ss), double(eps));
+    for (int64_t i = 0; i < n; ++i) x[r * stride + i] = float(x[r * stride + i] * inv);
+  }
+}
+
 }  // namespace mnemo::kernels::ref

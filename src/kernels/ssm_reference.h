@@ -23,4 +23,11 @@ void rms_norm_gated(const float* y, int64_t y_stride, const float* z, int64_t z_
                     const float* w, float eps, int64_t n_tokens, int64_t n, int64_t n_group,
                     float* out, int64_t out_stride);
 
+/// The state is carried in double between tokens and rounded to float once at the end.
+void gated_delta_net(const DeltaNetParams& p, float* state, const float* q, const float* k,
+                     int64_t qk_stride, const float* v, int64_t v_stride, const float* g,
+                     const float* beta, int64_t gb_stride, float* out, int64_t out_stride);
+
+void l2_norm_rows(float* x, int64_t n_rows, int64_t n, int64_t stride, float eps);
+
 }  // namespace mnemo::kernels::ref

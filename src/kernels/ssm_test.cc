@@ -8,6 +8,9 @@
 //     errors; the dot product over d_state adds N roundings: 1e-4 * (max |y_ref| + 1) for the
 //     runs here (T <= 40, N <= 64), with the state compared the same way.
 //   - rms_norm_gated: a double sum of squares as in the twin, float products: 1e-5 * (|out| + 1).
+//   - gated_delta_net: per token and state row two float dot products over d (<= 128) with
+//     unit-norm q and k, and a state that decays (|S| stays ~|v|): 1e-4 * (max |ref| + 1) for
+//     T <= 40, under every SIMD target of this CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 
 #include "kernels/ssm_kernels.h"
 #include "kernels/ssm_reference.h"
+#include "support/kernels_test_util.h"
 #include "mnemo/thread_pool.h"
 
 namespace mnemo::kernels {
@@ -190,6 +194,94 @@ TEST(SsmKernelsTest, RmsNormGated) {
   const double r = std::sqrt((9 * s * s + 16 * s * s) / 2);
   EXPECT_NEAR(out[0], 3 * s / r, 1e-5);
   EXPECT_NEAR(out[1], 2 * 4 * s / r, 1e-5);
+}
+
+struct DeltaCase {
+  int64_t T, Hk, Hv, d;
+};
+
+TEST(SsmKernelsTest, DeltaNetMatchesTwinOnEveryTarget) {
+  std::mt19937 rng(5);
+  ThreadPool pool(3);
+  for (const DeltaCase& c : {DeltaCase{1, 1, 1, 1}, DeltaCase{9, 2, 4, 16},
+                             DeltaCase{40, 2, 2, 128}, DeltaCase{5, 1, 3, 13}}) {
+    DeltaNetParams p{c.T, c.Hk, c.Hv, c.d, 1.0f / std::sqrt(float(c.d))};
+    // Strided as the model's conv output: one row holds q, k and v.
+    const int64_t row = 2 * c.Hk * c.d + c.Hv * c.d + 3;
+    auto qkv = randn(rng, size_t(c.T * row));
+    for (int64_t t = 0; t < c.T; ++t) {
+      ref::l2_norm_rows(qkv.data() + t * row, 2 * c.Hk, c.d, c.d, 1e-6f);
+    }
+    const float* q = qkv.data();
+    const float* k = q + c.Hk * c.d;
+    const float* v = k + c.Hk * c.d;
+    std::vector<float> g(size_t(c.T * c.Hv)), beta(g.size());
+    std::uniform_real_distribution<float> ug(-2.0f, 0.0f), ub(0.0f, 1.0f);
+    for (auto& x : g) x = ug(rng);
+    for (auto& x : beta) x = ub(rng);
+    const auto s0 = randn(rng, size_t(c.Hv * c.d * c.d), 0.3f);
+    std::vector<float> s_ref = s0, o_ref(size_t(c.T * c.Hv * c.d));
+    ref::gated_delta_net(p, s_ref.data(), q, k, row, v, row, g.data(), beta.data(), c.Hv,
+                         o_ref.data(), c.Hv * c.d);
+    testing::for_each_target([&] {
+      std::vector<float> s = s0, o(o_ref.size());
+      gated_delta_net(p, s.data(), q, k, row, v, row, g.data(), beta.data(), c.Hv, o.data(),
+                      c.Hv * c.d, &pool);
+      expect_close(o, o_ref, 1e-4f * (max_abs(o_ref) + 1), "out");
+      expect_close(s, s_ref, 1e-4f * (max_abs(s_ref) + 1), "state");
+      // Splitting the run carries the state: bit-identical to one call.
+      if (c.T > 1) {
+        const int64_t m = c.T / 3 + 1;
+        std::vector<float> s2 = s0, o2(o.size());
+        DeltaNetParams a = p, b = p;
+        a.n_tokens = m;
+        b.n_tokens = c.T - m;
+        gated_delta_net(a, s2.data(), q, k, row, v, row, g.data(), beta.data(), c.Hv, o2.data(),
+                        c.Hv * c.d, nullptr);
+        gated_delta_net(b, s2.data(), q + m * row, k + m * row, row, v + m * row, row,
+                        g.data() + m * c.Hv, beta.data() + m * c.Hv, c.Hv,
+                        o2.data() + m * c.Hv * c.d, c.Hv * c.d, &pool);
+        EXPECT_EQ(o2, o);
+        EXPECT_EQ(s2, s);
+      }
+    });
+  }
+}
+
+// d = 2, one head, one token, by hand: S = e^g S0 = [[1, 0], [0, 2]] * 0.5, k = (1, 0),
+// q = (0, 1), v = (3, 4), beta = 0.5: u = S k = (0.5, 0); S += 0.5 (v - u) k^T adds
+// (1.25, 2) to column 0; o = S q = (0, 1), times q_scale 2.
+TEST(SsmKernelsTest, DeltaNetByHand) {
+  DeltaNetParams p{1, 1, 1, 2, 2.0f};
+  std::vector<float> s = {1, 0, 0, 2};
+  const float q[2] = {0, 1}, k[2] = {1, 0}, v[2] = {3, 4};
+  const float g = std::log(0.5f), beta = 0.5f;
+  float o[2];
+  testing::for_each_target([&] {
+    std::vector<float> st = s;
+    gated_delta_net(p, st.data(), q, k, 2, v, 2, &g, &beta, 1, o, 2, nullptr);
+    EXPECT_NEAR(st[0], 1.75f, 1e-6f);
+    EXPECT_NEAR(st[1], 0.0f, 1e-6f);
+    EXPECT_NEAR(st[2], 2.0f, 1e-6f);
+    EXPECT_NEAR(st[3], 1.0f, 1e-6f);
+    EXPECT_NEAR(o[0], 0.0f, 1e-6f);
+    EXPECT_NEAR(o[1], 2.0f, 1e-6f);
+  });
+}
+
+TEST(SsmKernelsTest, L2NormRows) {
+  std::mt19937 rng(6);
+  auto x = randn(rng, 3 * 40);
+  auto want = x;
+  ref::l2_norm_rows(want.data(), 3, 37, 40, 1e-6f);
+  testing::for_each_target([&] {
+    auto got = x;
+    l2_norm_rows(got.data(), 3, 37, 40, 1e-6f);
+    expect_close(got, want, 1e-6f, "l2");
+  });
+  std::vector<float> zero(8, 0.0f);
+  l2_norm_rows(zero.data(), 1, 8, 8, 1e-6f);  // the eps floor: no division by zero
+  for (float z : zero) EXPECT_EQ(z, 0.0f);
 }
 
 }  // namespace

@@ -70,7 +70,8 @@ Weight row_slice(const Weight& w, int64_t first, int64_t n) {
 
 }  // namespace
 
-// Mixture of experts, as llama.cpp's build_moe_ffn with softmax gating (Shazeer et al. 2017,
+// Mixture of experts, as llama.cpp's build_moe_ffn with softmax gating (and, for qwen35moe, its
+// gated shared expert) (Shazeer et al. 2017,
 // "Outrageously Large Neural Networks"; Qwen3 technical report): per row, logits = Wr · in,
 // p = softmax(logits) (sigmoid gating: p = sigmoid(logits)), the n_expert_used experts with
 // the largest p (ties: the lower index), gate values g = p of those, divided by their sum when
@@ -83,9 +84,11 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
   const int64_t T = n_tokens_;
   const int64_t E = hp_.n_expert, K = hp_.n_expert_used, F = hp_.n_ff_exp, D = hp_.n_embd;
   const int64_t R = T * K;  // (row, expert) pairs
+  const int64_t Fs = hp_.n_ff_shexp;
   // Scratch: router [T x E] | result [T x D] | per pair: gathered row [D], gate [F], up [F],
-  // expert output [D].
-  moe_buf_.resize(size_t(T * (E + D) + R * (2 * D + 2 * F)));
+  // expert output [D] | shared expert: gate [T x Fs], up [T x Fs], output [T x D], its gate [T].
+  const size_t n_shared = Fs > 0 ? size_t(T * (2 * Fs + D + 1)) : 0;
+  moe_buf_.resize(size_t(T * (E + D) + R * (2 * D + 2 * F)) + n_shared);
   float* router = moe_buf_.data();
   float* acc = router + T * E;
   float* xg = acc + T * D;  // [R x D]
@@ -180,6 +183,23 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
       const float* src = y + (j.first + r) * D;
       const float w = row_weight[size_t(j.first + r)];
       for (int64_t c = 0; c < D; ++c) dst[c] += w * src[c];
+    }
+  }
+  // The shared expert (qwen35moe): every row also runs one SwiGLU feed-forward, its output
+  // scaled by sigmoid(ffn_gate_inp_shexp · in), added after the routed experts.
+  if (Fs > 0) {
+    float* sg = y + R * D;    // [T x Fs]
+    float* su = sg + T * Fs;  // [T x Fs]
+    float* sy = su + T * Fs;  // [T x D]
+    float* sgate = sy + T * D;  // [T]
+    matmul(L.ffn_gate_shexp, in, T, sg);
+    matmul(L.ffn_up_shexp, in, T, su);
+    matmul(L.ffn_gate_inp_shexp, in, T, sgate);
+    kernels::silu_mul(sg, su, T * Fs, sg);
+    matmul(L.ffn_down_shexp, sg, T, sy);
+    for (int64_t t = 0; t < T; ++t) {
+      const float gs = 1.0f / (1.0f + std::exp(-sgate[t]));
+      for (int64_t c = 0; c < D; ++c) acc[t * D + c] += gs * sy[t * D + c];
     }
   }
   std::copy_n(acc, T * D, out);

@@ -9,7 +9,8 @@
 // Architectures: llama/qwen2/qwen3/qwen3moe blocks (src/model/llama.cc), gemma3 blocks
 // (src/model/gemma3.cc); shared pieces in src/model/forward.cc. Recurrent architectures:
 // mamba2 (src/model/mamba2.cc) and granitehybrid (src/model/granite_hybrid.cc), whose Mamba-2
-// blocks read and write the recurrent state of the memory context (rs_for_layer).
+// blocks read and write the recurrent state of the memory context (rs_for_layer), and qwen35 /
+// qwen35moe (src/model/qwen35.cc), whose Gated DeltaNet blocks do the same.
 //
 // Not thread-safe: one Forward per Context; it uses the Context's ThreadPool inside kernels.
 #pragma once
@@ -55,6 +56,12 @@ class Forward {
   void ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
   void granite_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
   void mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in, float* out);
+  // qwen35 / qwen35moe (src/model/qwen35.cc): the block, its Gated DeltaNet mixer and its gated
+  // attention; in [T x n_embd] (normed) -> out [T x n_embd], out may alias in.
+  void qwen35_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
+  void delta_net_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in, float* out);
+  void gated_attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* in,
+                       float* out);
 
   // Sub-blocks shared by the architectures (blocks.cc); in [T x n_embd] (normed) -> out
   // [T x n_embd], out may alias in. attention_sublayer: Wo · attn(q, k, v) + bo with
@@ -95,7 +102,7 @@ class Forward {
   std::vector<float> attn_;     // [T x n_head * hd_v]
   std::vector<float> gate_;     // [T x n_ff]
   std::vector<float> up_;       // [T x n_ff]
-  std::vector<float> ssm_buf_;  // mamba2 mixer scratch (src/model/mamba2.cc), grown on demand
+  std::vector<float> ssm_buf_;  // mamba2 / qwen35 mixer scratch, grown on demand
   std::vector<float> moe_buf_;  // moe_ffn scratch (src/model/blocks.cc), grown on demand
   std::vector<float> qg_, og_;  // gathered rows of one stream: [rows x n_head * hd]
   std::vector<std::vector<float>> rope_tables_;  // [2] global / sliding-window layers

@@ -66,6 +66,10 @@ void Forward::ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub
     granite_layer(il, mctx, ub);
     return;
   }
+  if (hp_.arch == Arch::kQwen35 || hp_.arch == Arch::kQwen35Moe) {
+    qwen35_layer(il, mctx, ub);  // src/model/qwen35.cc
+    return;
+  }
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;
   const RecurrentStateContext* rs = mctx.rs_for_layer(il);

@@ -3,6 +3,7 @@
 #include "mnemo/model.h"
 
 #include "kernels/kernels.h"
+#include "model/load_util.h"
 #include "mnemo/thread_pool.h"
 
 #include <fmt/format.h>
@@ -25,32 +26,12 @@ constexpr ArchName kArchNames[] = {{Arch::kLlama, "llama"},
                                    {Arch::kQwen3Moe, "qwen3moe"},
                                    {Arch::kGemma3, "gemma3"},
                                    {Arch::kMamba2, "mamba2"},
-                                   {Arch::kGraniteHybrid, "granitehybrid"}};
+                                   {Arch::kGraniteHybrid, "granitehybrid"},
+                                   {Arch::kQwen35, "qwen35"},
+                                   {Arch::kQwen35Moe, "qwen35moe"}};
 
-// Reads an optional unsigned hyper-parameter; a present key of the wrong type is an error.
-Status read_u32(const gguf::File& f, const char* suffix, uint32_t* out, bool required) {
-  const std::string key = f.arch_key(suffix);
-  if (f.find(key) == nullptr) {
-    if (required) return Status::invalid_argument("missing hyper-parameter " + key);
-    return Status();
-  }
-  auto v = f.get_uint(key);
-  if (!v.ok()) return v.status();
-  if (*v > 0xFFFFFFFFull)
-    return Status::invalid_argument(fmt::format("{} = {} is too large", key, *v));
-  *out = static_cast<uint32_t>(*v);
-  return Status();
-}
-
-Status read_f32(const gguf::File& f, const char* suffix, float* out) {
-  const std::string key = f.arch_key(suffix);
-  if (f.find(key) == nullptr) return Status();
-  auto v = f.get_float(key);
-  if (!v.ok()) return v.status();
-  if (!std::isfinite(*v)) return Status::invalid_argument(key + " is not a finite number");
-  *out = static_cast<float>(*v);
-  return Status();
-}
+using model_load::read_f32_key;
+using model_load::read_u32_key;
 
 }  // namespace
 
@@ -96,8 +77,9 @@ void Model::repack_weights(int n_threads) {
   // read by rows (get_rows) and stays as it is, but a tied output matrix is repacked.
   std::vector<Weight*> linear = {&output_};
   for (LayerWeights& l : layers_) {
-    for (Weight* w :
-         {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ssm_in, &l.ssm_out}) {
+    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ssm_in,
+                      &l.ssm_out, &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha,
+                      &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
       linear.push_back(w);
     }
   }
@@ -172,7 +154,15 @@ uint64_t Model::n_decode_bytes() const {
                             &l.ssm_d,
                             &l.ssm_norm,
                             &l.ssm_out,
-                            &l.bo}) {
+                            &l.bo,
+                            &l.ssm_qkv,
+                            &l.ssm_z,
+                            &l.ssm_beta,
+                            &l.ssm_alpha,
+                            &l.ffn_gate_inp_shexp,
+                            &l.ffn_gate_shexp,
+                            &l.ffn_up_shexp,
+                            &l.ffn_down_shexp}) {
       n += bytes(*w);
     }
     // A token reads the matrices of the experts it is routed to: n_expert_used of n_expert.
@@ -200,24 +190,29 @@ Status Model::load_hparams() {
   const gguf::File& f = file_;
   MNEMO_ASSIGN_OR_RETURN(hp_.arch, arch_from_name(f.architecture()));
   if (hp_.arch == Arch::kMamba2 || hp_.arch == Arch::kGraniteHybrid) return load_ssm_hparams();
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "context_length", &hp_.n_ctx_train, false));
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "embedding_length", &hp_.n_embd, true));
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "block_count", &hp_.n_layer, true));
-  const bool moe = hp_.arch == Arch::kQwen3Moe;
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "feed_forward_length", &hp_.n_ff, !moe));
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.head_count", &hp_.n_head, true));
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "context_length", &hp_.n_ctx_train, false));
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "embedding_length", &hp_.n_embd, true));
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "block_count", &hp_.n_layer, true));
+  const bool moe = hp_.arch == Arch::kQwen3Moe || hp_.arch == Arch::kQwen35Moe;
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "feed_forward_length", &hp_.n_ff, !moe));
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "attention.head_count", &hp_.n_head, true));
   if (moe) {
-    // qwen3moe (llama.cpp's llm_build_qwen3moe): softmax router, top-k experts, gate values
-    // renormalized to sum to 1, no shared expert.
-    MNEMO_RETURN_IF_ERROR(read_u32(f, "expert_count", &hp_.n_expert, true));
-    MNEMO_RETURN_IF_ERROR(read_u32(f, "expert_used_count", &hp_.n_expert_used, true));
-    MNEMO_RETURN_IF_ERROR(read_u32(f, "expert_feed_forward_length", &hp_.n_ff_exp, true));
+    // qwen3moe and qwen35moe (llama.cpp's qwen3moe / qwen35moe graphs): softmax router, top-k
+    // experts, gate values renormalized to sum to 1; qwen35moe adds a gated shared expert.
+    MNEMO_RETURN_IF_ERROR(read_u32_key(f, "expert_count", &hp_.n_expert, true));
+    MNEMO_RETURN_IF_ERROR(read_u32_key(f, "expert_used_count", &hp_.n_expert_used, true));
+    MNEMO_RETURN_IF_ERROR(read_u32_key(f, "expert_feed_forward_length", &hp_.n_ff_exp, true));
     if (hp_.n_expert == 0 || hp_.n_expert > 1024 || hp_.n_expert_used == 0 ||
         hp_.n_expert_used > hp_.n_expert || hp_.n_ff_exp == 0 || hp_.n_ff_exp > (1u << 20)) {
       return Status::invalid_argument(fmt::format(
           "expert_count {}, expert_used_count {}, expert_feed_forward_length {}: need 1 <= used "
           "<= count <= 1024 and a positive width",
           hp_.n_expert, hp_.n_expert_used, hp_.n_ff_exp));
+    }
+    MNEMO_RETURN_IF_ERROR(
+        read_u32_key(f, "expert_shared_feed_forward_length", &hp_.n_ff_shexp, false));
+    if (hp_.n_ff_shexp > (1u << 20)) {
+      return Status::invalid_argument("expert_shared_feed_forward_length is implausibly large");
     }
     hp_.expert_gating = HParams::ExpertGating::kSoftmax;
     hp_.expert_weights_norm = true;
@@ -232,28 +227,28 @@ Status Model::load_hparams() {
     return Status::invalid_argument("hyper-parameters are implausibly large");
   }
   hp_.n_head_kv = hp_.n_head;
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.head_count_kv", &hp_.n_head_kv, false));
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "attention.head_count_kv", &hp_.n_head_kv, false));
   if (hp_.n_head_kv == 0 || hp_.n_head % hp_.n_head_kv != 0) {
     return Status::invalid_argument(
         fmt::format("head_count_kv {} must divide head_count {}", hp_.n_head_kv, hp_.n_head));
   }
   hp_.head_dim_k = hp_.n_embd / hp_.n_head;
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.key_length", &hp_.head_dim_k, false));
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "attention.key_length", &hp_.head_dim_k, false));
   hp_.head_dim_v = hp_.head_dim_k;
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.value_length", &hp_.head_dim_v, false));
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "attention.value_length", &hp_.head_dim_v, false));
   if (hp_.head_dim_k == 0 || hp_.head_dim_v == 0 || hp_.head_dim_k % 2 != 0) {
     return Status::invalid_argument("key_length / value_length must be positive and even");
   }
   hp_.rope_dim = hp_.head_dim_k;
-  MNEMO_RETURN_IF_ERROR(read_u32(f, "rope.dimension_count", &hp_.rope_dim, false));
+  MNEMO_RETURN_IF_ERROR(read_u32_key(f, "rope.dimension_count", &hp_.rope_dim, false));
   if (hp_.rope_dim == 0 || hp_.rope_dim > hp_.head_dim_k || hp_.rope_dim % 2 != 0) {
     return Status::invalid_argument(
         "rope.dimension_count must be even, positive and <= key_length");
   }
-  MNEMO_RETURN_IF_ERROR(read_f32(f, "attention.layer_norm_rms_epsilon", &hp_.rms_eps));
-  MNEMO_RETURN_IF_ERROR(read_f32(f, "rope.freq_base", &hp_.rope_freq_base));
+  MNEMO_RETURN_IF_ERROR(read_f32_key(f, "attention.layer_norm_rms_epsilon", &hp_.rms_eps));
+  MNEMO_RETURN_IF_ERROR(read_f32_key(f, "rope.freq_base", &hp_.rope_freq_base));
   float scale_factor = 0.0f;
-  MNEMO_RETURN_IF_ERROR(read_f32(f, "rope.scaling.factor", &scale_factor));
+  MNEMO_RETURN_IF_ERROR(read_f32_key(f, "rope.scaling.factor", &scale_factor));
   if (const gguf::Value* t = f.find(f.arch_key("rope.scaling.type"))) {
     const std::string* s = t->as_string();
     if (s == nullptr || (*s != "none" && *s != "linear")) {
@@ -284,6 +279,12 @@ Status Model::load_hparams() {
     case Arch::kQwen3Moe:
       hp_.rope_mode = kernels::RopeMode::kNeox;
       break;
+    case Arch::kQwen35:
+    case Arch::kQwen35Moe:
+      // Interleaved multi-axis RoPE (llama.cpp's IMROPE): for text every axis holds the token's
+      // position, which makes it NeoX-style RoPE over rope.dimension_count dims.
+      hp_.rope_mode = kernels::RopeMode::kNeox;
+      return load_qwen35_hparams();  // src/model/model_qwen35.cc
     case Arch::kMamba2:
     case Arch::kGraniteHybrid:
       break;  // load_ssm_hparams (src/model/model_ssm.cc)
@@ -292,7 +293,7 @@ Status Model::load_hparams() {
       // layers use RoPE base 10000; embeddings scaled by sqrt(n_embd); Q scaled by
       // 1/sqrt(query_pre_attn_scalar) = 1/sqrt(head_dim) for the small models (Gemma 3 report).
       hp_.rope_mode = kernels::RopeMode::kNeox;
-      MNEMO_RETURN_IF_ERROR(read_u32(f, "attention.sliding_window", &hp_.n_swa, false));
+      MNEMO_RETURN_IF_ERROR(read_u32_key(f, "attention.sliding_window", &hp_.n_swa, false));
       hp_.swa_type = hp_.n_swa > 0 ? SwaType::kStandard : SwaType::kNone;
       hp_.swa_period = 6;
       hp_.rope_freq_base_swa = 10000.0f;
@@ -303,34 +304,14 @@ Status Model::load_hparams() {
 }
 
 Status Model::bind_weights() {
+  if (hp_.arch == Arch::kQwen35 || hp_.arch == Arch::kQwen35Moe) {
+    return bind_qwen35_weights();  // src/model/model_qwen35.cc
+  }
   if (hp_.has_recurrent_layers()) return bind_ssm_weights();  // src/model/model_ssm.cc
   const HParams& hp = hp_;
-  // Binds tensor `name`, checking its shape is [ne0, ne1] (ne1 = 1 for vectors) and that mnemo
-  // can compute with its type.
   auto bind = [&](const std::string& name, int64_t ne0, int64_t ne1, bool required,
                   Weight* out) -> Status {
-    const gguf::TensorInfo* t = file_.find_tensor(name);
-    if (t == nullptr) {
-      if (required) return Status::invalid_argument("missing tensor " + name);
-      return Status();
-    }
-    const int64_t t_ne0 = t->dims.empty() ? 1 : t->dims[0];
-    int64_t t_ne1 = 1;
-    for (size_t i = 1; i < t->dims.size(); ++i) t_ne1 *= t->dims[i];
-    if (t_ne0 != ne0 || t_ne1 != ne1) {
-      return Status::invalid_argument(fmt::format("tensor {} has shape [{}, {}], expected [{}, {}]",
-                                                  name, t_ne0, t_ne1, ne0, ne1));
-    }
-    if (!traits(t->type).can_dequantize) {
-      return Status::not_supported(
-          fmt::format("tensor {}: type {} is not supported", name, type_name(t->type)));
-    }
-    out->data = t->data;
-    out->type = t->type;
-    out->ne0 = ne0;
-    out->ne1 = ne1;
-    out->row_bytes = row_size(t->type, ne0);
-    return Status();
+    return model_load::bind_tensor(file_, name, ne0, ne1, required, false, out);
   };
 
   const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");

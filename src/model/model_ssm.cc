@@ -20,33 +20,13 @@
 #include <cmath>
 
 #include "mnemo/model.h"
+#include "model/load_util.h"
 
 namespace mnemo {
 namespace {
 
-Status read_u32_key(const gguf::File& f, const char* suffix, uint32_t* out, bool required) {
-  const std::string key = f.arch_key(suffix);
-  const gguf::Value* v = f.find(key);
-  if (v == nullptr) {
-    return required ? Status::invalid_argument("missing hyper-parameter " + key) : Status();
-  }
-  const auto u = v->as_uint();
-  if (!u || *u > 0xFFFFFFFFull) {
-    return Status::invalid_argument(fmt::format("{} must be an unsigned 32-bit integer", key));
-  }
-  *out = static_cast<uint32_t>(*u);
-  return Status();
-}
-
-Status read_f32_key(const gguf::File& f, const char* suffix, float* out) {
-  const std::string key = f.arch_key(suffix);
-  const gguf::Value* v = f.find(key);
-  if (v == nullptr) return Status();
-  const auto d = v->as_double();
-  if (!d || !std::isfinite(*d)) return Status::invalid_argument(key + " is not a finite number");
-  *out = static_cast<float>(*d);
-  return Status();
-}
+using model_load::read_f32_key;
+using model_load::read_u32_key;
 
 // A key that is either one integer for every layer or an array of n_layer integers.
 Status read_per_layer(const gguf::File& f, const char* suffix, uint32_t n_layer,
@@ -194,27 +174,7 @@ Status Model::bind_ssm_weights() {
   const HParams& hp = hp_;
   auto bind = [&](const std::string& name, int64_t ne0, int64_t ne1, bool required, bool f32,
                   Weight* out) -> Status {
-    const gguf::TensorInfo* t = file_.find_tensor(name);
-    if (t == nullptr) {
-      return required ? Status::invalid_argument("missing tensor " + name) : Status();
-    }
-    const int64_t t_ne0 = t->dims.empty() ? 1 : t->dims[0];
-    int64_t t_ne1 = 1;
-    for (size_t i = 1; i < t->dims.size(); ++i) t_ne1 *= t->dims[i];
-    if (t_ne0 != ne0 || t_ne1 != ne1) {
-      return Status::invalid_argument(fmt::format("tensor {} has shape [{}, {}], expected [{}, {}]",
-                                                  name, t_ne0, t_ne1, ne0, ne1));
-    }
-    if (f32 ? t->type != GgmlType::F32 : !traits(t->type).can_dequantize) {
-      return Status::not_supported(fmt::format("tensor {}: type {} is not supported{}", name,
-                                               type_name(t->type), f32 ? " (must be f32)" : ""));
-    }
-    out->data = t->data;
-    out->type = t->type;
-    out->ne0 = ne0;
-    out->ne1 = ne1;
-    out->row_bytes = row_size(t->type, ne0);
-    return Status();
+    return model_load::bind_tensor(file_, name, ne0, ne1, required, f32, out);
   };
 
   const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");

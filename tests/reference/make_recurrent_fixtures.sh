@@ -5,16 +5,19 @@
 #                                            prompt, from llama.cpp (the peer) on the very GGUF
 #                                            file our writer makes
 # for <name> = mamba2_f32, granitehybrid_f32, granitehybrid (quantized weights), qwen3moe_f32,
-# qwen3moe (quantized). That llama.cpp loads these files at all checks our tensor names, shapes
+# qwen3moe (quantized), qwen35_f32, qwen35, qwen35moe_f32, qwen35moe. That llama.cpp loads these files at all checks our tensor names, shapes
 # and metadata keys; that its logits agree checks the forward pass
 # (tests/python/test_recurrent.py, tests/python/test_moe.py). The models are regenerated
 # by the test with the same arguments; model_sha256 in each fixture proves they are the same.
-#   tests/reference/make_recurrent_fixtures.sh [BUILD_DIR]     (default build; needs the peer)
+#   tests/reference/make_recurrent_fixtures.sh [BUILD_DIR [NAME...]]
+# (default build and every name; needs the peer)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd -P)"
 cd "$ROOT"
 BUILD="${1:-build}"
+shift || true
+ONLY=("$@")
 PEER=(env PEER_QUIET=1 "$ROOT/scripts/peer")
 TMP=build-peer/recurrent-tmp
 mkdir -p "$TMP"
@@ -33,8 +36,13 @@ declare -A ARGS=(
   [granitehybrid]="granitehybrid --seed 3"
   [qwen3moe_f32]="qwen3moe --seed 3 --f32"
   [qwen3moe]="qwen3moe --seed 3"
+  [qwen35_f32]="qwen35 --seed 3 --f32"
+  [qwen35]="qwen35 --seed 3"
+  [qwen35moe_f32]="qwen35moe --seed 3 --f32"
+  [qwen35moe]="qwen35moe --seed 3"
 )
 for name in "${!ARGS[@]}"; do
+  if [ "${#ONLY[@]}" -gt 0 ] && [[ ! " ${ONLY[*]} " =~ " $name " ]]; then continue; fi
   read -r arch rest <<<"${ARGS[$name]}"
   model="$TMP/$name.gguf"
   # shellcheck disable=SC2086

@@ -3,6 +3,7 @@
 // and llama.cpp.
 // make_tiny_model qwen3moe-bench OUT.gguf [--layers N] [--seed N]: a qwen3moe file with
 // Qwen3-30B-A3B's shapes and N blocks (default 2), for benchmarks (write_moe_bench_model).
+// make_tiny_model qwen35-bench OUT.gguf [--layers N]: Qwen3.5-0.8B's shapes (tiny_ssm_model.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,7 +11,7 @@
 #include <string>
 
 #include "tiny_model.h"
-#include "tiny_ssm_model.h"  // mamba2, granitehybrid
+#include "tiny_ssm_model.h"  // mamba2, granitehybrid, qwen35, qwen35moe
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -20,6 +21,9 @@ int main(int argc, char** argv) {
   const std::string arch = argv[1];
   if (arch == "mamba2" || arch == "granitehybrid") {
     return mnemo::tools::write_tiny_ssm_model(argc, argv);
+  }
+  if (arch == "qwen35" || arch == "qwen35moe" || arch == "qwen35-bench") {
+    return mnemo::tools::write_tiny_qwen35_model(argc, argv);
   }
   uint32_t seed = 1;
   bool all_f32 = false;

@@ -75,6 +75,13 @@ std::vector<uint8_t> make_weight(GgmlType t, int64_t n_rows, int64_t n_in, Gen& 
 
 }  // namespace
 
+std::vector<uint8_t> random_kquant_weights(GgmlType t, int64_t n_rows, int64_t n_in,
+                                           uint32_t seed) {
+  Gen g;
+  g.rng.seed(seed);
+  return random_kquant(t, n_rows, n_in, g);
+}
+
 std::vector<std::pair<std::string, Value>> tiny_spm_vocab(int64_t n_vocab) {
   std::vector<Value> toks, scores, types;
   auto piece = [&](std::string t, float score, int32_t type) {

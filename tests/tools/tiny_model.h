@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mnemo/gguf.h"
+#include "mnemo/quant.h"
 #include "mnemo/status.h"
 
 namespace mnemo::testing {
@@ -34,5 +35,11 @@ Status write_moe_bench_model(const std::string& path, uint32_t seed, int64_t n_l
 /// file: <unk>, <s>, </s>, the 256 byte-fallback pieces, then "▁x" and "x" for printable ASCII
 /// characters x, then <extra_k> fillers. In the order they are written.
 std::vector<std::pair<std::string, gguf::Value>> tiny_spm_vocab(int64_t n_vocab);
+
+/// n_rows rows of n_in weights of K-quant type `t` (q4_K, q5_K, q6_K): random quants and
+/// sub-block scales with super-scales of about 1 / sqrt(n_in), drawn from `seed` (our writer has
+/// no K-quant quantizer).
+std::vector<uint8_t> random_kquant_weights(GgmlType t, int64_t n_rows, int64_t n_in,
+                                           uint32_t seed);
 
 }  // namespace mnemo::testing

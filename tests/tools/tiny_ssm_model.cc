@@ -17,7 +17,9 @@
 #include "tiny_ssm_model.h"
 #include "tiny_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -49,6 +51,12 @@ struct Writer {
     for (size_t i = 1; i < dims.size(); ++i) n_rows *= dims[i];
     CHECK_EQ(f.size(), size_t(n_in * n_rows));
     const size_t rb = row_size(t, n_in);
+    if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) {
+      Status st = w.add_tensor(name, std::move(dims), t,
+                               testing::random_kquant_weights(t, n_rows, n_in, rng()));
+      CHECK(st.ok()) << name << ": " << st.to_string();
+      return;
+    }
     std::vector<uint8_t> data(rb * size_t(n_rows));
     for (int64_t r = 0; r < n_rows; ++r) {
       if (t == GgmlType::F32) {
@@ -177,6 +185,160 @@ int write_tiny_ssm_model(int argc, char** argv) {
       W.tensor(p + "ffn_up.weight", {n_embd, n_ff}, GgmlType::BF16,
                W.normal(n_embd * n_ff, 0, s_embd));
       W.tensor(p + "ffn_down.weight", {n_ff, n_embd}, GgmlType::Q8_0,
+               W.normal(n_ff * n_embd, 0, 1.0f / std::sqrt(float(n_ff))));
+    }
+  }
+  Status st = W.w.write(out);
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// qwen35 / qwen35moe (Qwen3.5): Gated DeltaNet and gated attention layers, see
+// tiny_ssm_model.h for the shapes.
+int write_tiny_qwen35_model(int argc, char** argv) {
+  const std::string name = argv[1];
+  const std::string out = argv[2];
+  Writer W;
+  uint32_t seed = 1;
+  int64_t n_layer = 0;
+  for (int i = 3; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+      seed = uint32_t(std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--f32") == 0)
+      W.all_f32 = true;
+    else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
+      n_layer = std::max(1, std::atoi(argv[++i]));
+  }
+  W.rng.seed(seed);
+  const bool bench = name == "qwen35-bench";
+  const std::string arch = bench ? "qwen35" : name;
+  const bool moe = arch == "qwen35moe";
+  // Tiny shapes, or Qwen3.5-0.8B's (bench).
+  int64_t n_embd = 256, n_vocab = 512, n_head = 4, n_head_kv = 2, hd = 64, n_rot = 16, n_ff = 512;
+  int64_t Hk = 2, Hv = 4, d = 32, d_conv = 4, interval = 4;
+  int64_t E = 8, E_used = 2, F = 128, Fs = 256;
+  if (bench) {
+    n_embd = 1024, n_vocab = 248320, n_head = 8, n_head_kv = 2, hd = 256, n_rot = 64, n_ff = 3584;
+    Hk = 16, Hv = 16, d = 128;
+    if (n_layer == 0) n_layer = 24;
+  }
+  if (n_layer == 0) n_layer = 4;
+  const int64_t n_qkv = 2 * Hk * d + Hv * d, n_v = Hv * d;
+  // bench: Q4_K_M-like (q4_K, q6_K for ffn_down and the embeddings).
+  auto T = [&](GgmlType t) {
+    if (!bench) return t;
+    return t == GgmlType::Q6_K || t == GgmlType::Q8_0 ? GgmlType::Q6_K : GgmlType::Q4_K;
+  };
+
+  W.key("general.architecture", Value::str(arch));
+  W.key("general.name", Value::str(bench ? "qwen35-0.8b-shapes" : "tiny-" + arch));
+  W.key(arch + ".context_length", Value::u32(262144));
+  W.key(arch + ".embedding_length", Value::u32(n_embd));
+  W.key(arch + ".block_count", Value::u32(n_layer));
+  W.key(arch + ".attention.head_count", Value::u32(n_head));
+  W.key(arch + ".attention.head_count_kv", Value::u32(n_head_kv));
+  W.key(arch + ".attention.key_length", Value::u32(hd));
+  W.key(arch + ".attention.value_length", Value::u32(hd));
+  W.key(arch + ".attention.layer_norm_rms_epsilon", Value::f32(1e-6f));
+  W.key(arch + ".rope.dimension_count", Value::u32(n_rot));
+  W.key(arch + ".rope.freq_base", Value::f32(10000000.0f));
+  // Sections of the interleaved multi-axis RoPE: the first three cover rope_dim / 2 pairs.
+  const int64_t pairs = n_rot / 2, s0 = (pairs + 2) / 3, s1 = (pairs + 1) / 3;
+  std::vector<Value> sections = {Value::i32(int32_t(s0)), Value::i32(int32_t(s1)),
+                                 Value::i32(int32_t(pairs - s0 - s1)), Value::i32(0)};
+  W.key(arch + ".rope.dimension_sections",
+        Value::array(gguf::ValueType::INT32, std::move(sections)));
+  W.key(arch + ".full_attention_interval", Value::u32(interval));
+  W.key(arch + ".ssm.conv_kernel", Value::u32(d_conv));
+  W.key(arch + ".ssm.state_size", Value::u32(d));
+  W.key(arch + ".ssm.group_count", Value::u32(Hk));
+  W.key(arch + ".ssm.time_step_rank", Value::u32(Hv));
+  W.key(arch + ".ssm.inner_size", Value::u32(n_v));
+  if (moe) {
+    W.key(arch + ".expert_count", Value::u32(E));
+    W.key(arch + ".expert_used_count", Value::u32(E_used));
+    W.key(arch + ".expert_feed_forward_length", Value::u32(F));
+    W.key(arch + ".expert_shared_feed_forward_length", Value::u32(Fs));
+  } else {
+    W.key(arch + ".feed_forward_length", Value::u32(n_ff));
+  }
+  for (auto& [k, v] : testing::tiny_spm_vocab(n_vocab)) W.key(k, std::move(v));
+
+  const float s_embd = 1.0f / std::sqrt(float(n_embd));
+  // The embedding is also the output matrix of qwen35 (tied): 2 / sqrt(n_embd) keeps logits
+  // O(1), as an untied output of 1 / sqrt(n_embd) does.
+  W.tensor("token_embd.weight", {n_embd, n_vocab}, T(GgmlType::Q8_0),
+           W.normal(n_embd * n_vocab, 0.0f, moe ? 1.0f : 2.0f * s_embd));
+  W.tensor("output_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
+  if (moe) {  // qwen35 ties the output to the embedding (as Qwen3.5-0.8B); qwen35moe does not
+    W.tensor("output.weight", {n_embd, n_vocab}, GgmlType::Q8_0,
+             W.normal(n_embd * n_vocab, 0, s_embd));
+  }
+  for (int64_t il = 0; il < n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    W.tensor(p + "attn_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
+    W.tensor(p + "post_attention_norm.weight", {n_embd}, GgmlType::F32,
+             W.normal(n_embd, 1.0f, 0.1f));
+    if ((il + 1) % interval != 0) {  // Gated DeltaNet
+      W.tensor(p + "attn_qkv.weight", {n_embd, n_qkv}, T(GgmlType::Q8_0),
+               W.normal(n_embd * n_qkv, 0, s_embd));
+      W.tensor(p + "attn_gate.weight", {n_embd, n_v}, T(GgmlType::F16),
+               W.normal(n_embd * n_v, 0, s_embd));
+      W.tensor(p + "ssm_conv1d.weight", {d_conv, n_qkv}, GgmlType::F32,
+               W.normal(d_conv * n_qkv, 0, 0.5f));
+      std::vector<float> dt_bias(static_cast<size_t>(Hv)), a(static_cast<size_t>(Hv));
+      for (int64_t h = 0; h < Hv; ++h) {
+        const float dt = std::exp(W.uniform(1, std::log(0.001f), std::log(0.1f))[0]);
+        dt_bias[size_t(h)] = dt + std::log(-std::expm1(-dt));  // softplus(dt_bias) = dt
+        a[size_t(h)] = -W.uniform(1, 1.0f, 16.0f)[0];          // -exp(A_log), A_log = log U[1, 16]
+      }
+      W.tensor(p + "ssm_dt.bias", {Hv}, GgmlType::F32, dt_bias);
+      W.tensor(p + "ssm_a", {Hv}, GgmlType::F32, a);
+      W.tensor(p + "ssm_beta.weight", {n_embd, Hv}, T(GgmlType::BF16),
+               W.normal(n_embd * Hv, 0, s_embd));
+      W.tensor(p + "ssm_alpha.weight", {n_embd, Hv}, T(GgmlType::F32),
+               W.normal(n_embd * Hv, 0, s_embd));
+      W.tensor(p + "ssm_norm.weight", {d}, GgmlType::F32, W.normal(d, 1.0f, 0.1f));
+      W.tensor(p + "ssm_out.weight", {n_v, n_embd}, T(GgmlType::Q5_0),
+               W.normal(n_v * n_embd, 0, 1.0f / std::sqrt(float(n_v))));
+    } else {  // gated attention
+      W.tensor(p + "attn_q.weight", {n_embd, 2 * n_head * hd}, T(GgmlType::Q8_0),
+               W.normal(n_embd * 2 * n_head * hd, 0, s_embd));
+      W.tensor(p + "attn_k.weight", {n_embd, n_head_kv * hd}, T(GgmlType::F16),
+               W.normal(n_embd * n_head_kv * hd, 0, s_embd));
+      W.tensor(p + "attn_v.weight", {n_embd, n_head_kv * hd}, T(GgmlType::Q4_0),
+               W.normal(n_embd * n_head_kv * hd, 0, s_embd));
+      W.tensor(p + "attn_output.weight", {n_head * hd, n_embd}, T(GgmlType::Q5_1),
+               W.normal(n_head * hd * n_embd, 0, 1.0f / std::sqrt(float(n_head * hd))));
+      W.tensor(p + "attn_q_norm.weight", {hd}, GgmlType::F32, W.normal(hd, 1.0f, 0.1f));
+      W.tensor(p + "attn_k_norm.weight", {hd}, GgmlType::F32, W.normal(hd, 1.0f, 0.1f));
+    }
+    if (moe) {
+      W.tensor(p + "ffn_gate_inp.weight", {n_embd, E}, GgmlType::F32,
+               W.normal(n_embd * E, 0, s_embd));
+      W.tensor(p + "ffn_gate_exps.weight", {n_embd, F, E}, GgmlType::Q4_K,
+               W.normal(n_embd * F * E, 0, s_embd));
+      W.tensor(p + "ffn_up_exps.weight", {n_embd, F, E}, GgmlType::Q5_K,
+               W.normal(n_embd * F * E, 0, s_embd));
+      W.tensor(p + "ffn_down_exps.weight", {F, n_embd, E}, GgmlType::Q8_0,
+               W.normal(F * n_embd * E, 0, 1.0f / std::sqrt(float(F))));
+      W.tensor(p + "ffn_gate_inp_shexp.weight", {n_embd}, GgmlType::F32,
+               W.normal(n_embd, 0, s_embd));
+      W.tensor(p + "ffn_gate_shexp.weight", {n_embd, Fs}, GgmlType::Q5_K,
+               W.normal(n_embd * Fs, 0, s_embd));
+      W.tensor(p + "ffn_up_shexp.weight", {n_embd, Fs}, GgmlType::Q4_K,
+               W.normal(n_embd * Fs, 0, s_embd));
+      W.tensor(p + "ffn_down_shexp.weight", {Fs, n_embd}, GgmlType::Q6_K,
+               W.normal(Fs * n_embd, 0, 1.0f / std::sqrt(float(Fs))));
+    } else {
+      W.tensor(p + "ffn_gate.weight", {n_embd, n_ff}, T(GgmlType::Q4_K),
+               W.normal(n_embd * n_ff, 0, s_embd));
+      W.tensor(p + "ffn_up.weight", {n_embd, n_ff}, T(GgmlType::Q5_K),
+               W.normal(n_embd * n_ff, 0, s_embd));
+      W.tensor(p + "ffn_down.weight", {n_ff, n_embd}, T(GgmlType::Q6_K),
                W.normal(n_ff * n_embd, 0, 1.0f / std::sqrt(float(n_ff))));
     }
   }

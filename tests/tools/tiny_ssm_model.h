@@ -7,4 +7,19 @@ namespace mnemo::tools {
 /// writes the file and returns the process exit code (0 on success).
 int write_tiny_ssm_model(int argc, char** argv);
 
+/// make_tiny_model ARCH OUT.gguf [--seed N] [--f32] [--layers N] for ARCH qwen35 / qwen35moe /
+/// qwen35-bench, with llama.cpp's tensor names and keys (src/model/model_qwen35.cc lists them):
+///   qwen35     4 blocks (full_attention_interval 4: Gated DeltaNet x 3, then gated attention),
+///              n_embd 256, Gated DeltaNet with 2 key heads and 4 value heads of 32 (value head h
+///              reads key head h % 2), d_conv 4; attention 4 query heads of 64, 2 KV heads, RoPE
+///              on 16 dims (a quarter, as Qwen3.5); SwiGLU n_ff 512; output tied to token_embd;
+///              vocab 512. Weight types mixed (q8_0, f16, bf16, q5_0, q4_0, q5_1, q4_K, q5_K,
+///              q6_K), or all f32 with --f32.
+///   qwen35moe  the same with 8 experts of width 128 (2 per token) and a shared expert of 256.
+///   qwen35-bench  Qwen3.5-0.8B's shapes (n_embd 1024, 24 blocks, 8 query heads and 2 KV heads
+///              of 256, 16 + 16 Gated DeltaNet heads of 128, n_ff 3584, vocab 248320), Q4_K_M-like
+///              types, random weights: for speed comparisons with llama.cpp.
+/// Returns the process exit code (0 on success).
+int write_tiny_qwen35_model(int argc, char** argv);
+
 }  // namespace mnemo::tools
