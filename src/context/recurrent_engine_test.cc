@@ -1,5 +1,5 @@
-// The recurrent architectures end to end on tiny random-weight models (mamba2, granitehybrid;
-// written by tests/tools/tiny_ssm_model.cc): the multi-user property (sequences decoded
+// The recurrent architectures end to end on tiny random-weight models (mamba2, granitehybrid,
+// qwen35, qwen35moe; written by tests/tools/tiny_ssm_model.cc): the multi-user property (sequences decoded
 // interleaved in one batch give the logits of separate runs, for every ubatch size and both KV
 // modes), checkpoint rollback + re-decoding equals a fresh run, and an aborted decode leaves the
 // memory byte-equal. The numerical reference (numpy) is tests/python/test_recurrent.py.
@@ -39,7 +39,10 @@ const Model& tiny(const std::string& arch) {
   std::vector<std::string> args = {"make_tiny_model", arch, path, "--seed", "7"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  CHECK_EQ(tools::write_tiny_ssm_model(int(argv.size()), argv.data()), 0);
+  const bool qwen35 = arch.rfind("qwen35", 0) == 0;
+  CHECK_EQ(qwen35 ? tools::write_tiny_qwen35_model(int(argv.size()), argv.data())
+                  : tools::write_tiny_ssm_model(int(argv.size()), argv.data()),
+           0);
   auto m = Model::load(path);
   CHECK(m.ok()) << m.status().to_string();
   std::filesystem::remove(path);  // the mapping stays valid
@@ -163,7 +166,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"mamba2", 1, false}, Case{"mamba2", 3, false},
                       Case{"mamba2", 512, false}, Case{"granitehybrid", 1, false},
                       Case{"granitehybrid", 4, false}, Case{"granitehybrid", 512, false},
-                      Case{"granitehybrid", 1, true}, Case{"granitehybrid", 512, true}),
+                      Case{"granitehybrid", 1, true}, Case{"granitehybrid", 512, true},
+                      Case{"qwen35", 1, false}, Case{"qwen35", 5, false},
+                      Case{"qwen35", 512, true}, Case{"qwen35moe", 3, false},
+                      Case{"qwen35moe", 512, true}),
     [](const auto& info) {
       return info.param.arch + "_ub" + std::to_string(info.param.n_ubatch) +
              (info.param.unified ? "_unified" : "_split");
@@ -293,7 +299,8 @@ TEST_P(RollbackTest, SaveRestoreReproducesNextTokenLogits) {
   EXPECT_EQ(dst->memory().seq_pos_max(1), -1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Recurrent, RollbackTest, ::testing::Values("mamba2", "granitehybrid"));
+INSTANTIATE_TEST_SUITE_P(Recurrent, RollbackTest,
+                         ::testing::Values("mamba2", "granitehybrid", "qwen35", "qwen35moe"));
 
 // The hybrid's attention layers rotate quantized K/V as every other cache does (the rotation is
 // what keeps 4- and 8-bit K/V near f16): the streams say so, and the logits of a q8_0 run stay

@@ -38,9 +38,13 @@ constexpr const char* kHparamSuffixes[] = {
     "expert_count",
     "expert_used_count",
     "expert_feed_forward_length",
+    "expert_shared_feed_forward_length",
+    "full_attention_interval",
+    "rope.dimension_sections",
     "ssm.conv_kernel",
     "ssm.state_size",
     "ssm.inner_size",
+    "ssm.time_step_rank",
     "ssm.group_count",
 };
 

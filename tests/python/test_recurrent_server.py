@@ -1,11 +1,15 @@
 """`mnemo serve` with the recurrent architectures, on tiny random-weight models
-(tests/tools/make_tiny_model mamba2 / granitehybrid, which carry a small SentencePiece vocabulary).
+(tests/tools/make_tiny_model mamba2 / granitehybrid / qwen35, which carry a small SentencePiece
+vocabulary).
 
 - Prompt caching: a request sharing a prefix with the slot's previous conversation resumes from
   the newest state checkpoint at or before the shared prefix (Memory::plan_truncate), not from
   zero, and answers exactly as a request that re-reads the whole prompt.
 - Multi-user: 4 requests decoded concurrently (continuous batching, one recurrent state per slot)
   answer exactly as each one alone — the multi-user bug of seed 001.
+- Multi-turn on a hybrid (qwen35): 4 conversations at once, each turn re-reading at most one
+  checkpoint interval of what its slot already holds, and answering as a fresh server does; a
+  slot saved to a file and restored into another slot continues exactly.
 Requests are greedy with token-id prompts, so no chat template is involved. With the checkpoint
 interval of 64 used here, the ubatches of a cached and of an uncached run are cut at the same
 positions, so their log-probabilities agree to float rounding (bound 1e-3 nats).
@@ -57,7 +61,7 @@ class Server:
             self.proc.kill()
             return None
 
-ARCHS = ["mamba2", "granitehybrid"]
+ARCHS = ["mamba2", "granitehybrid", "qwen35"]
 CKPT_EVERY = 64
 
 
@@ -148,6 +152,76 @@ def test_slots_report_each_slots_own_memory(binary, tiny, arch):
                 assert s["type_k"] is None and s["type_v"] is None, s
             else:
                 assert s["type_k"] == "f16" and s["type_v"] == "f16", s
+        assert srv.alive()
+    finally:
+        assert srv.stop() == 0
+
+
+def test_hybrid_multi_turn_rereads_at_most_one_checkpoint_interval(binary, tiny):
+    # Each turn sends the conversation so far: the previous prompt, the answer without its last
+    # three tokens (as a chat template that rewrites the end of the assistant's turn would), and
+    # new user tokens. The slot holds the previous prompt and the answer but its last token, so
+    # the shared prefix ends two tokens before the slot's end: a recurrent state cannot be cut
+    # back, so the slot resumes from its newest checkpoint at or before the shared prefix.
+    every = 16
+    rng = random.Random(3)
+    convs = [[rng.randrange(3, 512) for _ in range(n)] for n in (40, 57, 23, 70)]
+    srv = Server(binary, tiny["qwen35"], "--parallel", "4", "-c", "4096",
+                 "--rs-ckpt-every", every, "--rs-ckpts", 4)
+    fresh = Server(binary, tiny["qwen35"], "--parallel", "1", "-c", "1024")
+    try:
+        shared = [0] * len(convs)
+        rolled_back = 0
+        for turn in range(4):
+            with ThreadPoolExecutor(4) as ex:
+                got = list(ex.map(lambda p: complete(srv, p, n=6), convs))
+            for i, (p, r) in enumerate(zip(convs, got)):
+                t = r["timings"]
+                assert t["cache_n"] + t["prompt_n"] == len(p)
+                if turn > 0:
+                    # Re-read: at most one interval before the shared prefix's end.
+                    assert shared[i] - every <= t["cache_n"] <= shared[i], (turn, i, t)
+                    assert t["prompt_n"] <= len(p) - shared[i] + every, (turn, i, t)
+                    rolled_back += t["cache_n"] < shared[i]
+                same_answer(r, complete(fresh, p, cache=False, n=6))
+                shared[i] = len(p) + len(r["tokens"]) - 3
+                convs[i] = p + r["tokens"][:-3] + [rng.randrange(3, 512) for _ in range(9)]
+        assert rolled_back > 0  # checkpoints were used, not only a slot's live state
+        assert srv.alive()
+    finally:
+        assert srv.stop() == 0
+        assert fresh.stop() == 0
+
+
+def test_hybrid_slot_save_restore_continues_exactly(binary, tiny, tmp_path):
+    srv = Server(binary, tiny["qwen35"], "--parallel", "2", "-c", "2048",
+                 "--slot-save-path", tmp_path, "--rs-ckpt-every", 16, "--rs-ckpts", 4)
+    try:
+        rng = random.Random(4)
+        p = [rng.randrange(3, 512) for _ in range(75)]
+        r = requests.post(f"{srv.url}/completion", json={
+            "prompt": p, "n_predict": 5, "temperature": 0, "id_slot": 0, "cache_prompt": True,
+            "return_tokens": True}, timeout=120)
+        assert r.status_code == 200, r.text
+        saved = requests.post(f"{srv.url}/slots/0?action=save", json={"filename": "q35.bin"},
+                              timeout=60)
+        assert saved.status_code == 200, saved.text
+        restored = requests.post(f"{srv.url}/slots/1?action=restore",
+                                 json={"filename": "q35.bin"}, timeout=60)
+        assert restored.status_code == 200, restored.text
+        follow = p + r.json()["tokens"] + [7, 8, 9]
+        outs = []
+        for slot in (0, 1):
+            o = requests.post(f"{srv.url}/completion", json={
+                "prompt": follow, "n_predict": 8, "temperature": 0, "id_slot": slot,
+                "cache_prompt": True, "n_probs": 5, "return_tokens": True}, timeout=120)
+            assert o.status_code == 200, o.text
+            outs.append(o.json())
+        # The restored slot holds what slot 0 held: the same cached prefix, the same tokens and
+        # byte-equal log-probabilities.
+        assert outs[1]["timings"]["cache_n"] == outs[0]["timings"]["cache_n"] > 0
+        assert outs[0]["tokens"] == outs[1]["tokens"]
+        assert outs[0]["completion_probabilities"] == outs[1]["completion_probabilities"]
         assert srv.alive()
     finally:
         assert srv.stop() == 0

@@ -319,19 +319,19 @@ int write_tiny_qwen35_model(int argc, char** argv) {
     if (moe) {
       W.tensor(p + "ffn_gate_inp.weight", {n_embd, E}, GgmlType::F32,
                W.normal(n_embd * E, 0, s_embd));
-      W.tensor(p + "ffn_gate_exps.weight", {n_embd, F, E}, GgmlType::Q4_K,
+      W.tensor(p + "ffn_gate_exps.weight", {n_embd, F, E}, GgmlType::Q4_0,
                W.normal(n_embd * F * E, 0, s_embd));
-      W.tensor(p + "ffn_up_exps.weight", {n_embd, F, E}, GgmlType::Q5_K,
+      W.tensor(p + "ffn_up_exps.weight", {n_embd, F, E}, GgmlType::Q5_0,
                W.normal(n_embd * F * E, 0, s_embd));
       W.tensor(p + "ffn_down_exps.weight", {F, n_embd, E}, GgmlType::Q8_0,
                W.normal(F * n_embd * E, 0, 1.0f / std::sqrt(float(F))));
       W.tensor(p + "ffn_gate_inp_shexp.weight", {n_embd}, GgmlType::F32,
                W.normal(n_embd, 0, s_embd));
-      W.tensor(p + "ffn_gate_shexp.weight", {n_embd, Fs}, GgmlType::Q5_K,
+      W.tensor(p + "ffn_gate_shexp.weight", {n_embd, Fs}, GgmlType::Q4_1,
                W.normal(n_embd * Fs, 0, s_embd));
-      W.tensor(p + "ffn_up_shexp.weight", {n_embd, Fs}, GgmlType::Q4_K,
+      W.tensor(p + "ffn_up_shexp.weight", {n_embd, Fs}, GgmlType::Q5_1,
                W.normal(n_embd * Fs, 0, s_embd));
-      W.tensor(p + "ffn_down_shexp.weight", {Fs, n_embd}, GgmlType::Q6_K,
+      W.tensor(p + "ffn_down_shexp.weight", {Fs, n_embd}, GgmlType::Q8_0,
                W.normal(Fs * n_embd, 0, 1.0f / std::sqrt(float(Fs))));
     } else {
       W.tensor(p + "ffn_gate.weight", {n_embd, n_ff}, T(GgmlType::Q4_K),

@@ -15,7 +15,8 @@ int write_tiny_ssm_model(int argc, char** argv);
 ///              on 16 dims (a quarter, as Qwen3.5); SwiGLU n_ff 512; output tied to token_embd;
 ///              vocab 512. Weight types mixed (q8_0, f16, bf16, q5_0, q4_0, q5_1, q4_K, q5_K,
 ///              q6_K), or all f32 with --f32.
-///   qwen35moe  the same with 8 experts of width 128 (2 per token) and a shared expert of 256.
+///   qwen35moe  the same with 8 experts of width 128 (2 per token; q4_0 / q5_0 / q8_0) and a
+///              shared expert of 256 (q4_1 / q5_1 / q8_0), an untied output matrix.
 ///   qwen35-bench  Qwen3.5-0.8B's shapes (n_embd 1024, 24 blocks, 8 query heads and 2 KV heads
 ///              of 256, 16 + 16 Gated DeltaNet heads of 128, n_ff 3584, vocab 248320), Q4_K_M-like
 ///              types, random weights: for speed comparisons with llama.cpp.
