@@ -172,7 +172,7 @@ struct LayerWeights {
   Weight ssm_beta;   // ssm_beta [n_embd -> Hv]: write strength, sigmoid
   Weight ssm_alpha;  // ssm_alpha [n_embd -> Hv]: decay, softplus(alpha + dt_bias) * A
   // Shared expert (qwen35moe; HParams::n_ff_shexp > 0).
-  Weight ffn_gate_inp_shexp;  // [n_embd -> 1] gate of the shared expert
+  Weight ffn_gate_inp_shexp;                            // [n_embd -> 1] gate of the shared expert
   Weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // SwiGLU of width n_ff_shexp
 };
 

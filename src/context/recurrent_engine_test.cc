@@ -1,7 +1,7 @@
 // The recurrent architectures end to end on tiny random-weight models (mamba2, granitehybrid,
-// qwen35, qwen35moe; written by tests/tools/tiny_ssm_model.cc): the multi-user property (sequences decoded
-// interleaved in one batch give the logits of separate runs, for every ubatch size and both KV
-// modes), checkpoint rollback + re-decoding equals a fresh run, and an aborted decode leaves the
+// qwen35, qwen35moe; written by tests/tools/tiny_ssm_model.cc): the multi-user property (sequences
+// decoded interleaved in one batch give the logits of separate runs, for every ubatch size and both
+// KV modes), checkpoint rollback + re-decoding equals a fresh run, and an aborted decode leaves the
 // memory byte-equal. The numerical reference (numpy) is tests/python/test_recurrent.py.
 
 #include <gtest/gtest.h>
@@ -167,9 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mamba2", 512, false}, Case{"granitehybrid", 1, false},
                       Case{"granitehybrid", 4, false}, Case{"granitehybrid", 512, false},
                       Case{"granitehybrid", 1, true}, Case{"granitehybrid", 512, true},
-                      Case{"qwen35", 1, false}, Case{"qwen35", 5, false},
-                      Case{"qwen35", 512, true}, Case{"qwen35moe", 3, false},
-                      Case{"qwen35moe", 512, true}),
+                      Case{"qwen35", 1, false}, Case{"qwen35", 5, false}, Case{"qwen35", 512, true},
+                      Case{"qwen35moe", 3, false}, Case{"qwen35moe", 512, true}),
     [](const auto& info) {
       return info.param.arch + "_ub" + std::to_string(info.param.n_ubatch) +
              (info.param.unified ? "_unified" : "_split");

@@ -27,7 +27,7 @@ int64_t Pack8GroupBytes(GgmlType type, int64_t n_in) {
 #if MNEMO_HAVE_PACKED256
   p8::Fmt f;
   if (!p8::FormatOf(type, &f)) return 0;
-  return n_in / f.sub * p8::RecordBytes(f);
+  return p8::GroupBytes(f, n_in);
 #else
   (void)type;
   (void)n_in;
@@ -38,7 +38,7 @@ void Pack8All(const internal::MatmulArgs& w, uint8_t* out, ThreadPool* pool) {
 #if MNEMO_HAVE_PACKED256
   p8::Fmt f;
   CHECK(p8::FormatOf(w.type, &f));
-  const int64_t group_bytes = w.n_in / f.sub * p8::RecordBytes(f);
+  const int64_t group_bytes = p8::GroupBytes(f, w.n_in);
   const int64_t n_groups = internal::ceil_div(w.n_out, 8);
   constexpr int64_t kGroupsPerTask = 16;
   internal::parallel_for(pool, internal::ceil_div(n_groups, kGroupsPerTask),

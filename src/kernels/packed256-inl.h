@@ -4,8 +4,15 @@
 // targets only (MNEMO_HAVE_PACKED256); AVX3_DL has the 16-row VNNI layout of packed-inl.h.
 //
 // Layout of one group of 8 rows (rows past n_out are zero, their outputs dropped): n_sub
-// records, one per sub-block of S elements (S = 32; 16 for Q6_K), each
-//   [quants][d: 8 scales][c: 8 offsets, float-offset formats only]
+// records, one per sub-block of S elements (S = 32; 16 for Q6_K). For the 32-element types each
+// record is
+//   [quants][d: 8 fp16 scales][c: 8 fp16 offsets, Q4_1 / Q5_1 only]
+// For the K-quants the records come in spans of one 256-element super-block, each span headed by
+// the super-block scales of the 8 rows, so the rows keep the GGUF's compact scales:
+//   span   [D: 8 fp16 super-scales d][M: 8 fp16 super-mins dmin, Q4_K / Q5_K only][256 / S records]
+//   record [quants][sc: 8 int8 sub-block scales][m: 8 int8 sub-block mins, Q4_K / Q5_K only]
+// and a record's scale is d = D sc, its offset c = -M m (exact float products, the values the
+// unpacked form holds).
 // quants, in 32-byte units whose 32-bit lane r holds 4 elements of row r (so one maddubs against
 // 4 activations broadcast to every lane works on 8 rows at once, with no shuffles and no
 // horizontal sums):
@@ -13,13 +20,13 @@
 //       its low nibble and element 8j+4+i in its high nibble.
 //   U5 (Q5_0, Q5_1, Q5_K): the U4 units, then 32 bytes of fifth bits: byte 4r+i, bit 2j is the
 //       fifth bit of element 8j+i of row r, bit 2j+1 that of element 8j+4+i.
-//   U6 (Q6_K) and S8 (Q8_0): S/4 units; lane r of unit k holds elements 4k..4k+3 of row r as
-//       bytes (unsigned 0..63 for U6, int8 for S8).
+//   U6 (Q6_K): the U4 units of the low four bits, then 32 bytes of high bit pairs: byte 4r+i,
+//       bits 2(2j+h) and 2(2j+h)+1 hold bits 4 and 5 of element 8j+4h+i of row r (S = 16: j < 2).
+//   S8 (Q8_0): S/4 units; lane r of unit k holds elements 4k..4k+3 of row r as int8 bytes.
 // IQ4_NL (not in the models we ship for) is not packed: as bytes it would double in size.
-// d and c: fp16 where the GGUF value is fp16 (exact: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), f32
-// for K-quants (products of two scales). Element = d u + c (float offset), d (u - k) (integer
-// offset k: 8 for Q4_0, 16 for Q5_0, 32 for Q6_K), or d u (S8). Sizes equal the GGUF rows for the
-// 32-element types; Q4_K / Q5_K are 37% / 14% larger, Q6_K 52%.
+// Element = d u + c (float offset), d (u - k) (integer offset k: 8 for Q4_0, 16 for Q5_0, 32 for
+// Q6_K), or d u (S8). Sizes equal the GGUF rows for the 32-element types; Q4_K / Q5_K are 3% / 2%
+// larger (one byte per scale instead of six bits), Q6_K 0.5% (its fp16 d once per 8 rows' span).
 //
 // The result of one (row, token) is, by construction, one fixed sequence of float operations
 // (the canonical order every mnemo matmul path follows on this target): for each sub-block s in
@@ -70,7 +77,7 @@ enum Kind : int { kU4 = 0, kU5 = 1, kU6 = 2, kS8 = 3 };
 struct Fmt {
   int kind = kU4;
   int sub = 32;     // S: elements per sub-block
-  bool f16 = true;  // d (and c) stored as fp16
+  bool f16 = true;  // true: fp16 d (and c) per record; false: K-quant spans (super-block scales)
   int offset = 0;   // k > 0: element = d (u - k); -1: d u + c; 0: d u
 };
 
@@ -106,12 +113,54 @@ inline bool FormatOf(GgmlType type, Fmt* f) {
 }
 
 constexpr int64_t QuantBytes(int kind, int sub) {
-  return kind == kU4 ? 4 * sub : kind == kU5 ? 4 * sub + 32 : 8 * sub;
+  return kind == kU4 ? 4 * sub : kind == kU5 ? 4 * sub + 32 : kind == kU6 ? 6 * sub : 8 * sub;
 }
 constexpr int64_t RecordBytes(int kind, int sub, bool f16, int offset) {
-  return QuantBytes(kind, sub) + 8 * (f16 ? 2 : 4) * (offset < 0 ? 2 : 1);
+  return QuantBytes(kind, sub) + 8 * (f16 ? 2 : 1) * (offset < 0 ? 2 : 1);
 }
 inline int64_t RecordBytes(const Fmt& f) { return RecordBytes(f.kind, f.sub, f.f16, f.offset); }
+/// Bytes of the super-block header that opens each span of a K-quant group (0 otherwise).
+constexpr int64_t SpanHeaderBytes(bool f16, int offset) {
+  return f16 ? 0 : 16 * (offset < 0 ? 2 : 1);
+}
+/// Bytes of one 8-row group of rows of n_in elements.
+inline int64_t GroupBytes(const Fmt& f, int64_t n_in) {
+  const int64_t n_sub = n_in / f.sub;
+  const int64_t n_span = f.f16 ? 0 : n_in / 256;
+  return n_sub * RecordBytes(f) + n_span * SpanHeaderBytes(f.f16, f.offset);
+}
+
+/// The GGUF super-block scales of row `row` (K-quants): for super-block b, d[b] and dmin[b]
+/// (fp16 bits; dmin 0 for Q6_K), and per sub-block j the scale sc[b * 256 / S + j] and min m.
+inline void KScales(GgmlType type, const uint8_t* row, int64_t n_in, uint16_t* d, uint16_t* dmin,
+                    int8_t* sc, int8_t* m) {
+  for (int64_t b = 0; b < n_in / 256; ++b) {
+    if (type == GgmlType::Q6_K) {
+      const auto* blk = reinterpret_cast<const block_q6_K*>(row) + b;
+      d[b] = blk->d;
+      dmin[b] = 0;
+      for (int j = 0; j < 16; ++j) {
+        sc[16 * b + j] = blk->scales[j];
+        m[16 * b + j] = 0;
+      }
+    } else {
+      const uint8_t* scales;
+      if (type == GgmlType::Q4_K) {
+        const auto* blk = reinterpret_cast<const block_q4_K*>(row) + b;
+        d[b] = blk->d, dmin[b] = blk->dmin, scales = blk->scales;
+      } else {
+        const auto* blk = reinterpret_cast<const block_q5_K*>(row) + b;
+        d[b] = blk->d, dmin[b] = blk->dmin, scales = blk->scales;
+      }
+      for (int j = 0; j < 8; ++j) {
+        int s6, m6;
+        ScaleMinK4(scales, j, s6, m6);
+        sc[8 * b + j] = static_cast<int8_t>(s6);
+        m[8 * b + j] = static_cast<int8_t>(m6);
+      }
+    }
+  }
+}
 
 /// Packs rows [8 g0, 8 g1) of w (groups g0..g1-1) into out (group stride n_sub * RecordBytes).
 inline void PackGroups(const internal::MatmulArgs& w, const Fmt& f, int64_t g0, int64_t g1,
@@ -124,12 +173,25 @@ inline void PackGroups(const internal::MatmulArgs& w, const Fmt& f, int64_t g0, 
   const int64_t n_sub = w.n_in / S;
   const int64_t rec = RecordBytes(f);
   const int64_t qb = QuantBytes(f.kind, S);
-  const int wbytes = f.f16 ? 2 : 4;
+  const int64_t header = SpanHeaderBytes(f.f16, f.offset);
+  const int64_t per_span = f.f16 ? n_sub : 256 / S;  // records after each header
+  const int64_t group_bytes = GroupBytes(f, w.n_in);
+  const int64_t n_span = w.n_in / 256;
   std::vector<uint8_t> w8(8 * n_pad);
   std::vector<float> dw(8 * n_pad / 4), cw(std::max<int64_t>(1, 8 * n_off));
+  std::vector<uint16_t> kd(8 * std::max<int64_t>(1, n_span)), kdmin(kd.size());
+  std::vector<int8_t> ksc(8 * std::max<int64_t>(1, n_sub)), km(ksc.size());
+  // Record s of the group; K-quant spans put a header before every per_span records.
+  auto record = [&](uint8_t* grp, int64_t s) {
+    return grp + (s / per_span + 1) * header + s * rec;
+  };
   for (int64_t g = g0; g < g1; ++g) {
-    uint8_t* dst = out + (g - g0) * n_sub * rec;
-    std::memset(dst, 0, n_sub * rec);
+    uint8_t* dst = out + (g - g0) * group_bytes;
+    std::memset(dst, 0, group_bytes);
+    std::fill(kd.begin(), kd.end(), uint16_t{0});
+    std::fill(kdmin.begin(), kdmin.end(), uint16_t{0});
+    std::fill(ksc.begin(), ksc.end(), int8_t{0});
+    std::fill(km.begin(), km.end(), int8_t{0});
     std::fill(w8.begin(), w8.end(), 0);
     std::fill(dw.begin(), dw.end(), 0.0f);
     std::fill(cw.begin(), cw.end(), 0.0f);
@@ -138,13 +200,26 @@ inline void PackGroups(const internal::MatmulArgs& w, const Fmt& f, int64_t g0, 
       if (row >= w.n_out) break;
       k.unpack(w.w + row * w.w_row_bytes, w.n_in, n_pad, n_off, w8.data() + r * n_pad,
                dw.data() + r * (n_pad / 4), cw.data() + r * n_off);
+      if (!f.f16) {
+        KScales(w.type, w.w + row * w.w_row_bytes, w.n_in, kd.data() + r * n_span,
+                kdmin.data() + r * n_span, ksc.data() + r * n_sub, km.data() + r * n_sub);
+      }
+    }
+    if (!f.f16) {
+      for (int64_t b = 0; b < n_span; ++b) {
+        uint8_t* h = dst + b * (header + per_span * rec);
+        for (int r = 0; r < 8; ++r) {
+          std::memcpy(h + 2 * r, &kd[r * n_span + b], 2);
+          if (f.offset < 0) std::memcpy(h + 16 + 2 * r, &kdmin[r * n_span + b], 2);
+        }
+      }
     }
     for (int64_t s = 0; s < n_sub; ++s) {
-      uint8_t* q = dst + s * rec;
+      uint8_t* q = record(dst, s);
       for (int r = 0; r < 8; ++r) {
         const uint8_t* u = w8.data() + r * n_pad + s * S;
         for (int e = 0; e < S; ++e) {
-          if (f.kind == kU6 || f.kind == kS8) {
+          if (f.kind == kS8) {
             q[32 * (e / 4) + 4 * r + e % 4] = u[e];
           } else {
             const int j = e / 8, i = e % 4, hi = (e % 8) >= 4 ? 1 : 0;
@@ -152,18 +227,21 @@ inline void PackGroups(const internal::MatmulArgs& w, const Fmt& f, int64_t g0, 
             if (f.kind == kU5 && (u[e] & 0x10)) {
               q[4 * S + 4 * r + i] |= static_cast<uint8_t>(1u << (2 * j + hi));
             }
+            if (f.kind == kU6) {
+              q[4 * S + 4 * r + i] |= static_cast<uint8_t>(((u[e] >> 4) & 3) << (2 * (2 * j + hi)));
+            }
           }
         }
         // The scale (and offset) of the sub-block: constant over it in the unpacked form.
-        const float d = dw[r * (n_pad / 4) + s * S / 4];
-        const float c = f.offset < 0 ? cw[r * n_off + s * S / k.format.group] : 0.0f;
         if (f.f16) {
+          const float d = dw[r * (n_pad / 4) + s * S / 4];
+          const float c = f.offset < 0 ? cw[r * n_off + s * S / k.format.group] : 0.0f;
           const uint16_t dh = fp32_to_fp16(d), ch = fp32_to_fp16(c);
           std::memcpy(q + qb + 2 * r, &dh, 2);
           if (f.offset < 0) std::memcpy(q + qb + 16 + 2 * r, &ch, 2);
         } else {
-          std::memcpy(q + qb + 4 * r, &d, 4);
-          if (f.offset < 0) std::memcpy(q + qb + 32 + 4 * r, &c, 4);
+          q[qb + r] = static_cast<uint8_t>(ksc[r * n_sub + s]);
+          if (f.offset < 0) q[qb + 8 + r] = static_cast<uint8_t>(km[r * n_sub + s]);
         }
       }
     }
@@ -232,7 +310,21 @@ HWY_INLINE __m256i FifthBits(__m256i m) {
   }
 }
 
-/// Unit j of a U4 / U5 record: the 8 rows' elements 8j..8j+3 (lo) and 8j+4..8j+7 (hi), bytes.
+/// Bits 4 and 5 of unit j's low (kHi = 0) or high (kHi = 1) elements, as 0x30 per byte, from
+/// the 32 bytes m of U6 high bit pairs (bits kBit and kBit + 1 of each byte, kBit = 2(2j+kHi)).
+template <int kBit>
+HWY_INLINE __m256i HighPairs(__m256i m) {
+  if constexpr (kBit < 4) {
+    return _mm256_and_si256(_mm256_slli_epi16(m, 4 - kBit), _mm256_set1_epi8(0x30));
+  } else if constexpr (kBit == 4) {
+    return _mm256_and_si256(m, _mm256_set1_epi8(0x30));
+  } else {
+    return _mm256_and_si256(_mm256_srli_epi16(m, kBit - 4), _mm256_set1_epi8(0x30));
+  }
+}
+
+/// Unit j of a U4 / U5 / U6 record: the 8 rows' elements 8j..8j+3 (lo) and 8j+4..8j+7 (hi),
+/// bytes.
 template <int kKind, int kJ>
 HWY_INLINE void LoadNibbles(const uint8_t* rec, __m256i fifth, __m256i& lo, __m256i& hi) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -242,6 +334,9 @@ HWY_INLINE void LoadNibbles(const uint8_t* rec, __m256i fifth, __m256i& lo, __m2
   if constexpr (kKind == kU5) {
     lo = _mm256_or_si256(lo, FifthBits<2 * kJ>(fifth));
     hi = _mm256_or_si256(hi, FifthBits<2 * kJ + 1>(fifth));
+  } else if constexpr (kKind == kU6) {
+    lo = _mm256_or_si256(lo, HighPairs<4 * kJ>(fifth));
+    hi = _mm256_or_si256(hi, HighPairs<4 * kJ + 2>(fifth));
   }
 }
 
@@ -269,12 +364,26 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
                        int n_valid) {
   constexpr int64_t kQb = QuantBytes(kKind, kS);
   constexpr int64_t kRec = RecordBytes(kKind, kS, kF16, kOff);
+  constexpr int64_t kHeader = SpanHeaderBytes(kF16, kOff);
+  constexpr int64_t kPerSpan = 256 / kS;  // K-quant records per span
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[kC];
 #pragma GCC unroll 8
   for (int c = 0; c < kC; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < n_sub; ++s) {
-    const uint8_t* rec = group + s * kRec;
+  __m256 dsup = _mm256_setzero_ps(), msup = _mm256_setzero_ps();  // K-quant span scales
+  const uint8_t* rec = group;
+  for (int64_t s = 0; s < n_sub; ++s, rec += kRec) {
+    if constexpr (!kF16) {
+      if (s % kPerSpan == 0) {  // a span header: the 8 rows' super-block d (and -dmin)
+        dsup = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+        if constexpr (kOff < 0) {
+          const __m256 m =
+              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)));
+          msup = _mm256_xor_ps(m, _mm256_set1_ps(-0.0f));
+        }
+        rec += kHeader;
+      }
+    }
     const int64_t e0 = s * kS;
     __m256i isum[kC];
     if constexpr (kKind == kU4) {
@@ -302,20 +411,21 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
       for (int c = 0; c < kC; ++c)
         isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p16[c], ones));
     } else if constexpr (kKind == kU6) {
-      // S = 16: 4 units; at most 4 products of 63 * 127 per int16 lane between flushes.
+      // S = 16: 2 units; at most 4 products of 63 * 127 per int16 lane between flushes.
+      const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 4 * kS));
+      __m256i p16[kC];
 #pragma GCC unroll 8
-      for (int c = 0; c < kC; ++c) isum[c] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-      for (int h = 0; h < kS / 8; ++h) {
-        const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h));
-        const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h + 32));
+      for (int c = 0; c < kC; ++c) p16[c] = _mm256_setzero_si256();
+      NibbleUnits<kU6, 0, 1, kC>(rec, pairs, a, e0, p16);
 #pragma GCC unroll 8
-        for (int c = 0; c < kC; ++c) {
-          const __m256i s0 = _mm256_maddubs_epi16(v0, Bcast4(a[c] + e0 + 8 * h));
-          const __m256i s1 = _mm256_maddubs_epi16(v1, Bcast4(a[c] + e0 + 8 * h + 4));
-          isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones));
-        }
+      for (int c = 0; c < kC; ++c) {
+        isum[c] = _mm256_madd_epi16(p16[c], ones);
+        p16[c] = _mm256_setzero_si256();
       }
+      NibbleUnits<kU6, 1, 2, kC>(rec, pairs, a, e0, p16);
+#pragma GCC unroll 8
+      for (int c = 0; c < kC; ++c)
+        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p16[c], ones));
     } else {  // kS8: signed weights through the sign trick; |w| <= 128, one pair per int16.
 #pragma GCC unroll 8
       for (int c = 0; c < kC; ++c) isum[c] = _mm256_setzero_si256();
@@ -337,9 +447,15 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
       if constexpr (kOff < 0) {
         off = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kQb + 16)));
       }
-    } else {
-      d = _mm256_loadu_ps(reinterpret_cast<const float*>(rec + kQb));
-      if constexpr (kOff < 0) off = _mm256_loadu_ps(reinterpret_cast<const float*>(rec + kQb + 32));
+    } else {  // d = D sc and c = -M m: the exact products the unpacked form holds
+      int64_t sc8;
+      std::memcpy(&sc8, rec + kQb, 8);
+      d = _mm256_mul_ps(dsup, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(sc8))));
+      if constexpr (kOff < 0) {
+        int64_t m8;
+        std::memcpy(&m8, rec + kQb + 8, 8);
+        off = _mm256_mul_ps(msup, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(m8))));
+      }
     }
 #pragma GCC unroll 8
     for (int c = 0; c < kC; ++c) {
@@ -412,7 +528,7 @@ inline void Matmul(const internal::MatmulArgs& a, const uint8_t* data) {
   const Tiles tiles = GetTiles(a.type);
   const int64_t n_pad = round_up(a.n_in, internal::kPadElems);
   const int64_t n_sub = a.n_in / f.sub;
-  const int64_t group_bytes = n_sub * RecordBytes(f);
+  const int64_t group_bytes = GroupBytes(f, a.n_in);
   const int64_t n_tokens = a.n_tokens;
   const int64_t call_bytes = n_tokens * (n_pad + 8 * round_up(n_sub, 16)) + 4 * 64;
   uint8_t* call = static_cast<uint8_t*>(

@@ -20,8 +20,8 @@
 
 #include "kernels/ssm_kernels.h"
 #include "kernels/ssm_reference.h"
-#include "support/kernels_test_util.h"
 #include "mnemo/thread_pool.h"
+#include "support/kernels_test_util.h"
 
 namespace mnemo::kernels {
 namespace {

@@ -188,9 +188,9 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
   // The shared expert (qwen35moe): every row also runs one SwiGLU feed-forward, its output
   // scaled by sigmoid(ffn_gate_inp_shexp · in), added after the routed experts.
   if (Fs > 0) {
-    float* sg = y + R * D;    // [T x Fs]
-    float* su = sg + T * Fs;  // [T x Fs]
-    float* sy = su + T * Fs;  // [T x D]
+    float* sg = y + R * D;      // [T x Fs]
+    float* su = sg + T * Fs;    // [T x Fs]
+    float* sy = su + T * Fs;    // [T x D]
     float* sgate = sy + T * D;  // [T]
     matmul(L.ffn_gate_shexp, in, T, sg);
     matmul(L.ffn_up_shexp, in, T, su);

@@ -3,8 +3,8 @@
 #include "mnemo/model.h"
 
 #include "kernels/kernels.h"
-#include "model/load_util.h"
 #include "mnemo/thread_pool.h"
+#include "model/load_util.h"
 
 #include <fmt/format.h>
 

@@ -128,7 +128,8 @@ Status Model::bind_qwen35_weights() {
       MNEMO_RETURN_IF_ERROR(bind(name("ffn_gate_inp.weight"), D, E, true, false, &l.ffn_gate_inp));
       MNEMO_RETURN_IF_ERROR(
           bind(name("ffn_gate_exps.weight"), D, F * E, true, false, &l.ffn_gate_exps));
-      MNEMO_RETURN_IF_ERROR(bind(name("ffn_up_exps.weight"), D, F * E, true, false, &l.ffn_up_exps));
+      MNEMO_RETURN_IF_ERROR(
+          bind(name("ffn_up_exps.weight"), D, F * E, true, false, &l.ffn_up_exps));
       MNEMO_RETURN_IF_ERROR(
           bind(name("ffn_down_exps.weight"), F, D * E, true, false, &l.ffn_down_exps));
       if (Fs > 0) {
@@ -136,7 +137,8 @@ Status Model::bind_qwen35_weights() {
             bind(name("ffn_gate_inp_shexp.weight"), D, 1, true, false, &l.ffn_gate_inp_shexp));
         MNEMO_RETURN_IF_ERROR(
             bind(name("ffn_gate_shexp.weight"), D, Fs, true, false, &l.ffn_gate_shexp));
-        MNEMO_RETURN_IF_ERROR(bind(name("ffn_up_shexp.weight"), D, Fs, true, false, &l.ffn_up_shexp));
+        MNEMO_RETURN_IF_ERROR(
+            bind(name("ffn_up_shexp.weight"), D, Fs, true, false, &l.ffn_up_shexp));
         MNEMO_RETURN_IF_ERROR(
             bind(name("ffn_down_shexp.weight"), Fs, D, true, false, &l.ffn_down_shexp));
       }
