@@ -95,10 +95,13 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 ///     16+ tokens multiply with AMX tiles, which read this same layout (MNEMO_NO_AMX=1 turns
 ///     AMX off). kernels/packed-inl.h.
 ///   - AVX2 and AVX3 (AVX-512 without VNNI): 8 rows per 256-bit register, maddubs + madd, 4-bit
-///     quants kept as nibbles and fifth bits as a bit plane. kernels/packed256-inl.h.
+///     quants kept as nibbles, fifth bits (Q5) and high bit pairs (Q6_K) as bit planes, K-quant
+///     scales as in the GGUF (fp16 super-block scales, 8-bit sub-block scales): within 3% of the
+///     GGUF rows' size for every type. kernels/packed256-inl.h.
 /// Quants stay 4 / 5 / 8 bits wide, block scales are kept per row group: the same size as the
-/// GGUF rows for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (fp16 scales kept as they are), 14-55% larger for
-/// Q4_K, Q5_K, Q6_K (f32 scale products; Q6_K quants as bytes). This is the idea of ggml's
+/// GGUF rows for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (fp16 scales kept as they are); in the 16-row
+/// layout 14-55% larger for Q4_K, Q5_K, Q6_K (f32 scale products; Q6_K quants as bytes). This
+/// is the idea of ggml's
 /// repacked CPU buffers (the AMX / "extra" buffer types). Other types (F32, F16, BF16, IQ4_NL)
 /// and targets (SSE4, scalar) keep just the source, which matmul() then reads.
 /// Use: pack each linear weight once when the model loads (hold the PackedMatrix next to the
