@@ -67,3 +67,29 @@ def test_inspect_shows_the_hybrid_layout(build_dir, tmp_path):
                        ("ssm.group_count", "2"), ("expert_shared_feed_forward_length", "256")]:
         assert any(line.split()[:2] == [f"qwen35moe.{key}", value] for line in out.splitlines()), key
     assert "blk.0.ssm_alpha.weight" in out and "blk.3.attn_q.weight" in out
+
+
+@pytest.mark.parametrize("patch,message", [
+    # inner_size must be value heads x head dim (4 x 32 = 128).
+    (lambda b: b.replace(b"qwen35.ssm.inner_size" + (4).to_bytes(4, "little")
+                         + (128).to_bytes(4, "little"),
+                         b"qwen35.ssm.inner_size" + (4).to_bytes(4, "little")
+                         + (100).to_bytes(4, "little")), "inner_size"),
+    (lambda b: b.replace(b"blk.0.ssm_alpha.weight", b"blk.0.ssm_alphx.weight"),
+     "missing tensor blk.0.ssm_alpha.weight"),
+    (lambda b: b.replace(b"qwen35.full_attention_interval" + (4).to_bytes(4, "little")
+                         + (4).to_bytes(4, "little"),
+                         b"qwen35.full_attention_interval" + (4).to_bytes(4, "little")
+                         + (0).to_bytes(4, "little")), "full_attention_interval"),
+])
+def test_malformed_qwen35_files_are_clear_errors(build_dir, tmp_path, patch, message):
+    import subprocess
+    path = make(build_dir, tmp_path, ["qwen35", "--seed", "3"])
+    data = path.read_bytes()
+    bad = patch(data)
+    assert bad != data, "the patch did not apply"
+    path.write_bytes(bad)
+    res = subprocess.run([str(build_dir / "tests" / "tools" / "logits_tool"), str(path),
+                          "--tokens", "1,2,3"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    assert message in res.stderr, res.stderr

@@ -3,7 +3,8 @@
 // and llama.cpp.
 // make_tiny_model qwen3moe-bench OUT.gguf [--layers N] [--seed N]: a qwen3moe file with
 // Qwen3-30B-A3B's shapes and N blocks (default 2), for benchmarks (write_moe_bench_model).
-// make_tiny_model qwen35-bench OUT.gguf [--layers N]: Qwen3.5-0.8B's shapes (tiny_ssm_model.h).
+// make_tiny_model qwen35-bench | qwen35moe-bench OUT.gguf [--layers N]: Qwen3.5-0.8B's and
+// Qwen3.5-35B-A3B's shapes (tiny_ssm_model.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,7 +23,8 @@ int main(int argc, char** argv) {
   if (arch == "mamba2" || arch == "granitehybrid") {
     return mnemo::tools::write_tiny_ssm_model(argc, argv);
   }
-  if (arch == "qwen35" || arch == "qwen35moe" || arch == "qwen35-bench") {
+  if (arch == "qwen35" || arch == "qwen35moe" || arch == "qwen35-bench" ||
+      arch == "qwen35moe-bench") {
     return mnemo::tools::write_tiny_qwen35_model(argc, argv);
   }
   uint32_t seed = 1;

@@ -49,14 +49,16 @@ struct Writer {
     const int64_t n_in = dims[0];
     int64_t n_rows = 1;
     for (size_t i = 1; i < dims.size(); ++i) n_rows *= dims[i];
-    CHECK_EQ(f.size(), size_t(n_in * n_rows));
     const size_t rb = row_size(t, n_in);
+    // K-quants: random blocks (our writer has no K-quant quantizer); f is not read and may be
+    // empty.
     if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) {
       Status st = w.add_tensor(name, std::move(dims), t,
                                testing::random_kquant_weights(t, n_rows, n_in, rng()));
       CHECK(st.ok()) << name << ": " << st.to_string();
       return;
     }
+    CHECK_EQ(f.size(), size_t(n_in * n_rows));
     std::vector<uint8_t> data(rb * size_t(n_rows));
     for (int64_t r = 0; r < n_rows; ++r) {
       if (t == GgmlType::F32) {
@@ -213,17 +215,21 @@ int write_tiny_qwen35_model(int argc, char** argv) {
       n_layer = std::max(1, std::atoi(argv[++i]));
   }
   W.rng.seed(seed);
-  const bool bench = name == "qwen35-bench";
-  const std::string arch = bench ? "qwen35" : name;
+  const bool bench = name == "qwen35-bench" || name == "qwen35moe-bench";
+  const std::string arch = name == "qwen35-bench" ? "qwen35" : bench ? "qwen35moe" : name;
   const bool moe = arch == "qwen35moe";
   // Tiny shapes, or Qwen3.5-0.8B's (bench).
   int64_t n_embd = 256, n_vocab = 512, n_head = 4, n_head_kv = 2, hd = 64, n_rot = 16, n_ff = 512;
   int64_t Hk = 2, Hv = 4, d = 32, d_conv = 4, interval = 4;
   int64_t E = 8, E_used = 2, F = 128, Fs = 256;
-  if (bench) {
+  if (bench && !moe) {  // Qwen3.5-0.8B
     n_embd = 1024, n_vocab = 248320, n_head = 8, n_head_kv = 2, hd = 256, n_rot = 64, n_ff = 3584;
     Hk = 16, Hv = 16, d = 128;
     if (n_layer == 0) n_layer = 24;
+  } else if (bench) {  // Qwen3.5-35B-A3B
+    n_embd = 2048, n_vocab = 248320, n_head = 16, n_head_kv = 2, hd = 256, n_rot = 64;
+    Hk = 16, Hv = 32, d = 128, E = 256, E_used = 8, F = 512, Fs = 512;
+    if (n_layer == 0) n_layer = 4;
   }
   if (n_layer == 0) n_layer = 4;
   const int64_t n_qkv = 2 * Hk * d + Hv * d, n_v = Hv * d;
@@ -274,7 +280,7 @@ int write_tiny_qwen35_model(int argc, char** argv) {
            W.normal(n_embd * n_vocab, 0.0f, moe ? 1.0f : 2.0f * s_embd));
   W.tensor("output_norm.weight", {n_embd}, GgmlType::F32, W.normal(n_embd, 1.0f, 0.1f));
   if (moe) {  // qwen35 ties the output to the embedding (as Qwen3.5-0.8B); qwen35moe does not
-    W.tensor("output.weight", {n_embd, n_vocab}, GgmlType::Q8_0,
+    W.tensor("output.weight", {n_embd, n_vocab}, T(GgmlType::Q8_0),
              W.normal(n_embd * n_vocab, 0, s_embd));
   }
   for (int64_t il = 0; il < n_layer; ++il) {
@@ -317,22 +323,28 @@ int write_tiny_qwen35_model(int argc, char** argv) {
       W.tensor(p + "attn_k_norm.weight", {hd}, GgmlType::F32, W.normal(hd, 1.0f, 0.1f));
     }
     if (moe) {
+      // bench: q4_K experts with q6_K down projections, as a Q4_K_M file; the writer draws no
+      // floats for K-quants (random blocks), which keeps a 256-expert file quick to write.
+      auto X = [&](GgmlType t, GgmlType kquant) { return bench ? kquant : t; };
+      auto draw = [&](int64_t n, float sd) {
+        return bench ? std::vector<float>() : W.normal(n, 0, sd);
+      };
       W.tensor(p + "ffn_gate_inp.weight", {n_embd, E}, GgmlType::F32,
                W.normal(n_embd * E, 0, s_embd));
-      W.tensor(p + "ffn_gate_exps.weight", {n_embd, F, E}, GgmlType::Q4_0,
-               W.normal(n_embd * F * E, 0, s_embd));
-      W.tensor(p + "ffn_up_exps.weight", {n_embd, F, E}, GgmlType::Q5_0,
-               W.normal(n_embd * F * E, 0, s_embd));
-      W.tensor(p + "ffn_down_exps.weight", {F, n_embd, E}, GgmlType::Q8_0,
-               W.normal(F * n_embd * E, 0, 1.0f / std::sqrt(float(F))));
+      W.tensor(p + "ffn_gate_exps.weight", {n_embd, F, E}, X(GgmlType::Q4_0, GgmlType::Q4_K),
+               draw(n_embd * F * E, s_embd));
+      W.tensor(p + "ffn_up_exps.weight", {n_embd, F, E}, X(GgmlType::Q5_0, GgmlType::Q4_K),
+               draw(n_embd * F * E, s_embd));
+      W.tensor(p + "ffn_down_exps.weight", {F, n_embd, E}, X(GgmlType::Q8_0, GgmlType::Q6_K),
+               draw(F * n_embd * E, 1.0f / std::sqrt(float(F))));
       W.tensor(p + "ffn_gate_inp_shexp.weight", {n_embd}, GgmlType::F32,
                W.normal(n_embd, 0, s_embd));
-      W.tensor(p + "ffn_gate_shexp.weight", {n_embd, Fs}, GgmlType::Q4_1,
-               W.normal(n_embd * Fs, 0, s_embd));
-      W.tensor(p + "ffn_up_shexp.weight", {n_embd, Fs}, GgmlType::Q5_1,
-               W.normal(n_embd * Fs, 0, s_embd));
-      W.tensor(p + "ffn_down_shexp.weight", {Fs, n_embd}, GgmlType::Q8_0,
-               W.normal(Fs * n_embd, 0, 1.0f / std::sqrt(float(Fs))));
+      W.tensor(p + "ffn_gate_shexp.weight", {n_embd, Fs}, X(GgmlType::Q4_1, GgmlType::Q4_K),
+               draw(n_embd * Fs, s_embd));
+      W.tensor(p + "ffn_up_shexp.weight", {n_embd, Fs}, X(GgmlType::Q5_1, GgmlType::Q4_K),
+               draw(n_embd * Fs, s_embd));
+      W.tensor(p + "ffn_down_shexp.weight", {Fs, n_embd}, X(GgmlType::Q8_0, GgmlType::Q6_K),
+               draw(Fs * n_embd, 1.0f / std::sqrt(float(Fs))));
     } else {
       W.tensor(p + "ffn_gate.weight", {n_embd, n_ff}, T(GgmlType::Q4_K),
                W.normal(n_embd * n_ff, 0, s_embd));

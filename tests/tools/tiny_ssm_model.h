@@ -8,7 +8,7 @@ namespace mnemo::tools {
 int write_tiny_ssm_model(int argc, char** argv);
 
 /// make_tiny_model ARCH OUT.gguf [--seed N] [--f32] [--layers N] for ARCH qwen35 / qwen35moe /
-/// qwen35-bench, with llama.cpp's tensor names and keys (src/model/model_qwen35.cc lists them):
+/// qwen35-bench / qwen35moe-bench, with llama.cpp's tensor names and keys (src/model/model_qwen35.cc lists them):
 ///   qwen35     4 blocks (full_attention_interval 4: Gated DeltaNet x 3, then gated attention),
 ///              n_embd 256, Gated DeltaNet with 2 key heads and 4 value heads of 32 (value head h
 ///              reads key head h % 2), d_conv 4; attention 4 query heads of 64, 2 KV heads, RoPE
@@ -20,6 +20,10 @@ int write_tiny_ssm_model(int argc, char** argv);
 ///   qwen35-bench  Qwen3.5-0.8B's shapes (n_embd 1024, 24 blocks, 8 query heads and 2 KV heads
 ///              of 256, 16 + 16 Gated DeltaNet heads of 128, n_ff 3584, vocab 248320), Q4_K_M-like
 ///              types, random weights: for speed comparisons with llama.cpp.
+///   qwen35moe-bench  Qwen3.5-35B-A3B's shapes (n_embd 2048, 16 query / 2 KV heads of 256,
+///              16 key and 32 value heads of 128, 256 experts of width 512, 8 per token, a shared
+///              expert of 512, vocab 248320) with 4 blocks by default (--layers N).
+/// Random K-quant blocks stand for q4_K / q5_K / q6_K weights (tiny_model.h).
 /// Returns the process exit code (0 on success).
 int write_tiny_qwen35_model(int argc, char** argv);
 
