@@ -10,10 +10,12 @@
 // Kautz & Hatamizadeh 2024, "Gated Delta Networks: Improving Mamba2 with Delta Rule" (the gated
 // delta rule).
 //
-// Conventions as in mnemo/kernels.h: activations float32, matrices row-major ("[a x b]": a rows
-// of b), strides in elements, a null ThreadPool runs on the calling thread, shapes are
-// preconditions (CHECKed). Every kernel here has a scalar twin in src/kernels/ssm_reference.h
-// (double accumulation) and ssm_test compares the two with stated bounds.
+// SIMD through Highway (src/kernels/ssm.cc, delta_net.cc), dispatched per target; the results
+// of a target do not depend on the thread count. Conventions as in mnemo/kernels.h: activations
+// float32, matrices row-major ("[a x b]": a rows of b), strides in elements, a null ThreadPool runs
+// on the calling thread, shapes are preconditions (CHECKed). Every kernel here has a scalar twin in
+// src/kernels/ssm_reference.h (double accumulation) and ssm_test compares the two with stated
+// bounds.
 //
 // State layouts (what the recurrent memory stores per sequence and layer, llama.cpp's order so
 // the fastest-varying dimension comes first in its notation):
@@ -35,7 +37,7 @@ namespace kernels {
 struct SsmConvParams {
   int64_t n_tokens = 0;  // T >= 1
   int64_t n_ch = 0;      // channels (Mamba-2: d_inner + 2 * n_group * d_state)
-  int64_t d_conv = 0;    // kernel width >= 1
+  int64_t d_conv = 0;    // kernel width, 1..64
   bool silu = true;      // apply SiLU to the output (Mamba does)
 };
 

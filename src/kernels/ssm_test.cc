@@ -1,6 +1,7 @@
-// State-space kernels (mnemo/ssm_kernels.h) against their scalar twins (ssm_reference.h, double
-// precision), plus properties neither twin can fake: splitting a token run across calls carries
-// the state exactly, hand-computed values, and the head -> group mapping.
+// State-space kernels (mnemo/ssm_kernels.h), under every SIMD target of this CPU, against their
+// scalar twins (ssm_reference.h, double precision), plus properties neither twin can fake:
+// splitting a token run across calls carries the state exactly, hand-computed values, and the head
+// -> group mapping.
 //
 // Error bounds, relative to the magnitude of the result (inputs of magnitude ~1):
 //   - ssm_conv1d: d_conv float products and sums per output, then SiLU: 1e-5 * (|y| + 1).
@@ -47,7 +48,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
-TEST(SsmKernelsTest, Conv1dMatchesTwinAndCarriesState) {
+void Conv1dMatchesTwinAndCarriesState() {
   std::mt19937 rng(1);
   ThreadPool pool(3);
   for (int64_t K : {1, 2, 4}) {
@@ -90,12 +91,15 @@ TEST(SsmKernelsTest, Conv1dMatchesTwinAndCarriesState) {
   EXPECT_EQ(st[0], 2.0f);
   EXPECT_EQ(st[1], 3.0f);
 }
+TEST(SsmKernelsTest, Conv1dMatchesTwinAndCarriesStateOnEveryTarget) {
+  testing::for_each_target(Conv1dMatchesTwinAndCarriesState);
+}
 
 struct ScanCase {
   int64_t T, H, P, N, G;
 };
 
-TEST(SsmKernelsTest, ScanMatchesTwinAndCarriesState) {
+void ScanMatchesTwinAndCarriesState() {
   std::mt19937 rng(2);
   ThreadPool pool(4);
   for (const ScanCase& c :
@@ -141,8 +145,11 @@ TEST(SsmKernelsTest, ScanMatchesTwinAndCarriesState) {
     }
   }
 }
+TEST(SsmKernelsTest, ScanMatchesTwinAndCarriesStateOnEveryTarget) {
+  testing::for_each_target(ScanMatchesTwinAndCarriesState);
+}
 
-TEST(SsmKernelsTest, ScanByHandAndGroupMapping) {
+void ScanByHandAndGroupMapping() {
   // One head, one channel, one state: h = h * exp(dt' A) + dt' x B; y = h C + D x.
   SsmScanParams p{2, 1, 1, 1, 1};
   float state = 2.0f;
@@ -169,6 +176,9 @@ TEST(SsmKernelsTest, ScanByHandAndGroupMapping) {
   for (int i = 4; i < 8; ++i) EXPECT_FLOAT_EQ(ys[i], 0.5f);
   for (int i = 12; i < 24; ++i) EXPECT_FLOAT_EQ(st[i], decay);
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(ys[i], 3 * (decay + std::log(2.0f)) + 0.5f, 1e-5);
+}
+TEST(SsmKernelsTest, ScanByHandAndGroupMappingOnEveryTarget) {
+  testing::for_each_target(ScanByHandAndGroupMapping);
 }
 
 TEST(SsmKernelsTest, RmsNormGated) {
