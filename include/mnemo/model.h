@@ -228,6 +228,9 @@ class Model {
   Status bind_weights();
   Status load_ssm_hparams();  // mamba2 / granitehybrid (src/model/model_ssm.cc)
   Status bind_ssm_weights();
+  /// Binds token_embd, output_norm (f32) and output (tied to token_embd when absent) for the
+  /// recurrent loaders (src/model/model_ssm.cc); sets n_vocab from token_embd when unknown.
+  Status bind_embedding_and_output();
   Status load_qwen35_hparams();  // qwen35 / qwen35moe (src/model/model_qwen35.cc)
   Status bind_qwen35_weights();
   /// Repacks every linear weight (see ModelParams::repack).

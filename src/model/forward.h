@@ -50,15 +50,14 @@ class Forward {
   // One block of each family (llama.cc, gemma3.cc); x: [T x n_embd] residual stream, in place.
   void llama_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
   void gemma3_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub);
-  // Recurrent architectures. ssm_block runs block il of mamba2 / granitehybrid
-  // (granite_layer for the latter); mamba2_mixer: in [T x n_embd] (normed) -> out [T x n_embd],
-  // the state of rs's sequence updated. out may alias in.
+  // Recurrent architectures. ssm_block runs block il of mamba2, or of a hybrid (hybrid_layer:
+  // granitehybrid, qwen35, qwen35moe); mamba2_mixer: in [T x n_embd] (normed) -> out
+  // [T x n_embd], the state of rs's sequence updated. out may alias in.
   void ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
-  void granite_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
+  void hybrid_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
   void mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in, float* out);
-  // qwen35 / qwen35moe (src/model/qwen35.cc): the block, its Gated DeltaNet mixer and its gated
+  // qwen35 / qwen35moe (src/model/qwen35.cc): the Gated DeltaNet mixer and the gated
   // attention; in [T x n_embd] (normed) -> out [T x n_embd], out may alias in.
-  void qwen35_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
   void delta_net_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in, float* out);
   void gated_attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* in,
                        float* out);

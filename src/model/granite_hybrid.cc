@@ -1,8 +1,11 @@
-// The granitehybrid block (IBM Granite 4.0-H; Bamba), as llama.cpp's granite-hybrid graph
-// computes it. Every block is pre-norm; its mixer is either a Mamba-2 mixer (src/model/mamba2.cc)
-// or grouped-query attention, chosen per layer by head_count_kv (0: Mamba-2); every block ends
-// with a SwiGLU feed-forward. Granite's multipliers scale the embeddings, both residual branches,
-// the attention scores and the logits:
+// The block of the hybrids: granitehybrid (IBM Granite 4.0-H; Bamba), as llama.cpp's
+// granite-hybrid graph computes it, and qwen35 / qwen35moe, whose mixers (Gated DeltaNet, gated
+// attention) and mixture of experts src/model/qwen35.cc and blocks.cc describe; Qwen3.5 has no
+// multipliers (all 1) and its post_attention_norm is the feed-forward's norm. Every block is
+// pre-norm; its mixer is either a Mamba-2 mixer (src/model/mamba2.cc) or grouped-query attention,
+// chosen per layer by head_count_kv (0: Mamba-2); every block ends with a SwiGLU feed-forward.
+// Granite's multipliers scale the embeddings, both residual branches, the attention scores and the
+// logits:
 //
 //   x  = embd_scale * token_embd[tok]
 //   x += residual_scale * mixer(rms_norm(x) * w_attn_norm)
@@ -18,27 +21,40 @@
 
 namespace mnemo {
 
-void Forward::granite_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
+void Forward::hybrid_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;
   const int64_t n_embd = hp_.n_embd;
   const float eps = hp_.rms_eps;
+  const bool qwen35 = hp_.arch == Arch::kQwen35 || hp_.arch == Arch::kQwen35Moe;
 
   kernels::rms_norm(x_.data(), L.attn_norm.f32(), eps, T, n_embd, h_.data());
   if (hp_.is_recurrent_layer(il)) {
     const RecurrentStateContext* rs = mctx.rs_for_layer(il);
     CHECK(rs != nullptr) << "no recurrent state for layer " << il;
-    mamba2_mixer(il, *rs, h_.data(), h_.data());
+    if (qwen35) {
+      delta_net_mixer(il, *rs, h_.data(), h_.data());
+    } else {
+      mamba2_mixer(il, *rs, h_.data(), h_.data());
+    }
   } else {
     const KvCacheContext* kv = mctx.kv_for_layer(il);
     CHECK(kv != nullptr) << "no KV context for layer " << il;
-    attention_sublayer(il, *kv, ub, h_.data(), h_.data());
+    if (qwen35) {
+      gated_attention(il, *kv, ub, h_.data(), h_.data());
+    } else {
+      attention_sublayer(il, *kv, ub, h_.data(), h_.data());
+    }
   }
   if (hp_.residual_scale != 1.0f) kernels::scale(h_.data(), T * n_embd, hp_.residual_scale);
   kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
 
   kernels::rms_norm(x_.data(), L.ffn_norm.f32(), eps, T, n_embd, h_.data());
-  gated_ffn(il, FfnAct::kSilu, h_.data(), h_.data());
+  if (hp_.is_moe()) {
+    moe_ffn(il, h_.data(), h_.data());
+  } else {
+    gated_ffn(il, FfnAct::kSilu, h_.data(), h_.data());
+  }
   if (hp_.residual_scale != 1.0f) kernels::scale(h_.data(), T * n_embd, hp_.residual_scale);
   kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
 }

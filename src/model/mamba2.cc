@@ -62,12 +62,8 @@ void Forward::mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const f
 }
 
 void Forward::ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
-  if (hp_.arch == Arch::kGraniteHybrid) {
-    granite_layer(il, mctx, ub);
-    return;
-  }
-  if (hp_.arch == Arch::kQwen35 || hp_.arch == Arch::kQwen35Moe) {
-    qwen35_layer(il, mctx, ub);  // src/model/qwen35.cc
+  if (hp_.arch != Arch::kMamba2) {  // granitehybrid, qwen35, qwen35moe
+    hybrid_layer(il, mctx, ub);     // src/model/granite_hybrid.cc
     return;
   }
   const LayerWeights& L = model_.layers()[il];

@@ -80,19 +80,7 @@ Status Model::bind_qwen35_weights() {
                   Weight* out) -> Status {
     return bind_tensor(file_, name, ne0, ne1, required, f32, out);
   };
-  const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
-  if (embd == nullptr || embd->dims.size() != 2) {
-    return Status::invalid_argument("missing or malformed tensor token_embd.weight");
-  }
-  if (hp_.n_vocab == 0) hp_.n_vocab = static_cast<uint32_t>(embd->dims[1]);
-  MNEMO_RETURN_IF_ERROR(
-      bind("token_embd.weight", hp.n_embd, hp.n_vocab, true, false, &token_embd_));
-  MNEMO_RETURN_IF_ERROR(bind("output_norm.weight", hp.n_embd, 1, true, true, &output_norm_));
-  MNEMO_RETURN_IF_ERROR(bind("output.weight", hp.n_embd, hp.n_vocab, false, false, &output_));
-  if (!output_.present()) {
-    output_ = token_embd_;
-    hp_.tied_output = true;
-  }
+  MNEMO_RETURN_IF_ERROR(bind_embedding_and_output());
 
   const int64_t D = hp.n_embd, d = hp.ssm_d_state, Hk = hp.ssm_n_group, Hv = hp.ssm_n_head;
   const int64_t n_qkv = 2 * Hk * d + Hv * d;

@@ -170,6 +170,25 @@ Status Model::load_ssm_hparams() {
   return Status();
 }
 
+Status Model::bind_embedding_and_output() {
+  const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() != 2) {
+    return Status::invalid_argument("missing or malformed tensor token_embd.weight");
+  }
+  if (hp_.n_vocab == 0) hp_.n_vocab = static_cast<uint32_t>(embd->dims[1]);
+  MNEMO_RETURN_IF_ERROR(model_load::bind_tensor(file_, "token_embd.weight", hp_.n_embd, hp_.n_vocab,
+                                                true, false, &token_embd_));
+  MNEMO_RETURN_IF_ERROR(model_load::bind_tensor(file_, "output_norm.weight", hp_.n_embd, 1, true,
+                                                true, &output_norm_));
+  MNEMO_RETURN_IF_ERROR(model_load::bind_tensor(file_, "output.weight", hp_.n_embd, hp_.n_vocab,
+                                                false, false, &output_));
+  if (!output_.present()) {
+    output_ = token_embd_;
+    hp_.tied_output = true;
+  }
+  return Status();
+}
+
 Status Model::bind_ssm_weights() {
   const HParams& hp = hp_;
   auto bind = [&](const std::string& name, int64_t ne0, int64_t ne1, bool required, bool f32,
@@ -177,19 +196,7 @@ Status Model::bind_ssm_weights() {
     return model_load::bind_tensor(file_, name, ne0, ne1, required, f32, out);
   };
 
-  const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
-  if (embd == nullptr || embd->dims.size() != 2) {
-    return Status::invalid_argument("missing or malformed tensor token_embd.weight");
-  }
-  if (hp_.n_vocab == 0) hp_.n_vocab = static_cast<uint32_t>(embd->dims[1]);
-  MNEMO_RETURN_IF_ERROR(
-      bind("token_embd.weight", hp.n_embd, hp.n_vocab, true, false, &token_embd_));
-  MNEMO_RETURN_IF_ERROR(bind("output_norm.weight", hp.n_embd, 1, true, true, &output_norm_));
-  MNEMO_RETURN_IF_ERROR(bind("output.weight", hp.n_embd, hp.n_vocab, false, false, &output_));
-  if (!output_.present()) {
-    output_ = token_embd_;
-    hp_.tied_output = true;
-  }
+  MNEMO_RETURN_IF_ERROR(bind_embedding_and_output());
 
   const bool granite = hp.arch == Arch::kGraniteHybrid;
   const int64_t H = hp.ssm_n_head, G = hp.ssm_n_group, d_inner = hp.ssm_d_inner;

@@ -1,5 +1,6 @@
-// The qwen35 / qwen35moe block (Qwen3.5), as llama.cpp's qwen35 graphs compute it. Pre-norm
-// residual blocks whose mixer is Gated DeltaNet (three layers in four) or gated attention:
+// The mixers of qwen35 / qwen35moe (Qwen3.5), as llama.cpp's qwen35 graphs compute them. Pre-norm
+// residual blocks (Forward::hybrid_layer, src/model/granite_hybrid.cc) whose mixer is Gated
+// DeltaNet (three layers in four) or gated attention:
 //
 //   x += mixer(rms_norm(x) * w_attn_norm)
 //   x += ffn(rms_norm(x) * w_post_attention_norm)      SwiGLU (qwen35) or moe_ffn (qwen35moe)
@@ -17,6 +18,7 @@
 //
 // State layouts (per layer and sequence, floats, in the recurrent memory): conv
 // [(2 Hk d + Hv d) channels x (d_conv - 1)], oldest input first; delta rule [Hv x d x d].
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ssm_kernels.h"
@@ -114,33 +116,6 @@ void Forward::gated_attention(uint32_t il, const KvCacheContext& kv, const Ubatc
   attention(il, kv, ub, q_.data(), k_.data(), v_.data(), attn_.data());
   for (int64_t i = 0; i < T * n_q; ++i) attn_[size_t(i)] *= 1.0f / (1.0f + std::exp(-gate[i]));
   matmul(L.wo, attn_.data(), T, out);
-}
-
-void Forward::qwen35_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
-  const LayerWeights& L = model_.layers()[il];
-  const int64_t T = n_tokens_;
-  const int64_t n_embd = hp_.n_embd;
-  const float eps = hp_.rms_eps;
-
-  kernels::rms_norm(x_.data(), L.attn_norm.f32(), eps, T, n_embd, h_.data());
-  if (hp_.is_recurrent_layer(il)) {
-    const RecurrentStateContext* rs = mctx.rs_for_layer(il);
-    CHECK(rs != nullptr) << "no recurrent state for layer " << il;
-    delta_net_mixer(il, *rs, h_.data(), h_.data());
-  } else {
-    const KvCacheContext* kv = mctx.kv_for_layer(il);
-    CHECK(kv != nullptr) << "no KV context for layer " << il;
-    gated_attention(il, *kv, ub, h_.data(), h_.data());
-  }
-  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
-
-  kernels::rms_norm(x_.data(), L.ffn_norm.f32(), eps, T, n_embd, h_.data());
-  if (hp_.is_moe()) {
-    moe_ffn(il, h_.data(), h_.data());
-  } else {
-    gated_ffn(il, FfnAct::kSilu, h_.data(), h_.data());
-  }
-  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
 }
 
 }  // namespace mnemo

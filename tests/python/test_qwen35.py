@@ -24,7 +24,7 @@ Batch invariance: every ubatch size and thread count gives bit-identical logits.
 import numpy as np
 import pytest
 
-from test_moe import make
+from test_moe import check_ubatch_invariance, make
 from test_recurrent import check_against_llama_cpp, logits_tool
 
 FIXTURES = {"qwen35_f32": 2e-3, "qwen35": 0.6, "qwen35moe_f32": 1e-3, "qwen35moe": 0.5}
@@ -37,13 +37,7 @@ def test_tiny_qwen35_matches_llama_cpp(build_dir, tmp_path, name):
 
 @pytest.mark.parametrize("args", [["qwen35", "--seed", "3"], ["qwen35moe", "--seed", "5"]])
 def test_qwen35_logits_do_not_depend_on_the_ubatch(build_dir, tmp_path, args):
-    path = make(build_dir, tmp_path, args)
-    tokens = [1, 337, 396, 410, 410, 416, 431, 416, 422, 410, 5, 17, 200, 3, 99, 42, 7, 300]
-    whole = logits_tool(build_dir, path, tokens)
-    for ub in ("1", "3", "7"):
-        assert np.array_equal(logits_tool(build_dir, path, tokens, "-ub", ub, "-b", ub), whole), ub
-        assert np.array_equal(
-            logits_tool(build_dir, path, tokens, "-t", "2", "-ub", ub, "-b", ub), whole), ub
+    check_ubatch_invariance(build_dir, tmp_path, args)
 
 
 def test_state_carries_information(build_dir, tmp_path):
