@@ -60,6 +60,10 @@ bool same(const Value& a, const Value& b) {
 // Writes `f` again with the Writer and checks the re-read file matches. Skips files the Writer
 // is stricter about (empty keys, tensor names outside 1..63 bytes).
 void check_round_trip(const File& f) {
+  // The Writer pads the data section to the alignment, as the format says: a 40-byte file with
+  // general.alignment 2^31 and no tensors (which the reader accepts) would be rewritten as 2 GiB,
+  // past the fuzzer's memory limit. Round-trip only alignments up to 1 MiB.
+  if (f.alignment() > (uint64_t{1} << 20)) return;
   mnemo::gguf::Writer w(f.alignment());
   for (const auto& [key, value] : f.metadata()) {
     if (key == "general.alignment" && f.alignment() != mnemo::gguf::kDefaultAlignment) continue;
