@@ -11,9 +11,15 @@ avg_ts, ...), which is all this script reads.
 
 llama.cpp runs through scripts/peer (a Debian sid chroot, scripts/peer-setup), with flash
 attention on (its CPU default, needed for a q8_0 V cache).
+
+`--isa avx2` runs both engines' AVX2 code on a machine that has more (AVX-512): mnemo with
+MNEMO_SIMD=AVX2, llama.cpp with only its `haswell` CPU backend (PEER_GGML_CPU, scripts/peer).
+The memory system is still this machine's, so it stands in for an AVX2-only CPU's code paths,
+not for its bandwidth.
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -22,22 +28,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_json(cmd):
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+# --isa NAME -> (MNEMO_SIMD for mnemo, PEER_GGML_CPU for llama.cpp); "native" caps neither.
+ISAS = {"native": (None, None), "avx2": ("AVX2", "haswell"), "sse4": ("SSE4", "sse42")}
+
+
+def run_json(cmd, env=None):
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, **(env or {})})
     if res.returncode != 0:
         sys.exit(f"command failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr[-2000:]}")
     text = res.stdout
     return json.loads(text[text.index("["):])
 
 
-def bench(program, model, threads, depth, kv, n_prompt, n_gen, reps, extra):
+def bench(program, model, threads, depth, kv, n_prompt, n_gen, reps, extra, isa):
     common = ["-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
               "-d", str(depth), "-ctk", kv, "-ctv", kv, "-r", str(reps), "-o", "json"]
+    mnemo_simd, ggml_cpu = ISAS[isa]
     if program == "mnemo":
         cmd = [str(ROOT / "build" / "mnemo"), "bench"] + common
+        env = {"MNEMO_SIMD": mnemo_simd} if mnemo_simd else {}
     else:
         cmd = [str(ROOT / "scripts" / "peer"), "llama-bench", "-fa", "1"] + common + extra
-    return {("pp" if r["n_prompt"] > 0 else "tg"): r["avg_ts"] for r in run_json(cmd)}
+        env = {"PEER_GGML_CPU": ggml_cpu} if ggml_cpu else {}
+    return {("pp" if r["n_prompt"] > 0 else "tg"): r["avg_ts"] for r in run_json(cmd, env)}
 
 
 def main():
@@ -51,6 +65,8 @@ def main():
     ap.add_argument("-r", "--reps", type=int, default=2, help="repetitions inside each run")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per program")
     ap.add_argument("--llama-extra", default="", help="extra llama-bench flags, e.g. '--repack 0'")
+    ap.add_argument("--isa", choices=sorted(ISAS), default="native",
+                    help="cap both engines to this instruction set (see above)")
     args = ap.parse_args()
     extra = args.llama_extra.split()
 
@@ -62,7 +78,7 @@ def main():
                 for _ in range(args.rounds):
                     for prog in ("mnemo", "llama.cpp"):
                         r = bench(prog, args.model, threads, depth, kv, args.n_prompt,
-                                  args.n_gen, args.reps, extra)
+                                  args.n_gen, args.reps, extra, args.isa)
                         for k, v in r.items():
                             samples[prog][k].append(v)
                 for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
@@ -73,7 +89,8 @@ def main():
                     print(f"  t={threads} {kv} {name}: mnemo {ours:.1f}  llama.cpp {peer:.1f}  "
                           f"ratio {ours / peer:.2f}", file=sys.stderr, flush=True)
 
-    print(f"model: {Path(args.model).name}; rounds {args.rounds} x {args.reps} reps, medians\n")
+    print(f"model: {Path(args.model).name}; isa {args.isa}; "
+          f"rounds {args.rounds} x {args.reps} reps, medians\n")
     print("| threads | K/V | test | mnemo t/s | llama.cpp t/s | ratio |")
     print("| ---: | --- | --- | ---: | ---: | ---: |")
     for threads, kv, name, ours, peer, ratio in rows:
