@@ -27,15 +27,26 @@ bool rows_contiguous(const std::vector<uint32_t>& rows) {
 
 Forward::Forward(const Model& model, ThreadPool* pool, uint32_t n_ubatch_max)
     : model_(model), hp_(model.hparams()), pool_(pool), n_ubatch_max_(n_ubatch_max) {
+  // Scratch only for the blocks some layer has: the attention widths and feed_forward_length
+  // are checked against the tensors of the layers that use them, so a key no layer uses (the
+  // dense width of an all-experts model, the heads of an attention-free one) sizes nothing.
+  bool attention = false, dense_ffn = false;
+  for (const LayerWeights& l : model.layers()) {
+    attention = attention || l.wq.present();
+    dense_ffn = dense_ffn || l.ffn_gate.present();
+  }
   const size_t T = n_ubatch_max;
+  const size_t n_q = attention ? size_t(hp_.n_head) * hp_.head_dim_k : 0;
+  const size_t n_attn = attention ? size_t(hp_.n_head) * hp_.head_dim_v : 0;
+  const size_t n_ff = dense_ffn ? hp_.n_ff : 0;
   x_.resize(T * hp_.n_embd);
-  h_.resize(T * std::max<size_t>(hp_.n_embd, size_t(hp_.n_head) * hp_.head_dim_v));
-  q_.resize(T * hp_.n_head * hp_.head_dim_k);
-  k_.resize(T * hp_.n_embd_k_gqa());
-  v_.resize(T * hp_.n_embd_v_gqa());
-  attn_.resize(T * hp_.n_head * hp_.head_dim_v);
-  gate_.resize(T * hp_.n_ff);
-  up_.resize(T * hp_.n_ff);
+  h_.resize(T * std::max<size_t>(hp_.n_embd, n_attn));
+  q_.resize(T * n_q);
+  k_.resize(attention ? T * hp_.n_embd_k_gqa() : 0);
+  v_.resize(attention ? T * hp_.n_embd_v_gqa() : 0);
+  attn_.resize(T * n_attn);
+  gate_.resize(T * n_ff);
+  up_.resize(T * n_ff);
   rope_tables_.resize(2);
 }
 

@@ -60,3 +60,18 @@ def check_ubatch_invariance(build_dir, tmp_path, args):
 def test_moe_logits_do_not_depend_on_the_ubatch(build_dir, tmp_path, args):
     check_ubatch_invariance(build_dir, tmp_path, args)
 
+
+
+def test_an_unused_dense_width_changes_nothing(build_dir, tmp_path):
+    """qwen3moe's feed_forward_length sizes no layer (every block uses the experts; llama.cpp
+    ignores it too): a file with an absurd value there gives the very same logits, instead of
+    the engine reserving scratch for a 4-billion-wide dense feed-forward."""
+    path = make(build_dir, tmp_path, ["qwen3moe", "--seed", "5"])
+    data = path.read_bytes()
+    key = b"qwen3moe.feed_forward_length" + (4).to_bytes(4, "little")  # then type uint32 (4)
+    start = data.index(key) + len(key)
+    bad = data[:start] + (0xFFFFFFFF).to_bytes(4, "little") + data[start + 4:]
+    odd = tmp_path / "odd_width.gguf"
+    odd.write_bytes(bad)
+    tokens = [1, 7, 42, 300, 5]
+    assert np.array_equal(logits_tool(build_dir, path, tokens), logits_tool(build_dir, odd, tokens))
