@@ -48,9 +48,10 @@ Result<std::unique_ptr<KvCache>> KvCache::create(KvCacheConfig config) {
     return bad("n_embd_k_gqa has " + std::to_string(config.n_embd_k_gqa.size()) +
                " layers but n_embd_v_gqa has " + std::to_string(config.n_embd_v_gqa.size()));
   }
-  if (config.swa_type != SwaType::kNone && config.n_swa == 0) {
+  if (config.swa_type != SwaType::kNone &&
+      (config.n_swa == 0 || config.n_swa > static_cast<uint32_t>(kPosMax))) {
     return bad(std::string("swa_type ") + std::string(swa_type_name(config.swa_type)) +
-               " needs n_swa >= 1");
+               " needs n_swa in [1, " + std::to_string(kPosMax) + "]");
   }
   if (config.n_pad == 0) return bad("n_pad must be at least 1");
   if (!is_valid_kv_rotation(config.rotation_dim)) {

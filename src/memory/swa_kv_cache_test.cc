@@ -90,6 +90,12 @@ TEST(SwaKvCacheTest, Sizing) {
   c = gemma_like(64, 1, false);
   c.n_swa = 0;
   EXPECT_FALSE(SwaKvCache::create(c).ok());
+  // A window wider than any position (int32) is refused: its arithmetic would overflow.
+  c = gemma_like(64, 1, false);
+  c.n_swa = 0x80000000u;
+  EXPECT_FALSE(SwaKvCache::create(c).ok());
+  c.n_swa = 0x7FFFFFFEu;  // the largest position: a window that hides nothing
+  EXPECT_TRUE(SwaKvCache::create(c).ok());
 }
 
 // seq_info: the base child's stream, types and cells (it bounds what a sequence holds), bytes

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -294,6 +295,11 @@ Status Model::load_hparams() {
       // 1/sqrt(query_pre_attn_scalar) = 1/sqrt(head_dim) for the small models (Gemma 3 report).
       hp_.rope_mode = kernels::RopeMode::kNeox;
       MNEMO_RETURN_IF_ERROR(read_u32_key(f, "attention.sliding_window", &hp_.n_swa, false));
+      if (hp_.n_swa > static_cast<uint32_t>(std::numeric_limits<int32_t>::max() - 1)) {
+        // Positions are int32 (Pos): a wider window is no window, and its arithmetic overflows.
+        return Status::invalid_argument(
+            fmt::format("attention.sliding_window {} is larger than any position", hp_.n_swa));
+      }
       hp_.swa_type = hp_.n_swa > 0 ? SwaType::kStandard : SwaType::kNone;
       hp_.swa_period = 6;
       hp_.rope_freq_base_swa = 10000.0f;

@@ -71,6 +71,26 @@ def tiny_models(build_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.parametrize("window,ok", [(0x7FFFFFFE, True), (0x7FFFFFFF, False), (0x80000000, False),
+                                       (0xFFFFFFFF, False)])
+def test_a_sliding_window_wider_than_any_position(build_dir, tiny_models, tmp_path, window, ok):
+    """gemma3's attention.sliding_window up to the largest position is a window that hides
+    nothing (the logits of a global layer); a wider one is a clear load error, not int32
+    overflow in the window arithmetic."""
+    data = tiny_models["gemma3"].read_bytes()
+    key = b"gemma3.attention.sliding_window" + (4).to_bytes(4, "little")  # then type uint32 (4)
+    start = data.index(key) + len(key)
+    path = tmp_path / "window.gguf"
+    path.write_bytes(data[:start] + window.to_bytes(4, "little") + data[start + 4:])
+    cmd = [str(build_dir / "tests" / "tools" / "logits_tool"), str(path), "--tokens", "5,17,200"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if ok:
+        assert res.returncode == 0, res.stderr
+    else:
+        assert res.returncode == 1, res.stderr
+        assert "sliding_window" in res.stderr and "larger than any position" in res.stderr
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
 def test_tiny_model_matches_numpy_reference(build_dir, tiny_models, arch):
     path = tiny_models[arch]
