@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <new>
 #include <thread>
 
 #include "context/recurrent_memory.h"
@@ -105,7 +108,25 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
     if (!mem.ok()) return mem.status();
     ctx->memory_ = std::move(mem).value();
   }
-  ctx->forward_ = std::make_unique<Forward>(model, ctx->pool_.get(), params.n_ubatch);
+  // The forward pass's scratch grows with n_ubatch (rows of n_embd, attention and feed-forward
+  // widths): a huge -ub is an error to report, not a crash. Checked against the physical memory
+  // first (an overcommitting kernel would hand out the address space and kill the process when
+  // the zero-filling touches it), then the allocation itself.
+  const size_t scratch = Forward::scratch_sizes(model, params.n_ubatch).bytes();
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && scratch / size_t(page) > size_t(pages)) {
+    return Status::no_space(fmt::format(
+        "the forward pass's scratch for n_ubatch {} ({:.0f} MiB) exceeds this machine's memory: "
+        "lower -ub",
+        params.n_ubatch, scratch / (1024.0 * 1024.0)));
+  }
+  try {
+    ctx->forward_ = std::make_unique<Forward>(model, ctx->pool_.get(), params.n_ubatch);
+  } catch (const std::bad_alloc&) {
+    return Status::no_space(
+        fmt::format("the forward pass's scratch for n_ubatch {} does not fit in memory: lower -ub",
+                    params.n_ubatch));
+  }
   return ctx;
 }
 

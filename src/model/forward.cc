@@ -25,8 +25,8 @@ bool rows_contiguous(const std::vector<uint32_t>& rows) {
 
 }  // namespace
 
-Forward::Forward(const Model& model, ThreadPool* pool, uint32_t n_ubatch_max)
-    : model_(model), hp_(model.hparams()), pool_(pool), n_ubatch_max_(n_ubatch_max) {
+Forward::ScratchSizes Forward::scratch_sizes(const Model& model, uint32_t n_ubatch_max) {
+  const HParams& hp = model.hparams();
   // Scratch only for the blocks some layer has: the attention widths and feed_forward_length
   // are checked against the tensors of the layers that use them, so a key no layer uses (the
   // dense width of an all-experts model, the heads of an attention-free one) sizes nothing.
@@ -35,18 +35,32 @@ Forward::Forward(const Model& model, ThreadPool* pool, uint32_t n_ubatch_max)
     attention = attention || l.wq.present();
     dense_ffn = dense_ffn || l.ffn_gate.present();
   }
-  const size_t T = n_ubatch_max;
-  const size_t n_q = attention ? size_t(hp_.n_head) * hp_.head_dim_k : 0;
-  const size_t n_attn = attention ? size_t(hp_.n_head) * hp_.head_dim_v : 0;
-  const size_t n_ff = dense_ffn ? hp_.n_ff : 0;
-  x_.resize(T * hp_.n_embd);
-  h_.resize(T * std::max<size_t>(hp_.n_embd, n_attn));
-  q_.resize(T * n_q);
-  k_.resize(attention ? T * hp_.n_embd_k_gqa() : 0);
-  v_.resize(attention ? T * hp_.n_embd_v_gqa() : 0);
-  attn_.resize(T * n_attn);
-  gate_.resize(T * n_ff);
-  up_.resize(T * n_ff);
+  // Widths are below 2^32 and n_ubatch_max too, so each product fits in 64 bits.
+  const uint64_t T = n_ubatch_max;
+  const uint64_t n_q = attention ? uint64_t(hp.n_head) * hp.head_dim_k : 0;
+  const uint64_t n_attn = attention ? uint64_t(hp.n_head) * hp.head_dim_v : 0;
+  ScratchSizes s;
+  s.x = size_t(T * hp.n_embd);
+  s.h = size_t(T * std::max<uint64_t>(hp.n_embd, n_attn));
+  s.q = size_t(T * n_q);
+  s.k = attention ? size_t(T * hp.n_embd_k_gqa()) : 0;
+  s.v = attention ? size_t(T * hp.n_embd_v_gqa()) : 0;
+  s.attn = size_t(T * n_attn);
+  s.gate = s.up = dense_ffn ? size_t(T * hp.n_ff) : 0;
+  return s;
+}
+
+Forward::Forward(const Model& model, ThreadPool* pool, uint32_t n_ubatch_max)
+    : model_(model), hp_(model.hparams()), pool_(pool), n_ubatch_max_(n_ubatch_max) {
+  const ScratchSizes s = scratch_sizes(model, n_ubatch_max);
+  x_.resize(s.x);
+  h_.resize(s.h);
+  q_.resize(s.q);
+  k_.resize(s.k);
+  v_.resize(s.v);
+  attn_.resize(s.attn);
+  gate_.resize(s.gate);
+  up_.resize(s.up);
   rope_tables_.resize(2);
 }
 

@@ -31,7 +31,20 @@ namespace mnemo {
 
 class Forward {
  public:
-  /// n_ubatch_max: the most rows run() will see (sizes the scratch buffers).
+  /// Floats of each fixed scratch buffer for n_ubatch_max rows (the buffers grown on demand by
+  /// the recurrent and expert blocks are not included).
+  struct ScratchSizes {
+    size_t x = 0, h = 0, q = 0, k = 0, v = 0, attn = 0, gate = 0, up = 0;
+    /// Total bytes.
+    size_t bytes() const { return (x + h + q + k + v + attn + gate + up) * sizeof(float); }
+  };
+  /// The sizes the constructor allocates, computed without allocating (for a check against the
+  /// machine's memory first). The widths of a loaded model are bounded by its tensors, so the
+  /// products fit in 64 bits for any n_ubatch_max.
+  static ScratchSizes scratch_sizes(const Model& model, uint32_t n_ubatch_max);
+
+  /// n_ubatch_max: the most rows run() will see (sizes the scratch buffers, scratch_sizes).
+  /// Throws std::bad_alloc when they cannot be allocated.
   Forward(const Model& model, ThreadPool* pool, uint32_t n_ubatch_max);
 
   /// Runs `ub` (the current ubatch of `mctx`, already applied). For its k-th output row (in

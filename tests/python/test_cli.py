@@ -53,6 +53,9 @@ def test_run_with_and_without_repacking(mnemo, smollm2):
     (["-ctv", "nonsense"], 2, "-ctv"),
     (["-t", "-3"], 2, "n_threads"),
     (["--top-p", "1.5"], 2, "top"),
+    # Scratch for two billion rows per forward pass cannot be had: an error naming -ub, not a
+    # std::bad_alloc abort.
+    (["-b", "2000000000", "-ub", "2000000000"], 1, "lower -ub"),
 ])
 def test_run_rejects_bad_flags_clearly(mnemo, smollm2, args, exit_code, needle):
     r = run(mnemo, "run", "-m", smollm2, "-p", "hi", "-n", 1, *args)
