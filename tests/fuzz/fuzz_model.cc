@@ -16,9 +16,10 @@
 // The edited file is written with the Writer (an edit it refuses ends the input), loaded with
 // Model::load and, when it loads, its tokenizer is built, a Context is created and two decodes
 // run (a 5-token prompt, one more token; the second sequence too when asked), then the tail is
-// cut with plan_truncate / seq_rm and decoded again. Errors are fine; a crash, an abort (CHECK)
-// or a sanitizer report is a finding. Seed corpus: tests/fuzz/corpus/model/. Run: scripts/fuzz.
-// FUZZ_MODEL_TRACE=1 prints each input's load result (to see how far inputs get).
+// cut with plan_truncate / seq_rm and decoded again; the sequence's state is saved and restored
+// into the last seq_id (which must succeed) and decoded once more. Errors are fine; a crash, an
+// abort (CHECK) or a sanitizer report is a finding. Seed corpus: tests/fuzz/corpus/model/. Run:
+// scripts/fuzz. FUZZ_MODEL_TRACE=1 prints each input's load result (to see how far inputs get).
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "mnemo/context.h"
+#include "mnemo/context_state.h"
 #include "mnemo/gguf.h"
 #include "mnemo/model.h"
 #include "mnemo/quant.h"
@@ -111,6 +113,10 @@ bool add_base(const std::string& arch, const std::string& path) {
     b.tensors.push_back({t.name, t.dims, t.type, {t.data, t.n_bytes}, {}});
   }
   return true;
+}
+
+void require(bool cond) {
+  if (!cond) std::abort();
 }
 
 class Input {
@@ -395,6 +401,17 @@ void run_model(const Model& model, uint8_t opts) {
   for (Pos p = plan->keep; p < 6; ++p) {
     batch.add(static_cast<int32_t>((5 + p) % n_vocab), p, {0}, p == 5);
   }
+  if (!(*ctx)->decode(batch).ok()) return;
+  // The sequence's own state, saved and restored into the last seq_id, must be accepted.
+  auto size = state_seq_get_size(**ctx, 0);
+  if (!size.ok()) return;
+  std::vector<uint8_t> state(*size);
+  auto got = state_seq_get_data(**ctx, 0, state);
+  require(got.ok() && *got == state.size());
+  const SeqId dst = static_cast<SeqId>(cp.n_seq_max - 1);
+  require(state_seq_set_data(**ctx, state, dst).ok());
+  batch.clear();
+  batch.add(static_cast<int32_t>(13 % n_vocab), 6, {dst}, true);
   (void)(*ctx)->decode(batch);
 }
 
