@@ -35,7 +35,8 @@ Forward::ScratchSizes Forward::scratch_sizes(const Model& model, uint32_t n_ubat
     attention = attention || l.wq.present();
     dense_ffn = dense_ffn || l.ffn_gate.present();
   }
-  // Widths are below 2^32 and n_ubatch_max too, so each product fits in 64 bits.
+  // n_embd <= 2^20 and the other widths are bounded by the tensors of the layers using them,
+  // n_ubatch_max < 2^32: each product fits in 64 bits.
   const uint64_t T = n_ubatch_max;
   const uint64_t n_q = attention ? uint64_t(hp.n_head) * hp.head_dim_k : 0;
   const uint64_t n_attn = attention ? uint64_t(hp.n_head) * hp.head_dim_v : 0;
