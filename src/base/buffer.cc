@@ -22,6 +22,11 @@ size_t page_size() {
 
 }  // namespace
 
+size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
 AlignedBuffer::~AlignedBuffer() { reset(); }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept

@@ -59,4 +59,8 @@ class AlignedBuffer {
   size_t mapped_ = 0;
 };
 
+/// This machine's physical memory in bytes (sysconf _SC_PHYS_PAGES x _SC_PAGESIZE), or 0 where
+/// the system does not report it.
+size_t physical_memory_bytes();
+
 }  // namespace mnemo

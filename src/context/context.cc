@@ -2,11 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <new>
 #include <thread>
 
+#include "base/buffer.h"
 #include "context/recurrent_memory.h"
 #include "memory/kv_cache.h"
 #include "memory/kv_rotation.h"
@@ -113,8 +112,8 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
   // first (an overcommitting kernel would hand out the address space and kill the process when
   // the zero-filling touches it), then the allocation itself.
   const size_t scratch = Forward::scratch_sizes(model, params.n_ubatch).bytes();
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0 && scratch / size_t(page) > size_t(pages)) {
+  const size_t phys = physical_memory_bytes();
+  if (phys > 0 && scratch > phys) {
     return Status::no_space(fmt::format(
         "the forward pass's scratch for n_ubatch {} ({:.0f} MiB) exceeds this machine's memory: "
         "lower -ub",

@@ -44,6 +44,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/buffer.h"
 #include "mnemo/chat.h"
 #include "mnemo/log.h"
 #include "mnemo/quant.h"
@@ -1180,9 +1181,7 @@ Status cache_params(const ServerParams& p, EngineParams* ep) {
   if (p.cache_ram_mib == kCacheRamAuto) {
     // As llama-server's 8 GiB, but never more than a quarter of this machine's memory: the
     // weights, the slots' K/V and the page cache of a disk tier need the rest.
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    const size_t phys = pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0;
-    ram = std::min<size_t>(size_t{8192} * kMiB, phys / 4);
+    ram = std::min<size_t>(size_t{8192} * kMiB, physical_memory_bytes() / 4);
   } else if (p.cache_ram_mib == -1) {
     ram = SIZE_MAX;
   } else {
