@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "mnemo/context.h"
-#include "mnemo/context_state.h"
 #include "mnemo/model.h"
+#include "mnemo/state.h"
 
 namespace mnemo {
 namespace {
@@ -79,8 +79,8 @@ void BM_ReprocessPrompt(benchmark::State& st) {
     st.SetIterationTime(seconds_since(t0));
   }
   if (s.f16_state.empty()) {
-    s.f16_state.resize(*state_seq_get_size(*s.ctx, 0));
-    CHECK(state_seq_get_data(*s.ctx, 0, s.f16_state).ok());
+    s.f16_state.resize(*state_seq_get_size(s.ctx->memory(), s.ctx->fingerprint(), 0));
+    CHECK(state_seq_get_data(s.ctx->memory(), s.ctx->fingerprint(), 0, s.f16_state).ok());
   }
   st.counters["tokens"] = double(s.prompt.size());
   st.SetLabel("SmolLM2-135M f16 K/V, " + std::to_string(s.prompt.size()) + " tokens");
@@ -95,7 +95,7 @@ void BM_RequantizeSeq(benchmark::State& st) {
   size_t before = 0, after = 0;
   for (auto _ : st) {
     CHECK(s.ctx->memory().requantize(GgmlType::F16, GgmlType::F16).ok());
-    CHECK(state_seq_set_data(*s.ctx, s.f16_state, 0).ok());
+    CHECK(state_seq_set_data(s.ctx->memory(), s.ctx->fingerprint(), s.f16_state, 0).ok());
     before = s.ctx->memory().breakdown().tensor_bytes;
     const auto t0 = std::chrono::steady_clock::now();
     CHECK(s.ctx->memory().requantize_seq(0, t, t).ok());

@@ -24,6 +24,7 @@
 #include "mnemo/memory.h"
 #include "mnemo/model.h"
 #include "mnemo/quant.h"
+#include "mnemo/state.h"
 #include "mnemo/status.h"
 #include "mnemo/thread_pool.h"
 
@@ -90,6 +91,10 @@ class Context {
   const Memory& memory() const { return *memory_; }
   const Model& model() const { return model_; }
   const ContextParams& params() const { return params_; }
+  /// The model's fingerprint (model_fingerprint(model()), computed once at create()): what the
+  /// state API (include/mnemo/state.h) writes into and checks against every state of this
+  /// context's memory, e.g. state_seq_get_data(ctx.memory(), ctx.fingerprint(), seq, dst).
+  const ModelFingerprint& fingerprint() const { return fingerprint_; }
   /// Cells per stream.
   uint32_t n_ctx_seq() const { return n_ctx_seq_; }
   ThreadPool& pool() { return *pool_; }
@@ -99,6 +104,7 @@ class Context {
 
   const Model& model_;
   ContextParams params_;
+  ModelFingerprint fingerprint_;
   uint32_t n_ctx_seq_ = 0;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Memory> memory_;

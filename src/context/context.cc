@@ -11,6 +11,7 @@
 #include "memory/kv_rotation.h"
 #include "memory/kv_storage.h"
 #include "memory/swa_kv_cache.h"
+#include "mnemo/model_fingerprint.h"
 #include "mnemo/ubatch.h"
 #include "model/forward.h"
 
@@ -46,7 +47,7 @@ Status ContextParams::validate() const {
 }
 
 Context::Context(const Model& model, const ContextParams& params)
-    : model_(model), params_(params) {}
+    : model_(model), params_(params), fingerprint_(model_fingerprint(model)) {}
 
 Context::~Context() = default;
 

@@ -18,9 +18,9 @@
 #include "memory/kv_cache.h"
 #include "memory/swa_kv_cache.h"
 #include "mnemo/context.h"
-#include "mnemo/context_state.h"
 #include "mnemo/model.h"
 #include "mnemo/model_fingerprint.h"
+#include "mnemo/state.h"
 
 namespace mnemo {
 namespace {
@@ -127,10 +127,10 @@ Diff diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 std::vector<uint8_t> save_seq(const Context& ctx, SeqId seq) {
-  Result<size_t> n = state_seq_get_size(ctx, seq);
+  Result<size_t> n = state_seq_get_size(ctx.memory(), ctx.fingerprint(), seq);
   CHECK(n.ok()) << n.status().to_string();
   std::vector<uint8_t> buf(*n);
-  CHECK(state_seq_get_data(ctx, seq, buf).ok());
+  CHECK(state_seq_get_data(ctx.memory(), ctx.fingerprint(), seq, buf).ok());
   return buf;
 }
 
@@ -199,7 +199,7 @@ TEST_P(SmolExact, RestoredNextTokenLogitsAreBitIdentical) {
 
   auto b = make_ctx(*model, params(c.type, 2, c.dst_unified));
   decode(*b, 1 - c.dst_seq, prompt_tokens(*model, 7, 3), 0);  // another sequence is present
-  ASSERT_TRUE(state_seq_set_data(*b, state, c.dst_seq).ok());
+  ASSERT_TRUE(state_seq_set_data(b->memory(), b->fingerprint(), state, c.dst_seq).ok());
   const std::vector<float> got = next_logits(*b, c.dst_seq, next, 40);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
@@ -229,7 +229,7 @@ TEST_P(SmolConvert, RestoreIntoAnotherTypeIsWithinTolerance) {
   const std::vector<uint8_t> state = save_seq(*a, 0);
   const std::vector<float> want = next_logits(*a, 0, next, 40);
   auto b = make_ctx(*model, params(t));
-  ASSERT_TRUE(state_seq_set_data(*b, state, 1).ok()) << type_name(t);
+  ASSERT_TRUE(state_seq_set_data(b->memory(), b->fingerprint(), state, 1).ok()) << type_name(t);
   const std::vector<float> got = next_logits(*b, 1, next, 40);
   // The same prompt run natively in type t, uninterrupted.
   auto native = make_ctx(*model, params(t));
@@ -277,7 +277,7 @@ TEST(SmolConvertTest, RequantizeMatchesRestoreIntoTheNewType) {
     ContextParams p = params(GgmlType::F16);
     auto b = make_ctx(*model, p);
     ASSERT_TRUE(b->memory().requantize_seq(1, t, t).ok());  // an empty stream of type t
-    ASSERT_TRUE(state_seq_set_data(*b, state, 1).ok());
+    ASSERT_TRUE(state_seq_set_data(b->memory(), b->fingerprint(), state, 1).ok());
     const std::vector<float> restored = next_logits(*b, 1, next, 40);
     EXPECT_EQ(std::memcmp(requantized.data(), restored.data(), restored.size() * sizeof(float)), 0)
         << type_name(t);
@@ -349,7 +349,7 @@ TEST(SmolConvertTest, RestoreAcrossRotationSettings) {
     p.kv_rotation = rotation;
     auto b = make_ctx(*model, p);
     ASSERT_EQ(b->memory().breakdown().streams[0].rotation, 0u);
-    ASSERT_TRUE(state_seq_set_data(*b, state, 0).ok());
+    ASSERT_TRUE(state_seq_set_data(b->memory(), b->fingerprint(), state, 0).ok());
     const Diff d = diff(next_logits(*b, 0, 4321, 40), want);
     EXPECT_LE(d.rel_l2, conversion_tolerance(GgmlType::Q4_0)) << type_name(type);
     EXPECT_TRUE(d.same_top1) << type_name(type);
@@ -363,9 +363,9 @@ TEST(SmolStateTest, FilesCarryTokensAndWrongModelsAreRefused) {
   decode(*a, 0, prompt, 0);
   const std::string path =
       ::testing::TempDir() + "/mnemo_engine_state_" + std::to_string(::getpid()) + ".mnst";
-  ASSERT_TRUE(state_seq_save_file(*a, path, 0, prompt).ok());
+  ASSERT_TRUE(state_seq_save_file(a->memory(), a->fingerprint(), path, 0, prompt).ok());
   auto b = make_ctx(*model, params(GgmlType::F16));
-  Result<std::vector<int32_t>> toks = state_seq_load_file(*b, path, 1);
+  Result<std::vector<int32_t>> toks = state_seq_load_file(b->memory(), b->fingerprint(), path, 1);
   ASSERT_TRUE(toks.ok()) << toks.status().to_string();
   EXPECT_EQ(*toks, prompt);
   EXPECT_EQ(b->memory().seq_pos_max(1), 11);
@@ -374,7 +374,7 @@ TEST(SmolStateTest, FilesCarryTokensAndWrongModelsAreRefused) {
   const Model* other = tiny("llama");
   auto c = make_ctx(*other, params(GgmlType::F16));
   decode(*c, 0, prompt_tokens(*other, 5), 0);
-  toks = state_seq_load_file(*c, path, 0);
+  toks = state_seq_load_file(c->memory(), c->fingerprint(), path, 0);
   EXPECT_EQ(toks.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(toks.status().message().find("different model"), std::string::npos)
       << toks.status().message();
@@ -400,7 +400,7 @@ TEST(TinyStateTest, SlidingWindowModelContinuesExactly) {
     const std::vector<float> want = next_logits(*a, 0, 42, 30);
     p.kv_unified = dst_unified;
     auto b = make_ctx(*m, p);
-    ASSERT_TRUE(state_seq_set_data(*b, state, 1).ok());
+    ASSERT_TRUE(state_seq_set_data(b->memory(), b->fingerprint(), state, 1).ok());
     const auto& swa = static_cast<const SwaKvCache&>(b->memory());
     EXPECT_GT(swa.swa().cells(swa.swa().stream_of(1)).seq_n_cells(1), 8u);
     const std::vector<float> got = next_logits(*b, 1, 42, 30);
@@ -429,7 +429,7 @@ TEST(TinyStateTest, SlidingWindowRestoreNeedsOnlyTheWindow) {
     auto b = make_ctx(*m, p);
     const auto& swa_b = static_cast<const SwaKvCache&>(b->memory());
     ASSERT_GT(saved, swa_b.swa().config().n_ctx) << "the test needs more saved cells than room";
-    ASSERT_TRUE(state_seq_set_data(*b, state, 1).ok());
+    ASSERT_TRUE(state_seq_set_data(b->memory(), b->fingerprint(), state, 1).ok());
     EXPECT_EQ(b->memory().seq_pos_max(1), 39);
     EXPECT_EQ(swa_b.swa().cells(swa_b.swa().stream_of(1)).seq_n_cells(1), m->hparams().n_swa - 1);
     const std::vector<float> got = next_logits(*b, 1, 42, 40);
@@ -437,7 +437,7 @@ TEST(TinyStateTest, SlidingWindowRestoreNeedsOnlyTheWindow) {
         << "unified " << unified << " max |diff| " << diff(got, want).max_abs;
     // Saved again, it restores into the large cache too.
     auto c = make_ctx(*m, params(GgmlType::F16));
-    ASSERT_TRUE(state_seq_set_data(*c, save_seq(*b, 1), 0).ok());
+    ASSERT_TRUE(state_seq_set_data(c->memory(), c->fingerprint(), save_seq(*b, 1), 0).ok());
   }
 }
 
@@ -445,22 +445,22 @@ TEST(TinyStateTest, WholeMemoryRoundTripAndRequantize) {
   const Model* m = tiny("llama");
   auto a = make_ctx(*m, params(GgmlType::F16, 3));
   for (SeqId s = 0; s < 3; ++s) decode(*a, s, prompt_tokens(*m, 10 + 5 * s, s), 0);
-  Result<size_t> n = state_get_size(*a);
+  Result<size_t> n = state_get_size(a->memory(), a->fingerprint());
   ASSERT_TRUE(n.ok());
   std::vector<uint8_t> whole(*n);
-  ASSERT_TRUE(state_get_data(*a, whole).ok());
+  ASSERT_TRUE(state_get_data(a->memory(), a->fingerprint(), whole).ok());
   std::vector<std::vector<float>> want;
   for (SeqId s = 0; s < 3; ++s) want.push_back(next_logits(*a, s, 7, 10 + 5 * s));
 
   auto b = make_ctx(*m, params(GgmlType::F16, 3));
-  ASSERT_TRUE(state_set_data(*b, whole).ok());
+  ASSERT_TRUE(state_set_data(b->memory(), b->fingerprint(), whole).ok());
   for (SeqId s = 0; s < 3; ++s) {
     const std::vector<float> got = next_logits(*b, s, 7, 10 + 5 * s);
     EXPECT_EQ(std::memcmp(got.data(), want[s].data(), got.size() * sizeof(float)), 0) << s;
   }
   // Whole-cache requantization keeps decoding correct (head size 64: rotated q8_0).
   auto c = make_ctx(*m, params(GgmlType::F16, 3));
-  ASSERT_TRUE(state_set_data(*c, whole).ok());
+  ASSERT_TRUE(state_set_data(c->memory(), c->fingerprint(), whole).ok());
   ASSERT_TRUE(c->memory().requantize(GgmlType::Q8_0, GgmlType::Q8_0).ok());
   const MemoryBreakdown bd = c->memory().breakdown();
   EXPECT_EQ(bd.streams[0].k_type, GgmlType::Q8_0);
@@ -470,7 +470,7 @@ TEST(TinyStateTest, WholeMemoryRoundTripAndRequantize) {
   // (scalar float path) on this tiny random model, where 8-bit activations amplify the q8_0
   // rounding of K/V; 0.06 leaves room for other CPUs and flags a wrong row (rel L2 ~1).
   auto d = make_ctx(*m, params(GgmlType::Q8_0, 3));
-  ASSERT_TRUE(state_set_data(*d, whole).ok());
+  ASSERT_TRUE(state_set_data(d->memory(), d->fingerprint(), whole).ok());
   for (SeqId s = 0; s < 3; ++s) {
     const std::vector<float> got = next_logits(*c, s, 7, 10 + 5 * s);
     const std::vector<float> restored = next_logits(*d, s, 7, 10 + 5 * s);

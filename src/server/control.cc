@@ -9,8 +9,7 @@
 
 #include "mnemo/log.h"
 #include "server/engine.h"
-#include "server/engine_state.h"
-#include "server/slot_state.h"
+#include "server/engine_internal.h"
 
 namespace mnemo::server {
 namespace {
@@ -50,8 +49,8 @@ ControlReply Engine::snapshot() {
   ControlReply r;
   r.breakdown = ctx_->memory().breakdown();
   r.n_queued = static_cast<int32_t>(waiting_.size());
-  if (cache_) r.cache = cache_->stats();
-  if (store_) r.store = store_->stats();
+  r.cache = reuse_->cache_stats();
+  r.store = reuse_->store_stats();
   for (auto& s : slots_) {
     if (s->state != SlotState::kIdle) ++r.n_processing;
     r.slots.push_back(slot_info(*s));
@@ -76,13 +75,9 @@ ControlReply Engine::slot_erase(const ControlRequest& req) {
   Slot& s = *slots_[req.slot];
   const double t0 = now_ms();
   ControlReply r;
-  r.n_tokens = static_cast<int32_t>(s.cache_tokens.size());
-  stash(s);  // the memory outlives its slot: a later request still finds it
-  if (Status st = ctx_->memory().seq_rm(s.id, -1, -1); !st.ok()) {
-    return error_reply(ErrorKind::kInternal, st);
-  }
-  s.cache_tokens.clear();
-  publish(s);
+  r.n_tokens = static_cast<int32_t>(s.held.tokens.size());
+  // The memory outlives its slot: stashed first, a later request still finds it.
+  if (Status st = reuse_->drop(s.held); !st.ok()) return error_reply(ErrorKind::kInternal, st);
   r.ms = now_ms() - t0;
   return r;
 }
@@ -92,11 +87,11 @@ ControlReply Engine::slot_save(const ControlRequest& req) {
   Slot& s = *slots_[req.slot];
   const double t0 = now_ms();
   ControlReply r;
-  auto bytes = save_slot_file(*ctx_, s.id, req.path, s.cache_tokens);
+  auto bytes = reuse_->save_file(s.held, req.path);
   if (!bytes.ok()) {
     return error_reply(error_kind_for(bytes.status(), ErrorOrigin::kSlotSave), bytes.status());
   }
-  r.n_tokens = static_cast<int32_t>(s.cache_tokens.size());
+  r.n_tokens = static_cast<int32_t>(s.held.tokens.size());
   r.bytes = *bytes;
   r.ms = now_ms() - t0;
   return r;
@@ -106,23 +101,13 @@ ControlReply Engine::slot_restore(const ControlRequest& req) {
   if (auto err = idle_slot_error(req.slot)) return *err;
   Slot& s = *slots_[req.slot];
   const double t0 = now_ms();
-  std::vector<TokenId> tokens;
-  stash(s);  // what the slot held is replaced
-  auto bytes = load_slot_file(*ctx_, s.id, req.path, &tokens);
+  auto bytes = reuse_->load_file(s.held, req.path);
   if (!bytes.ok()) {
-    // The state API leaves the sequence as it was on every error but one (a file changed while
-    // it was read, or a token list that does not match the cells): then it is empty.
-    if (ctx_->memory().seq_pos_max(s.id) != static_cast<Pos>(s.cache_tokens.size()) - 1) {
-      (void)ctx_->memory().seq_rm(s.id, -1, -1);
-      s.cache_tokens.clear();
-    }
     return error_reply(error_kind_for(bytes.status(), ErrorOrigin::kSlotRestore), bytes.status());
   }
-  s.cache_tokens = std::move(tokens);
   check_slot(s);
-  publish(s);
   ControlReply r;
-  r.n_tokens = static_cast<int32_t>(s.cache_tokens.size());
+  r.n_tokens = static_cast<int32_t>(s.held.tokens.size());
   r.bytes = *bytes;
   r.ms = now_ms() - t0;
   return r;
@@ -149,7 +134,9 @@ ControlReply Engine::requantize(const ControlRequest& req) {
   r.type_k = req.type_k.value_or(ref->k_type);
   r.type_v = req.type_v.value_or(ref->v_type);
   r.bytes_before = mem.breakdown().tensor_bytes;
-  if (Status st = requantize_memory(*ctx_, req.slot, r.type_k, r.type_v); !st.ok()) {
+  const Status st = req.slot < 0 ? mem.requantize(r.type_k, r.type_v)
+                                 : mem.requantize_seq(req.slot, r.type_k, r.type_v);
+  if (!st.ok()) {
     return error_reply(error_kind_for(st, ErrorOrigin::kRequantize), st);
   }
   r.bytes_after = mem.breakdown().tensor_bytes;

@@ -12,9 +12,7 @@
 
 #include "mnemo/check.h"
 #include "mnemo/log.h"
-#include "mnemo/model_fingerprint.h"
-#include "prompt_cache/block_hash.h"
-#include "server/engine_state.h"
+#include "server/engine_internal.h"
 
 namespace mnemo::server {
 namespace {
@@ -81,11 +79,9 @@ Engine::Engine(const Model& model, const Tokenizer& tok, Metrics* metrics)
 
 Engine::~Engine() {
   stop();
-  // The cache's and the store's threads may still call wake() (a fetch's on_done) until they are
-  // gone: before mu_. The publisher goes last (the cache tells it of entries it drops).
-  store_.reset();
-  cache_.reset();
-  events_.reset();
+  // The cache's and the store's threads may still call wake() (a lookup's on_done) until they
+  // are gone: before mu_.
+  reuse_.reset();
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokenizer& tok,
@@ -109,42 +105,27 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   e->info_.context_shift = params.context_shift;
   e->info_.n_threads = cp.n_threads;
   if (params.kv_policy) e->info_.kv_policy = params.kv_policy->to_string();
-  e->fp_ = model_fingerprint(model);
-  e->root_ = prompt_cache::model_root_hash(e->fp_);
-  const uint32_t block = params.cache ? params.cache->block_tokens : params.block_tokens;
-  e->cache_block_ = block;
-  if (!params.kv_events.empty()) {
-    auto ev = kv_events::KvEventPublisher::open(params.kv_events, block, e->root_);
-    if (!ev.ok()) return ev.status();
-    e->events_ = std::move(ev).value();
-  }
+  PromptReuseParams rp;
+  rp.cache = params.cache;
+  rp.cache_type_k = params.cache_type_k;
+  rp.cache_type_v = params.cache_type_v;
+  rp.store = params.store;
+  rp.kv_events = params.kv_events;
+  rp.block_tokens = params.block_tokens;
+  Engine* raw = e.get();
+  auto reuse = PromptReuse::create(
+      *e->ctx_, rp, [raw] { raw->wake(); }, metrics);
+  if (!reuse.ok()) return reuse.status();
+  e->reuse_ = std::move(reuse).value();
   if (params.cache) {
-    prompt_cache::PromptCacheParams cp_cache = *params.cache;
-    cp_cache.model = e->fp_;
-    if (kv_events::KvEventPublisher* ev = e->events_.get()) {
-      cp_cache.on_added = [ev](uint64_t key, std::span<const int32_t> tokens) {
-        ev->hold("entry:" + prompt_cache::hex16(key), tokens, "CPU_CACHE");
-      };
-      cp_cache.on_removed = [ev](uint64_t key) {
-        ev->release("entry:" + prompt_cache::hex16(key));
-      };
-    }
-    auto cache = prompt_cache::PromptCache::open(cp_cache);
-    if (!cache.ok()) return cache.status();
-    e->cache_ = std::move(cache).value();
-    e->info_.cache_ram_bytes = cp_cache.ram_bytes;
-    e->info_.cache_dir = cp_cache.dir;
-    e->info_.cache_disk_bytes = cp_cache.dir.empty() ? 0 : cp_cache.disk_bytes;
-  }
-  if (params.store) {
-    prompt_cache::StoreParams sp = *params.store;
-    sp.model = e->fp_;
-    sp.block_tokens = block;
-    e->store_ = prompt_cache::Store::open(sp);
+    e->info_.cache_ram_bytes = params.cache->ram_bytes;
+    e->info_.cache_dir = params.cache->dir;
+    e->info_.cache_disk_bytes = params.cache->dir.empty() ? 0 : params.cache->disk_bytes;
   }
   for (uint32_t i = 0; i < cp.n_seq_max; ++i) {
     auto s = std::make_unique<Slot>();
     s->id = static_cast<int32_t>(i);
+    s->held.seq = static_cast<SeqId>(i);
     e->slots_.push_back(std::move(s));
   }
   return e;
@@ -165,7 +146,7 @@ void Engine::stop() {
 }
 
 Result<std::shared_ptr<TaskChannel>> Engine::submit(CompletionRequest req, ErrorKind* error_kind) {
-  auto w = std::make_unique<Waiting>();
+  auto w = std::make_unique<Task>();
   w->id = next_task_id_.fetch_add(1);
   w->req = std::move(req);
   w->channel = std::make_shared<TaskChannel>();
@@ -227,9 +208,9 @@ void Engine::loop() {
   while (true) {
     bool active = false;
     for (auto& s : slots_) active = active || s->state != SlotState::kIdle;
-    // Requests waiting for a disk entry cannot move until its fetch wakes the loop.
+    // Requests waiting for a disk entry or the store cannot move until the lookup wakes the loop.
     bool ready = false;
-    for (auto& w : waiting_) ready = ready || !w->pending();
+    for (auto& w : waiting_) ready = ready || !w->fetch.pending();
     drain(/*block=*/!active && !ready);
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -257,11 +238,7 @@ void Engine::shut_down() {
   waiting_.clear();
   // What every slot holds goes into the prompt cache, and the cache to disk: a restarted server
   // continues these conversations without reading their prompts again.
-  if (cache_ || store_) {
-    for (auto& s : slots_) stash(*s);
-    if (cache_) cache_->flush();
-    if (store_) store_->flush();
-  }
+  reuse_->shut_down(held_seqs());
   std::vector<Incoming> rest;
   {
     std::lock_guard<std::mutex> lk(mu_);

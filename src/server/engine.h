@@ -5,7 +5,9 @@
 // Files: engine.cc (construction, the queue and the loop), scheduler.cc (queueing, admission,
 // batching, generation), slots.cc (slot lifecycle: start, context shift, finish, release, what
 // a slot reports), control.cc (control requests: snapshots, slot save / restore / erase,
-// requantization; the KV policy), engine_state.h (the loop thread's private structs).
+// requantization; the KV policy), engine_internal.h (the loop thread's private structs: Task,
+// Slot, ...). Where a prompt's prefix comes from and where a slot's memory goes is PromptReuse's
+// (prompt_reuse.h), which the engine owns and calls.
 //
 // Threads:
 //   - HTTP threads call submit() (a completion: returns a TaskChannel to read events from) and
@@ -15,11 +17,11 @@
 //     decode steps, admits waiting completions to slots and decodes one batch per step.
 //
 // Slots. Slot i decodes into sequence i of the memory (split mode: stream i). A slot is
-//   kIdle        free; its cache_tokens stay in memory for prompt-cache reuse;
-//   kPrompt      feeding its prompt in chunks (positions cache_tokens.size() ...);
+//   kIdle        free; its held tokens (HeldSeq) stay in memory for prompt-cache reuse;
+//   kPrompt      feeding its prompt in chunks (positions held.tokens.size() ...);
 //   kGenerating  one sampled token pending per step.
-// Invariant (DCHECKed): sequence i holds exactly positions [0, cache_tokens.size()) and those
-// cells hold cache_tokens, in order.
+// Invariant (DCHECKed): sequence i holds exactly positions [0, held.tokens.size()) and those
+// cells hold held.tokens, in order.
 //
 // Scheduling of one step (continuous batching): every generating slot adds its pending token,
 // then prompting slots add prompt chunks (round robin, within n_batch; within n_ubatch while
@@ -29,20 +31,20 @@
 // cache) is retried slot by slot so one full conversation does not stop the others.
 //
 // Admission (before any compute): a prompt of n_ctx_seq tokens or more is refused
-// (kPromptTooLong). The longest reusable prefix of the prompt is looked for in three places
+// (kPromptTooLong). PromptReuse::plan finds the longest reusable prefix of the prompt
 // (cache_prompt: true only): the slot's own tokens, every other slot's tokens (copied with
-// seq_cp, as far as Memory::plan_truncate lets the copy be cut), and the prompt cache's tiers
-// (restored from a sequence state, converting K/V types; a disk entry is first fetched by the
-// cache's thread while the request waits). The cells the prompt needs are checked against the
-// free cells the memory reports for the slot's sequence (Memory::seq_info; a recurrent state has
-// no cells to run out of). In unified mode idle slots' caches are dropped, least recently used
-// first, when that makes the prompt fit; otherwise kCacheFull.
+// seq_cp, as far as Memory::plan_truncate lets the copy be cut), the prompt cache's tiers and
+// the shared store (restored from a sequence state, converting K/V types; a disk entry or the
+// store's answer is awaited while the request waits). The cells the prompt needs are checked
+// against the free cells the memory reports for the slot's sequence (Memory::seq_info; a recurrent
+// state has no cells to run out of). In unified mode idle slots' caches are dropped, least recently
+// used first, when that makes the prompt fit; otherwise kCacheFull.
 //
 // The prompt cache (src/prompt_cache/prompt_cache.h): whenever a slot's memory is about to be
 // dropped — the slot taken by another conversation (losing 16 tokens or more), an
-// erase, a restore over it, an eviction, the server's shutdown — its sequence state goes into
-// the cache ("stash"), unless its request asked for cache_prompt: false. On shutdown the cache
-// is flushed to disk.
+// erase, a restore over it, an eviction, the server's shutdown — PromptReuse::stash puts its
+// sequence state into the cache, unless its request asked for cache_prompt: false. On shutdown
+// the cache is flushed to disk.
 //
 // The engine asks the memory only through the Memory interface (seq_info, plan_truncate and the
 // seq_* operations): it does not know which kind of memory it runs on, nor how its streams are
@@ -63,7 +65,6 @@
 #include <thread>
 #include <vector>
 
-#include "kv_events/kv_events.h"
 #include "mnemo/context.h"
 #include "mnemo/grammar.h"
 #include "mnemo/kv_policy.h"
@@ -77,6 +78,7 @@
 #include "prompt_cache/store.h"
 #include "server/errors.h"
 #include "server/metrics.h"
+#include "server/prompt_reuse.h"
 
 namespace mnemo::server {
 
@@ -178,7 +180,7 @@ struct SlotInfo {
   int32_t id = 0;
   SlotState state = SlotState::kIdle;
   uint32_t n_ctx = 0;       // cells the slot may use (n_ctx_seq)
-  int32_t n_tokens = 0;     // tokens held in memory (cache_tokens)
+  int32_t n_tokens = 0;     // tokens held in memory (HeldSeq::tokens)
   int32_t n_prompt = 0;     // current request: prompt tokens (0 when idle)
   int32_t n_generated = 0;  // current request: tokens sampled so far
   uint64_t id_task = 0;     // current request's id (0 when idle)
@@ -296,7 +298,7 @@ class Engine {
 
  private:
   struct Slot;
-  struct Waiting;
+  struct Task;
   struct Incoming;
   struct WorkItem;
 
@@ -312,18 +314,18 @@ class Engine {
   // Scheduling (scheduler.cc).
   void check_cancelled();
   void assign_waiting();
-  Slot* pick_slot(const Waiting& w);
-  // Prepares `slot` for `w` (kAdmitted), or returns why not (kFailed: error kind + message), or
-  // asks `w` to wait for a disk entry being fetched (kDeferred). On kFailed nothing changed
+  Slot* pick_slot(const Task& t);
+  // Prepares `slot` for `t` (kAdmitted), or returns why not (kFailed: error kind + message), or
+  // asks `t` to wait for a disk entry or the store (kDeferred). On kFailed nothing changed
   // except idle slots' caches that admission decided to evict (stashed first).
   enum class Admission : uint8_t { kAdmitted, kFailed, kDeferred };
-  struct Source;
-  Admission admit(Waiting& w, Slot& slot, ErrorKind* kind, std::string* why);
-  // Where the longest reusable prefix of w's prompt is (no change to anything).
-  Source choose_source(const Waiting& w, const Slot& slot) const;
-  // Puts the chosen prefix into `slot`'s sequence; returns the tokens it now holds of the prompt
-  // (less than planned when a restore fails or cuts back further: the rest is decoded).
-  size_t apply_source(Waiting& w, Slot& slot, const Source& src);
+  Admission admit(Task& t, Slot& slot, ErrorKind* kind, std::string* why);
+  // Checks that `slot`'s sequence has the cells an n_prompt-token prompt needs once `src` is
+  // applied; in a shared stream (unified KV) idle slots' memory is dropped (stashed first,
+  // least recently used first) when that makes it fit. false (kind and message set: kCacheFull,
+  // or kInternal) when it cannot fit; then nothing changed but those evictions.
+  bool make_room(Slot& slot, const ReuseSource& src, size_t n_prompt, ErrorKind* kind,
+                 std::string* why);
   void step();
   // Decodes the items as one batch; on kNoSpace with several items, one by one.
   void decode_items(std::vector<WorkItem>& items);
@@ -331,23 +333,19 @@ class Engine {
   void on_token(Slot& slot, TokenId tok, std::span<const float> logits);
 
   // Slot lifecycle (slots.cc).
-  // Starts serving `w` in `slot`, whose sequence holds the first n_cached prompt tokens.
-  void begin(Waiting& w, Slot& slot, size_t n_cached);
+  // Starts serving `t` in `slot`, whose sequence holds the first n_cached prompt tokens.
+  void begin(Task& t, Slot& slot, size_t n_cached);
   bool context_shift(Slot& slot);
   void finish(Slot& slot, FinishReason reason);
   void fail(Slot& slot, ErrorKind kind, const std::string& why);
   void release(Slot& slot);
-  // Puts the slot's sequence state into the prompt cache before its memory is dropped (no-op
-  // without a cache, for fewer than one block of tokens, for a cache_prompt: false request's
-  // tokens, or when an entry holds these tokens already).
-  void stash(Slot& slot);
-  // Wakes the loop (a fetch finished). Any thread.
+  // Wakes the loop (an asynchronous prompt-cache lookup finished). Any thread.
   void wake();
-  // Tells the KV-event stream which blocks the slot's sequence now holds (no-op without one).
-  void publish(const Slot& slot);
   void check_slot(const Slot& slot) const;
   // The slot as /slots reports it (types and bytes from Memory::seq_info).
   SlotInfo slot_info(const Slot& slot) const;
+  // Every slot's held sequence (for PromptReuse).
+  std::vector<HeldSeq*> held_seqs();
 
   // Control requests and the KV policy (control.cc).
   void run_control(ControlRequest& req, std::promise<ControlReply>& reply);
@@ -373,14 +371,11 @@ class Engine {
   EngineInfo info_;
   EngineParams params_;
   std::unique_ptr<Context> ctx_;  // loop thread only (after start())
-  ModelFingerprint fp_;           // of model_, for the state files of the prompt cache
-  uint64_t root_ = 0;             // model_root_hash(fp_): the block hashes' chain root
-  uint32_t cache_block_ = 64;     // tokens per hashed block (the cache's, the store's, events')
-  std::unique_ptr<kv_events::KvEventPublisher> events_;  // thread-safe; before cache_ (it calls it)
-  std::unique_ptr<prompt_cache::PromptCache> cache_;     // thread-safe
-  std::unique_ptr<prompt_cache::Store> store_;           // thread-safe
+  // Where prompts' prefixes come from and where slots' memory goes: loop thread only; its
+  // cache's and store's threads call wake().
+  std::unique_ptr<PromptReuse> reuse_;
   std::vector<std::unique_ptr<Slot>> slots_;
-  std::deque<std::unique_ptr<Waiting>> waiting_;  // loop thread: admitted to the queue, FIFO
+  std::deque<std::unique_ptr<Task>> waiting_;  // loop thread: admitted to the queue, FIFO
   uint64_t clock_ = 0;  // loop thread: step counter for least-recently-used order
   uint32_t rr_ = 0;     // loop thread: round-robin start for prompt chunks
   uint64_t steps_ = 0;  // loop thread: decode steps so far (slots' last_active)

@@ -9,26 +9,23 @@
 
 #include "mnemo/check.h"
 #include "mnemo/log.h"
-#include "mnemo/state.h"
-#include "mnemo/state_io.h"
-#include "prompt_cache/block_hash.h"
 #include "server/engine.h"
-#include "server/engine_state.h"
+#include "server/engine_internal.h"
 
 namespace mnemo::server {
 
-void Engine::begin(Waiting& w, Slot& slot, size_t n_cached) {
-  const std::vector<TokenId>& prompt = w.req.prompt;
+void Engine::begin(Task& t, Slot& slot, size_t n_cached) {
+  const std::vector<TokenId>& prompt = t.req.prompt;
   const size_t n_prompt = prompt.size();
-  slot.cache_tokens.resize(n_cached);
-  slot.cacheable = w.req.cache_prompt;
-  slot.sampler = std::make_unique<Sampler>(w.req.sampling);
-  if (w.req.grammar) slot.sampler->set_grammar(w.req.grammar, grammar_vocab());
-  const size_t n_window = static_cast<size_t>(std::max(0, w.req.sampling.repeat_last_n));
+  slot.held.tokens.resize(n_cached);
+  slot.held.cacheable = t.req.cache_prompt;
+  slot.sampler = std::make_unique<Sampler>(t.req.sampling);
+  if (t.req.grammar) slot.sampler->set_grammar(t.req.grammar, grammar_vocab());
+  const size_t n_window = static_cast<size_t>(std::max(0, t.req.sampling.repeat_last_n));
   for (size_t i = n_prompt - std::min(n_prompt, n_window); i < n_prompt; ++i) {
     slot.sampler->accept(prompt[i]);
   }
-  slot.stream.reset(w.req.stop);
+  slot.stream.reset(t.req.stop);
   slot.pending = kTokenNull;
   slot.unsent_tokens.clear();
   slot.unsent_probs.clear();
@@ -42,15 +39,15 @@ void Engine::begin(Waiting& w, Slot& slot, size_t n_cached) {
   CompletionEvent ev;
   ev.kind = CompletionEvent::Kind::kAdmitted;
   ev.stats = slot.stats;
-  w.channel->push(std::move(ev));
-  if (w.req.return_progress) send_progress(slot, *w.channel);
+  t.channel->push(std::move(ev));
+  if (t.req.return_progress) send_progress(slot, *t.channel);
 }
 
 void Engine::send_progress(const Slot& s, TaskChannel& channel) {
   CompletionEvent ev;
   ev.kind = CompletionEvent::Kind::kProgress;
   ev.stats = s.stats;
-  ev.n_processed = int32_t(s.cache_tokens.size()) - s.stats.n_cached;
+  ev.n_processed = int32_t(s.held.tokens.size()) - s.stats.n_cached;
   ev.progress_ms = now_ms() - s.t_start;
   channel.push(std::move(ev));
 }
@@ -67,7 +64,7 @@ const std::shared_ptr<const grammar::Vocab>& Engine::grammar_vocab() {
 }
 
 bool Engine::context_shift(Slot& s) {
-  const int32_t n_past = static_cast<int32_t>(s.cache_tokens.size());
+  const int32_t n_past = static_cast<int32_t>(s.held.tokens.size());
   int32_t n_keep = s.task->req.n_keep < 0 ? s.stats.n_prompt : s.task->req.n_keep;
   n_keep = std::max(0, std::min(n_keep, n_past - 2));
   const int32_t n_discard = (n_past - n_keep) / 2;
@@ -78,16 +75,15 @@ bool Engine::context_shift(Slot& s) {
     // Cannot happen for a well-formed sequence; keep the slot consistent anyway.
     MNEMO_LOG(kError) << "context shift: seq_add failed: " << st.to_string();
     (void)mem.seq_rm(s.id, -1, -1);
-    s.cache_tokens.clear();
+    s.held.tokens.clear();
     return false;
   }
-  s.cache_tokens.erase(s.cache_tokens.begin() + n_keep,
-                       s.cache_tokens.begin() + n_keep + n_discard);
-  publish(s);
+  s.held.tokens.erase(s.held.tokens.begin() + n_keep, s.held.tokens.begin() + n_keep + n_discard);
+  reuse_->publish(s.held);
   ++s.stats.n_shifts;
   metrics_->context_shifts_total.fetch_add(1, std::memory_order_relaxed);
   MNEMO_LOG(kInfo) << "slot " << s.id << ": context shift, kept " << n_keep << ", dropped "
-                   << n_discard << ", now " << s.cache_tokens.size() << " tokens";
+                   << n_discard << ", now " << s.held.tokens.size() << " tokens";
   check_slot(s);
   return true;
 }
@@ -111,7 +107,7 @@ void Engine::finish(Slot& s, FinishReason reason) {
   }
   // With a shared store, every finished turn is queued for it before the client hears the turn
   // ended: the conversation's next turn may land on another replica.
-  if (store_) stash(s);
+  if (reuse_->stashes_every_turn()) reuse_->stash(s.held);
   CompletionEvent done;
   done.kind = CompletionEvent::Kind::kDone;
   done.finish = reason;
@@ -149,61 +145,13 @@ void Engine::release(Slot& s) {
   s.unsent_tokens.clear();
   s.unsent_probs.clear();
   s.last_used = ++clock_;
-  publish(s);
-}
-
-void Engine::publish(const Slot& s) {
-  if (events_) events_->hold("slot:" + std::to_string(s.id), s.cache_tokens, "CPU");
-}
-
-void Engine::stash(Slot& s) {
-  if ((!cache_ && !store_) || !s.cacheable || s.cache_tokens.size() < cache_block_) return;
-  // These very tokens went into the cache and to the store already (a turn's end, then its slot
-  // taken): nothing to do.
-  const uint64_t key = prompt_cache::entry_key(s.cache_tokens, root_);
-  if (key == s.stashed_key) return;
-  // An entry of these tokens needs no second copy locally; the store is written anyway.
-  const bool have = cache_ && cache_->contains(s.cache_tokens);
-  if (have && !store_) return;
-  const double t0 = now_ms();
-  StateWriteSpec spec;
-  spec.scope = state_format::Scope::kSequence;
-  spec.seq = s.id;
-  spec.k_type = params_.cache_type_k;
-  spec.v_type = params_.cache_type_v;
-  const Memory& mem = ctx_->memory();
-  // The exact size first (O(metadata)), so the one copy of the rows is written without regrowth.
-  CountingSink count;
-  Status st = state_write(mem, fp_, &count, spec, s.cache_tokens);
-  auto bytes = std::make_shared<std::vector<uint8_t>>();
-  if (st.ok()) {
-    bytes->reserve(count.bytes());
-    VectorSink sink(bytes.get());
-    st = state_write(mem, fp_, &sink, spec, s.cache_tokens);
-  }
-  if (!st.ok()) {
-    MNEMO_LOG(kWarn) << "slot " << s.id << ": not stored in the prompt cache: " << st.to_string();
-    return;
-  }
-  const size_t n_bytes = bytes->size();
-  s.stashed_key = key;
-  if (store_) store_->put(s.cache_tokens, bytes);
-  // An entry holding a prefix of these tokens is redundant once this one can be cut back to it.
-  if (cache_ && !have) {
-    cache_->insert(s.cache_tokens, std::move(bytes), [&](uint32_t n) {
-      auto plan = mem.plan_truncate(s.id, static_cast<Pos>(n));
-      return plan.ok() && plan->keep == static_cast<Pos>(n);
-    });
-  }
-  MNEMO_LOG(kDebug) << fmt::format(
-      "slot {}: {} tokens stored in the prompt cache ({} bytes, {:.1f} ms)", s.id,
-      s.cache_tokens.size(), n_bytes, now_ms() - t0);
+  reuse_->publish(s.held);
 }
 
 void Engine::check_slot(const Slot& s) const {
-  DCHECK(ctx_->memory().seq_pos_max(s.id) == static_cast<Pos>(s.cache_tokens.size()) - 1)
-      << "slot " << s.id << " holds " << s.cache_tokens.size()
-      << " tokens but its sequence ends at " << ctx_->memory().seq_pos_max(s.id);
+  DCHECK(ctx_->memory().seq_pos_max(s.id) == static_cast<Pos>(s.held.tokens.size()) - 1)
+      << "slot " << s.id << " holds " << s.held.tokens.size() << " tokens but its sequence ends at "
+      << ctx_->memory().seq_pos_max(s.id);
 }
 
 SlotInfo Engine::slot_info(const Slot& s) const {
@@ -211,7 +159,7 @@ SlotInfo Engine::slot_info(const Slot& s) const {
   info.id = s.id;
   info.state = s.state;
   info.n_ctx = info_.n_ctx_seq;
-  info.n_tokens = static_cast<int32_t>(s.cache_tokens.size());
+  info.n_tokens = static_cast<int32_t>(s.held.tokens.size());
   if (s.state != SlotState::kIdle) {
     info.n_prompt = s.stats.n_prompt;
     info.n_generated = s.stats.n_generated;

@@ -37,10 +37,10 @@
 #include <vector>
 
 #include "mnemo/context.h"
-#include "mnemo/context_state.h"
 #include "mnemo/gguf.h"
 #include "mnemo/model.h"
 #include "mnemo/quant.h"
+#include "mnemo/state.h"
 #include "mnemo/tokenizer.h"
 #include "tiny_model.h"
 #include "tiny_ssm_model.h"
@@ -403,13 +403,13 @@ void run_model(const Model& model, uint8_t opts) {
   }
   if (!(*ctx)->decode(batch).ok()) return;
   // The sequence's own state, saved and restored into the last seq_id, must be accepted.
-  auto size = state_seq_get_size(**ctx, 0);
+  auto size = state_seq_get_size((*ctx)->memory(), (*ctx)->fingerprint(), 0);
   if (!size.ok()) return;
   std::vector<uint8_t> state(*size);
-  auto got = state_seq_get_data(**ctx, 0, state);
+  auto got = state_seq_get_data((*ctx)->memory(), (*ctx)->fingerprint(), 0, state);
   require(got.ok() && *got == state.size());
   const SeqId dst = static_cast<SeqId>(cp.n_seq_max - 1);
-  require(state_seq_set_data(**ctx, state, dst).ok());
+  require(state_seq_set_data((*ctx)->memory(), (*ctx)->fingerprint(), state, dst).ok());
   batch.clear();
   batch.add(static_cast<int32_t>(13 % n_vocab), 6, {dst}, true);
   (void)(*ctx)->decode(batch);

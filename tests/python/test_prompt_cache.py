@@ -403,6 +403,32 @@ def test_gemma3_sliding_window_continues_after_its_slot_was_taken(binary, models
         stop(srv)
 
 
+def test_gemma3_slot_file_longer_than_the_window_restores(binary, models_dir, tmp_path):
+    """A slot file of a sliding-window sequence whose local layers have let go of its first
+    positions restores and continues: only its last position says the cells hold the file's
+    tokens (the sequence's first held position is past 0 in the local layers)."""
+    gemma = models_dir / "gemma-3-270m-Q4_K_M.gguf"
+    if not gemma.exists():
+        pytest.skip("gemma-3-270m-Q4_K_M.gguf missing: run scripts/fetch-model")
+    srv = Server(binary, gemma, "-np", 1, "-c", 2048, "--slot-save-path", tmp_path)
+    try:
+        a1 = ids(1200, 150)
+        r1 = complete(srv, a1, n=4)
+        r = requests.post(srv.url + "/slots/0?action=save", json={"filename": "long.bin"})
+        assert r.status_code == 200, r.text
+        assert r.json()["n_saved"] == len(held(a1, r1))
+        assert requests.post(srv.url + "/slots/0?action=erase", json={}).status_code == 200
+        r = requests.post(srv.url + "/slots/0?action=restore", json={"filename": "long.bin"})
+        assert r.status_code == 200, r.text
+        assert r.json()["n_restored"] == len(held(a1, r1))
+        a2 = held(a1, r1) + r1["tokens"][-1:] + ids(8, 151)
+        r2 = complete(srv, a2, n=4)
+        assert r2["timings"]["cache_n"] == len(held(a1, r1)), r2["timings"]
+        assert probs(r2) == probs(complete(srv, a2, n=4, cache_prompt=False))
+    finally:
+        stop(srv)
+
+
 @pytest.fixture(scope="module")
 def tiny(build_dir, tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny_cache")
