@@ -24,13 +24,13 @@
 #include "mnemo/memory.h"
 #include "mnemo/model.h"
 #include "mnemo/quant.h"
-#include "mnemo/state.h"
 #include "mnemo/status.h"
 #include "mnemo/thread_pool.h"
 
 namespace mnemo {
 
-class Forward;  // src/model/forward.h: one forward pass per ubatch
+class Forward;            // src/model/forward.h: one forward pass per ubatch
+struct ModelFingerprint;  // mnemo/state.h
 
 /// Settings of a Context (names as llama.cpp's context parameters and CLI flags).
 struct ContextParams {
@@ -94,7 +94,8 @@ class Context {
   /// The model's fingerprint (model_fingerprint(model()), computed once at create()): what the
   /// state API (include/mnemo/state.h) writes into and checks against every state of this
   /// context's memory, e.g. state_seq_get_data(ctx.memory(), ctx.fingerprint(), seq, dst).
-  const ModelFingerprint& fingerprint() const { return fingerprint_; }
+  /// The type is in mnemo/state.h, which a caller of the state API includes anyway.
+  const ModelFingerprint& fingerprint() const { return *fingerprint_; }
   /// Cells per stream.
   uint32_t n_ctx_seq() const { return n_ctx_seq_; }
   ThreadPool& pool() { return *pool_; }
@@ -104,7 +105,7 @@ class Context {
 
   const Model& model_;
   ContextParams params_;
-  ModelFingerprint fingerprint_;
+  std::unique_ptr<const ModelFingerprint> fingerprint_;
   uint32_t n_ctx_seq_ = 0;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Memory> memory_;

@@ -47,7 +47,9 @@ Status ContextParams::validate() const {
 }
 
 Context::Context(const Model& model, const ContextParams& params)
-    : model_(model), params_(params), fingerprint_(model_fingerprint(model)) {}
+    : model_(model),
+      params_(params),
+      fingerprint_(std::make_unique<const ModelFingerprint>(model_fingerprint(model))) {}
 
 Context::~Context() = default;
 
