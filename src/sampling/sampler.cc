@@ -140,14 +140,61 @@ void Sampler::set_grammar(std::shared_ptr<const grammar::Grammar> g,
   grammar_ = std::move(g);
   vocab_ = std::move(vocab);
   matcher_ = grammar_ ? std::make_unique<grammar::Matcher>(grammar_) : nullptr;
+  triggers_.clear();
+  pending_text_.clear();
+}
+
+void Sampler::set_lazy_grammar(std::shared_ptr<const grammar::Grammar> g,
+                               std::shared_ptr<const grammar::Vocab> vocab,
+                               std::vector<std::string> triggers) {
+  grammar_ = std::move(g);
+  vocab_ = std::move(vocab);
+  matcher_.reset();
+  triggers_.clear();
+  pending_text_.clear();
+  for (const std::string& t : triggers) {
+    std::vector<uint32_t> cps;
+    if (!t.empty() && grammar::decode_utf8(t, &cps)) triggers_.push_back(std::move(cps));
+  }
+  if (triggers_.empty()) grammar_.reset();
 }
 
 void Sampler::accept_generated(int32_t token) {
   accept(token);
-  if (!matcher_ || vocab_->is_eog(token)) return;
-  for (uint32_t cp : vocab_->code_points(token)) {
-    if (!matcher_->accept(cp)) break;  // sample() only picks what the grammar allows
+  if (!grammar_ || vocab_->is_eog(token)) return;
+  const std::vector<uint32_t>& cps = vocab_->code_points(token);
+  if (matcher_) {
+    for (uint32_t cp : cps) {
+      if (!matcher_->accept(cp)) break;  // sample() only picks what the grammar allows
+    }
+    return;
   }
+  // A lazy grammar waiting for its trigger: the earliest trigger in the text so far starts it.
+  pending_text_.insert(pending_text_.end(), cps.begin(), cps.end());
+  size_t start = pending_text_.size();
+  for (const std::vector<uint32_t>& t : triggers_) {
+    auto it = std::search(pending_text_.begin(), pending_text_.end(), t.begin(), t.end());
+    start = std::min(start, size_t(it - pending_text_.begin()));
+  }
+  if (start == pending_text_.size()) {
+    // Only the tail a trigger could still start in is kept (bounded memory).
+    size_t longest = 0;
+    for (const std::vector<uint32_t>& t : triggers_) longest = std::max(longest, t.size());
+    if (pending_text_.size() >= longest) {
+      pending_text_.erase(pending_text_.begin(), pending_text_.end() - (longest - 1));
+    }
+    return;
+  }
+  matcher_ = std::make_unique<grammar::Matcher>(grammar_);
+  for (size_t i = start; i < pending_text_.size(); ++i) {
+    if (!matcher_->accept(pending_text_[i])) {
+      matcher_.reset();  // the text from the trigger already leaves the grammar: unconstrained
+      grammar_.reset();
+      break;
+    }
+  }
+  pending_text_.clear();
+  triggers_.clear();
 }
 
 bool Sampler::grammar_allows(int32_t token) const {

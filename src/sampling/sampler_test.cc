@@ -133,5 +133,51 @@ TEST(SamplingTest, ValidateRejectsOutOfRange) {
   EXPECT_TRUE(SamplingParams().validate().ok());
 }
 
+// A lazy grammar (tool_choice "auto") leaves the text before its trigger alone, then holds the
+// text from the trigger's first character to the grammar, also when the trigger arrived split
+// over two tokens; a token that would leave the grammar after the trigger is never picked.
+TEST(SamplingTest, LazyGrammarAppliesFromItsTrigger) {
+  // Tokens: 0 "hi", 1 " <to", 2 "ol>", 3 "{", 4 "}", 5 "x", 6 eog.
+  const std::vector<std::string> pieces = {"hi", " <to", "ol>", "{", "}", "x", ""};
+  auto vocab = std::make_shared<const grammar::Vocab>(pieces, std::vector<int32_t>{6});
+  auto g = grammar::Grammar::parse(R"(root ::= "<tool>{}")");
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  SamplingParams p;
+  p.temp = 0.0f;
+  Sampler s(p);
+  s.set_lazy_grammar(*g, vocab, {"<tool>"});
+  // Before the trigger: "x" (the best logit) is free to come.
+  std::vector<float> prefer_x = {0, 0, 0, 0, 0, 5, 0};
+  EXPECT_EQ(s.sample(prefer_x), 5);
+  EXPECT_EQ(s.grammar_state(), nullptr);
+  for (int32_t t : {0, 1, 2}) s.accept_generated(t);  // "hi <tool>": the trigger, split
+  ASSERT_NE(s.grammar_state(), nullptr);
+  EXPECT_EQ(s.sample(prefer_x), 3);  // only "{" may follow "<tool>"
+  s.accept_generated(3);
+  EXPECT_EQ(s.sample(prefer_x), 4);
+  s.accept_generated(4);
+  EXPECT_TRUE(s.grammar_state()->can_end());
+  EXPECT_EQ(s.sample(prefer_x), 6);  // done: end of generation
+}
+
+// Text that never contains the trigger stays unconstrained, however long it runs, and a trigger
+// whose own token already leaves the grammar drops it instead of constraining nonsense.
+TEST(SamplingTest, LazyGrammarWithoutItsTriggerOrBrokenStaysFree) {
+  const std::vector<std::string> pieces = {"a", "<tool>x", "<tool>", "{", ""};
+  auto vocab = std::make_shared<const grammar::Vocab>(pieces, std::vector<int32_t>{4});
+  auto g = grammar::Grammar::parse(R"(root ::= "<tool>{")");
+  ASSERT_TRUE(g.ok());
+  SamplingParams p;
+  p.temp = 0.0f;
+  Sampler s(p);
+  s.set_lazy_grammar(*g, vocab, {"<tool>"});
+  for (int i = 0; i < 1000; ++i) s.accept_generated(0);
+  EXPECT_EQ(s.grammar_state(), nullptr);
+  s.accept_generated(1);  // "<tool>x": the grammar wants "{" after the trigger
+  EXPECT_EQ(s.grammar_state(), nullptr);
+  std::vector<float> prefer_a = {5, 0, 0, 0, 0};
+  EXPECT_EQ(s.sample(prefer_a), 0);
+}
+
 }  // namespace
 }  // namespace mnemo
