@@ -119,6 +119,24 @@ struct CompletionRequest {
   /// Structured output: what the generated text must match (GBNF, or a JSON schema made one);
   /// null: unconstrained.
   std::shared_ptr<const grammar::Grammar> grammar;
+  /// With `grammar`: it applies only once the generated text contains one of these strings, to
+  /// the text from that string on (a lazy grammar: tool calls under tool_choice "auto",
+  /// Sampler::set_lazy_grammar). Empty: from the first token.
+  std::vector<std::string> grammar_triggers;
+  /// Tokens whose text goes into the generated text although they are control tokens (a chat
+  /// format's markers, e.g. a tool-call opener that is a special token), so the text can be
+  /// parsed; other control tokens add no text.
+  std::vector<TokenId> preserved_tokens;
+  /// The reasoning budget (llama-server's --reasoning-budget): once `budget` tokens were
+  /// generated inside the reasoning (after `start` appeared in the text, or from the first token
+  /// when `open`, until `end` appears), the tokens of `end` are generated next instead of
+  /// sampled, and the answer follows. budget < 0: no limit (the rest is ignored).
+  struct Reasoning {
+    int32_t budget = -1;
+    bool open = false;                // the prompt already opened the reasoning
+    std::string start, end;           // the markers, e.g. "<think>" and "</think>"
+    std::vector<TokenId> end_tokens;  // `end` tokenized (special tokens parsed)
+  } reasoning;
 };
 
 /// Numbers of one completion, for responses, metrics and the request log line.
@@ -331,6 +349,9 @@ class Engine {
   void decode_items(std::vector<WorkItem>& items);
   void commit(WorkItem& item, uint32_t out_row);
   void on_token(Slot& slot, TokenId tok, std::span<const float> logits);
+  // Follows the reasoning markers in a generated token's text `piece`; queues the end marker's
+  // tokens once the reasoning budget is spent (CompletionRequest::reasoning).
+  void track_reasoning(Slot& slot, const std::string& piece);
 
   // Slot lifecycle (slots.cc).
   // Starts serving `t` in `slot`, whose sequence holds the first n_cached prompt tokens.

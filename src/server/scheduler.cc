@@ -312,7 +312,40 @@ void Engine::commit(WorkItem& item, uint32_t out_row) {
     }
   }
   const std::span<const float> logits = ctx_->logits(out_row);
-  on_token(s, s.sampler->sample(logits), logits);
+  TokenId tok = kTokenNull;
+  if (s.forced.empty()) {
+    tok = s.sampler->sample(logits);
+  } else {  // the end of a spent reasoning budget
+    tok = s.forced.front();
+    s.forced.pop_front();
+  }
+  on_token(s, tok, logits);
+}
+
+void Engine::track_reasoning(Slot& s, const std::string& piece) {
+  const CompletionRequest::Reasoning& rb = s.task->req.reasoning;
+  if (rb.budget < 0 || s.reasoning_done || rb.end.empty()) return;
+  s.reasoning_tail += piece;
+  if (!s.in_reasoning) {
+    if (!rb.start.empty() && s.reasoning_tail.find(rb.start) != std::string::npos) {
+      s.in_reasoning = true;
+      s.reasoning_tail.erase(0, s.reasoning_tail.find(rb.start) + rb.start.size());
+    }
+  } else {
+    ++s.n_reasoning;
+  }
+  if (s.in_reasoning && s.reasoning_tail.find(rb.end) != std::string::npos) {
+    s.in_reasoning = false;
+    s.reasoning_done = true;
+    s.forced.clear();
+    return;
+  }
+  if (s.in_reasoning && s.n_reasoning >= rb.budget && s.forced.empty()) {
+    s.forced.assign(rb.end_tokens.begin(), rb.end_tokens.end());
+  }
+  // Only the tail a marker could still start in is kept.
+  const size_t keep = std::max(rb.start.size(), rb.end.size());
+  if (s.reasoning_tail.size() > keep) s.reasoning_tail.erase(0, s.reasoning_tail.size() - keep);
 }
 
 namespace {
@@ -359,7 +392,11 @@ void Engine::on_token(Slot& s, TokenId tok, std::span<const float> logits) {
   } else if (s.task->req.n_probs > 0) {
     s.unsent_probs.push_back(token_probs(logits, tok, s.task->req.n_probs));
   }
-  std::string text = s.stream.append(tok_.token_to_piece(tok, /*special=*/false));
+  const std::vector<TokenId>& preserved = s.task->req.preserved_tokens;
+  const bool special = std::find(preserved.begin(), preserved.end(), tok) != preserved.end();
+  const std::string piece = tok_.token_to_piece(tok, special);
+  track_reasoning(s, piece);
+  std::string text = s.stream.append(piece);
   const bool stopped = s.stream.stopped();
   const bool limit = s.stats.n_generated >= s.task->req.n_predict;
   if (!text.empty() || (!stopped && !limit)) {

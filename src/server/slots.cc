@@ -20,7 +20,20 @@ void Engine::begin(Task& t, Slot& slot, size_t n_cached) {
   slot.held.tokens.resize(n_cached);
   slot.held.cacheable = t.req.cache_prompt;
   slot.sampler = std::make_unique<Sampler>(t.req.sampling);
-  if (t.req.grammar) slot.sampler->set_grammar(t.req.grammar, grammar_vocab());
+  if (t.req.grammar && t.req.grammar_triggers.empty()) {
+    slot.sampler->set_grammar(t.req.grammar, grammar_vocab());
+  } else if (t.req.grammar) {
+    slot.sampler->set_lazy_grammar(t.req.grammar, grammar_vocab(), t.req.grammar_triggers);
+  }
+  const CompletionRequest::Reasoning& rb = t.req.reasoning;
+  slot.in_reasoning = rb.budget >= 0 && rb.open;
+  slot.reasoning_done = false;
+  slot.n_reasoning = 0;
+  slot.reasoning_tail.clear();
+  slot.forced.clear();
+  if (slot.in_reasoning && rb.budget == 0) {
+    slot.forced.assign(rb.end_tokens.begin(), rb.end_tokens.end());
+  }
   const size_t n_window = static_cast<size_t>(std::max(0, t.req.sampling.repeat_last_n));
   for (size_t i = n_prompt - std::min(n_prompt, n_window); i < n_prompt; ++i) {
     slot.sampler->accept(prompt[i]);
