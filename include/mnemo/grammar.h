@@ -123,7 +123,8 @@ class Vocab {
   size_t n_tokens_ = 0;
 };
 
-/// Decodes UTF-8 into code points; false for invalid or truncated input.
+/// Decodes UTF-8 into code points by RFC 3629 (strictly: a truncated sequence, an overlong form, a
+/// surrogate or a value past U+10FFFF is invalid); false for invalid input.
 bool decode_utf8(std::string_view s, std::vector<uint32_t>* out);
 
 }  // namespace mnemo::grammar

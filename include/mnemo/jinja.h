@@ -20,7 +20,7 @@
 //     either case, lists, tuples, dicts), attribute and item access, slices, calls, filters,
 //     tests (`is`, `is not`), arithmetic (+ - * / // % **), `~`, comparisons (chained), in,
 //     not in, and/or/not (returning operands, as Python), conditional expressions.
-//   - the filters, tests, string/dict methods and globals listed in src/jinja/builtins.cc.
+//   - the filters, tests, string/dict methods and globals listed in src/jinja/builtins.h.
 // Not supported (a parse or render error naming it): include, import, extends, block, call,
 // recursive loops, other methods of Python objects.
 //
@@ -69,7 +69,7 @@ struct RenderOptions {
   uint64_t max_steps = 5'000'000;
 };
 
-class Program;  // the parsed form (src/jinja/internal.h)
+class Program;  // the parsed form (src/jinja/syntax.h)
 
 /// A parsed template. Immutable; cheap to copy; render() may run on many threads at once.
 class Template {

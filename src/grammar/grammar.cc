@@ -8,6 +8,8 @@
 #include <set>
 #include <utility>
 
+#include "base/utf8.h"
+
 namespace mnemo::grammar {
 
 bool Element::matches(uint32_t cp) const {
@@ -22,35 +24,7 @@ bool Element::matches(uint32_t cp) const {
 }
 
 bool decode_utf8(std::string_view s, std::vector<uint32_t>* out) {
-  out->clear();
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int n = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      cp = c, n = 1;
-    } else if ((c & 0xE0) == 0xC0) {
-      cp = c & 0x1F, n = 2;
-    } else if ((c & 0xF0) == 0xE0) {
-      cp = c & 0x0F, n = 3;
-    } else if ((c & 0xF8) == 0xF0) {
-      cp = c & 0x07, n = 4;
-    } else {
-      return false;
-    }
-    if (i + size_t(n) > s.size()) return false;
-    for (int k = 1; k < n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + size_t(k)]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8 (RFC 3629 §3).
-    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    out->push_back(cp);
-    i += size_t(n);
-  }
-  return true;
+  return utf8::decode_strict_all(s, out);
 }
 
 // --- parser ------------------------------------------------------------------------------------
@@ -262,21 +236,7 @@ class Parser {
   Status parse_char(uint32_t* out) {
     if (pos_ >= s_.size()) return error("unexpected end");
     if (s_[pos_] != '\\') {
-      std::vector<uint32_t> cps;
-      size_t n = 1;
-      const auto c = static_cast<unsigned char>(s_[pos_]);
-      if (c >= 0xF0) {
-        n = 4;
-      } else if (c >= 0xE0) {
-        n = 3;
-      } else if (c >= 0xC0) {
-        n = 2;
-      }
-      if (!decode_utf8(s_.substr(pos_, n), &cps) || cps.size() != 1) {
-        return error("invalid UTF-8");
-      }
-      *out = cps[0];
-      pos_ += n;
+      if (!utf8::decode_strict(s_, &pos_, out)) return error("invalid UTF-8");
       return Status();
     }
     ++pos_;

@@ -5,40 +5,10 @@
 
 #include <cstdint>
 
+#include "base/utf8.h"
+
 namespace mnemo::server {
 namespace {
-
-// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not one (overlong forms,
-// surrogates and code points above U+10FFFF are invalid); its code point in *cp_out.
-size_t utf8_sequence_length(std::string_view s, size_t i, uint32_t* cp_out) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  *cp_out = c;
-  if (c < 0x80) return 1;
-  size_t n = 0;
-  uint32_t cp = 0;
-  if ((c & 0xE0) == 0xC0) {
-    n = 2;
-    cp = c & 0x1F;
-  } else if ((c & 0xF0) == 0xE0) {
-    n = 3;
-    cp = c & 0x0F;
-  } else if ((c & 0xF8) == 0xF0) {
-    n = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3F);
-  }
-  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  *cp_out = cp;
-  return n;
-}
 
 // Characters a file name may not hold because they hide or reorder what a reader sees (Unicode
 // Standard Annex #9 for the bidirectional controls; U+2028 / U+2029 break lines in logs).
@@ -67,8 +37,8 @@ Status validate_slot_filename(std::string_view name) {
           fmt::format("the file name has a path separator at byte {}", i));
     }
     uint32_t cp = 0;
-    const size_t n = utf8_sequence_length(name, i, &cp);
-    if (n == 0) {
+    size_t next = i;
+    if (!utf8::decode_strict(name, &next, &cp)) {
       return Status::invalid_argument(
           fmt::format("the file name is not valid UTF-8 at byte {}", i));
     }
@@ -77,7 +47,7 @@ Status validate_slot_filename(std::string_view name) {
           "the file name has U+{:04X} (a control, bidirectional or separator character) at byte {}",
           cp, i));
     }
-    i += n;
+    i = next;
   }
   if (name.find("..") != std::string_view::npos) {
     return Status::invalid_argument("the file name contains '..'");

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/utf8.h"
+
 namespace mnemo::server {
 
 void TextStream::reset(std::vector<std::string> stop) {
@@ -17,18 +19,7 @@ void TextStream::reset(std::vector<std::string> stop) {
   stop_word_.clear();
 }
 
-size_t TextStream::incomplete_utf8_tail(std::string_view s) {
-  for (size_t back = 1; back <= 4 && back <= s.size(); ++back) {
-    const unsigned char c = static_cast<unsigned char>(s[s.size() - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: the lead byte is further back
-    const size_t need = (c & 0xE0) == 0xC0   ? 2
-                        : (c & 0xF0) == 0xE0 ? 3
-                        : (c & 0xF8) == 0xF0 ? 4
-                                             : 1;
-    return need > back ? back : 0;
-  }
-  return 0;  // only continuation bytes: not a character we can complete; release them
-}
+size_t TextStream::incomplete_utf8_tail(std::string_view s) { return utf8::incomplete_tail(s); }
 
 std::string TextStream::append(std::string_view piece) {
   if (stopped()) return {};

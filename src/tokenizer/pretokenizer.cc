@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "base/utf8.h"
 #include "mnemo/check.h"
 #include "mnemo/log.h"
 #include "tokenizer/unicode.h"
@@ -142,7 +143,7 @@ Result<std::unique_ptr<Pretokenizer>> Pretokenizer::create(
 
 std::vector<size_t> Pretokenizer::boundaries(std::string_view text,
                                              std::vector<uint32_t>* cpts) const {
-  *cpts = utf8_decode(text);
+  *cpts = utf8::decode_lenient_all(text);
   const size_t n = cpts->size();
   // The subject PCRE2 sees: valid UTF-8 of the code points, with the ones UTF-8 cannot carry
   // (surrogates, > U+10FFFF) shown as U+FFFD; like U+FFFD they are neither letter, number nor
@@ -153,8 +154,8 @@ std::vector<size_t> Pretokenizer::boundaries(std::string_view text,
   for (size_t i = 0; i < n; ++i) {
     byte_off[i] = subject.size();
     uint32_t c = (*cpts)[i];
-    if ((c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) c = kReplacementChar;
-    utf8_append(c, &subject);
+    if ((c >= 0xD800 && c <= 0xDFFF) || c > utf8::kMaxCodePoint) c = utf8::kReplacementChar;
+    utf8::append(c, &subject);
   }
   byte_off[n] = subject.size();
   auto cpt_at = [&](size_t byte) {  // byte offset (on a character boundary) -> code point index
@@ -197,7 +198,7 @@ std::vector<size_t> Pretokenizer::boundaries(std::string_view text,
         const size_t ms = ov[0];
         const size_t me = ov[1];
         if (me == ms) {  // empty match: none of our patterns has one; step over one character
-          pos = ms + utf8_seq_len(static_cast<uint8_t>(subject[byte_off[a] + ms]));
+          pos = ms + utf8::lenient_length(static_cast<uint8_t>(subject[byte_off[a] + ms]));
           continue;
         }
         if (ms > last) next.push_back(cpt_at(byte_off[a] + ms));
@@ -222,7 +223,7 @@ std::vector<std::string> Pretokenizer::split_raw(std::string_view text) const {
   words.reserve(b.size());
   for (size_t k = 0; k + 1 < b.size(); ++k) {
     std::string w;
-    for (size_t i = b[k]; i < b[k + 1]; ++i) utf8_append(cpts[i], &w);
+    for (size_t i = b[k]; i < b[k + 1]; ++i) utf8::append(cpts[i], &w);
     words.push_back(std::move(w));
   }
   return words;

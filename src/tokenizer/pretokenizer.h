@@ -1,7 +1,7 @@
 // Byte-level BPE pre-tokenizer: text -> words, by a list of PCRE2 regexes (module-private).
 //
-// Semantics (llama.cpp's unicode_regex_split): the text is decoded to code points (tok::
-// utf8_decode); the first regex splits the whole text into pieces, each match and each stretch
+// Semantics (llama.cpp's unicode_regex_split): the text is decoded to code points (base/utf8.h,
+// LENIENT rule); the first regex splits the whole text into pieces, each match and each stretch
 // between matches being one piece; every later regex splits each piece the same way, seeing only
 // that piece (a lookahead cannot see past its end). Finally every piece is re-encoded as UTF-8
 // and each of its bytes mapped to GPT-2's byte-level alphabet (tok::byte_to_symbol).

@@ -39,28 +39,6 @@ TEST(ByteAlphabet, KnownSymbols) {
   EXPECT_EQ(cpt_to_byte(' '), -1);
 }
 
-TEST(Utf8, DecodeLikeLlamaCpp) {
-  EXPECT_EQ(utf8_decode("a\xC3\xA9"), (std::vector<uint32_t>{'a', 0xE9}));
-  // Stray continuation byte, truncated sequence, 0xFF: each one byte -> U+FFFD.
-  EXPECT_EQ(utf8_decode("\x80"), (std::vector<uint32_t>{0xFFFD}));
-  EXPECT_EQ(utf8_decode("\xE2\x82"), (std::vector<uint32_t>{0xFFFD, 0xFFFD}));
-  EXPECT_EQ(utf8_decode("\xFFx"), (std::vector<uint32_t>{0xFFFD, 'x'}));
-  EXPECT_EQ(utf8_decode("\xF0\x9F\xA6\x99"), (std::vector<uint32_t>{0x1F999}));
-  // Overlong forms and values past U+10FFFF: every byte is U+FFFD (as llama.cpp).
-  EXPECT_EQ(utf8_decode(std::string("\xC0\x80", 2)), (std::vector<uint32_t>{0xFFFD, 0xFFFD}));
-  EXPECT_EQ(utf8_decode("\xE0\x9F\xBF"), (std::vector<uint32_t>{0xFFFD, 0xFFFD, 0xFFFD}));
-  EXPECT_EQ(utf8_decode("\xF0\x8F\xBF\xBF").size(), 4u);
-  EXPECT_EQ(utf8_decode("\xF4\x90\x80\x80"),
-            (std::vector<uint32_t>{0xFFFD, 0xFFFD, 0xFFFD, 0xFFFD}));
-  EXPECT_EQ(utf8_decode("\xE0\xA0\x80"), (std::vector<uint32_t>{0x800}));
-  EXPECT_EQ(utf8_decode("\xF4\x8F\xBF\xBF"), (std::vector<uint32_t>{0x10FFFF}));
-  // Surrogates are decoded.
-  EXPECT_EQ(utf8_decode("\xED\xA0\x80"), (std::vector<uint32_t>{0xD800}));
-  std::string s;
-  utf8_append(0x1F999, &s);
-  EXPECT_EQ(s, "\xF0\x9F\xA6\x99");
-}
-
 TEST(Pretokenizer, ExpandWhitespace) {
   const std::string e = Pretokenizer::expand_whitespace(R"(a\s+(?!\S)[^\s\p{L}]\\s)");
   EXPECT_EQ(e.find("\\s"), e.rfind("\\s"));  // only the escaped backslash + 's' remains

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <queue>
 
+#include "base/utf8.h"
 #include "mnemo/check.h"
 #include "mnemo/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -37,7 +38,7 @@ std::vector<Symbol> char_symbols(std::string_view text) {
   int32_t index = 0;
   while (off < text.size()) {
     const size_t len =
-        std::min(tok::utf8_seq_len(static_cast<uint8_t>(text[off])), text.size() - off);
+        std::min(utf8::lenient_length(static_cast<uint8_t>(text[off])), text.size() - off);
     syms.push_back({index - 1, off + len == text.size() ? -1 : index + 1,
                     static_cast<uint32_t>(off), static_cast<uint32_t>(len)});
     off += len;
@@ -281,13 +282,13 @@ std::string Tokenizer::token_to_piece(TokenId id, bool special) const {
     }
     // Byte-level BPE: every code point of the text is one byte. One that is not (a damaged
     // vocabulary) is shown as llama.cpp shows it.
-    for (uint32_t cpt : tok::utf8_decode(t)) {
+    for (uint32_t cpt : utf8::decode_lenient_all(t)) {
       const int b = tok::cpt_to_byte(cpt);
       if (b >= 0) {
         out.push_back(static_cast<char>(b));
       } else {
         std::string utf8;
-        tok::utf8_append(cpt, &utf8);
+        utf8::append(cpt, &utf8);
         out += "[UNK_BYTE_0x";
         for (char c : utf8) {
           char hex[3];

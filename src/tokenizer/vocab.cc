@@ -284,9 +284,17 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   return from_spec(std::move(spec));
 }
 
-Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
-  auto impl = std::make_unique<Impl>();
-  Impl& v = *impl;
+namespace {
+
+// A model type's defaults (llama.cpp: special ids per model type, then per pre-tokenizer flags).
+struct ModelDefaults {
+  TokenId bos = kTokenNull, eos = kTokenNull, unk = kTokenNull;
+  bool add_bos = false;
+  bool space_prefix = false;
+};
+
+// The spec's table sizes, before anything is read from them.
+Status check_sizes(const VocabSpec& spec) {
   const size_t n = spec.tokens.size();
   if (n == 0) return Status::invalid_argument("tokenizer.ggml.tokens is empty");
   if (n > static_cast<size_t>(INT32_MAX)) {
@@ -298,35 +306,41 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
   if (!spec.token_types.empty() && spec.token_types.size() < n) {
     return Status::invalid_argument("tokenizer.ggml.token_type has fewer entries than tokens");
   }
+  return Status();
+}
 
-  // Model defaults (llama.cpp: special ids per model type, then per pre-tokenizer flags).
-  TokenId def_bos = kTokenNull, def_eos = kTokenNull, def_unk = kTokenNull;
-  bool def_add_bos = false;
-  bool def_space_prefix = false;
+// The tokenizer type and pre-tokenizer of spec.model / spec.pre into v; the model's defaults.
+Result<ModelDefaults> set_model(const VocabSpec& spec, Tokenizer::Impl& v) {
+  ModelDefaults d;
   if (spec.model == "llama") {
     v.type = VocabType::kSpm;
     v.pre = PreTokenizer::kNone;
-    def_bos = 1;
-    def_eos = 2;
-    def_unk = 0;
-    def_add_bos = true;
-    def_space_prefix = true;
+    d.bos = 1;
+    d.eos = 2;
+    d.unk = 0;
+    d.add_bos = true;
+    d.space_prefix = true;
     v.clean_spaces = false;
   } else if (spec.model == "gpt2") {
     v.type = VocabType::kBpe;
-    def_bos = 11;
-    def_eos = 11;
+    d.bos = 11;
+    d.eos = 11;
     MNEMO_ASSIGN_OR_RETURN(PreInfo pi, pre_info(spec.pre));
     v.pre = pi.pre;
     v.clean_spaces = pi.clean_spaces;
     v.ignore_merges = pi.ignore_merges;
-    def_add_bos = pi.add_bos;
+    d.add_bos = pi.add_bos;
   } else {
     return Status::not_supported("tokenizer model tokenizer.ggml.model = '" + spec.model +
                                  "' (supported: 'llama' (SentencePiece), 'gpt2' (byte-level BPE))");
   }
+  return d;
+}
 
-  // Tokens, scores, attributes, text -> id.
+// Tokens, scores, attributes, text -> id; BPE merges and the pre-tokenizer. Moves spec's tokens
+// and merges into v.
+Status load_tokens(VocabSpec& spec, Tokenizer::Impl& v) {
+  const size_t n = spec.tokens.size();
   v.text = std::move(spec.tokens);
   v.score.assign(n, 0.0f);
   v.attr.assign(n, kAttrNormal);
@@ -346,8 +360,6 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
                                 std::to_string(it->second) + " and " + std::to_string(i));
     }
   }
-
-  // BPE merges.
   if (v.type == VocabType::kBpe) {
     v.merge_rank.reserve(spec.merges.size());
     for (size_t i = 0; i < spec.merges.size(); ++i) {
@@ -360,8 +372,12 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
     v.merges = std::move(spec.merges);
     MNEMO_ASSIGN_OR_RETURN(v.pretok, tok::Pretokenizer::create(v.pre));
   }
+  return Status();
+}
 
-  // Special ids: the default unless the spec names a valid one.
+// Special ids: the default unless the spec names a valid one; the add_bos / add_eos flags.
+Status set_special_ids(const VocabSpec& spec, const ModelDefaults& d, Tokenizer::Impl& v) {
+  const size_t n = v.text.size();
   auto pick = [&](const char* name, const std::optional<int64_t>& given, TokenId def) {
     TokenId id = (def >= 0 && static_cast<size_t>(def) < n) ? def : kTokenNull;
     if (given) {
@@ -374,11 +390,11 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
     }
     return id;
   };
-  v.bos = pick("bos", spec.bos, def_bos);
-  v.eos = pick("eos", spec.eos, def_eos);
+  v.bos = pick("bos", spec.bos, d.bos);
+  v.eos = pick("eos", spec.eos, d.eos);
   v.eot = pick("eot", spec.eot, kTokenNull);
   v.eom = pick("eom", spec.eom, kTokenNull);
-  v.unk = pick("unknown", spec.unk, def_unk);
+  v.unk = pick("unknown", spec.unk, d.unk);
   v.sep = pick("separator", spec.sep, kTokenNull);
   v.pad = pick("padding", spec.pad, kTokenNull);
   v.mask = pick("mask", spec.mask, kTokenNull);
@@ -388,17 +404,22 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
   v.fim_pad = pick("fim_pad", spec.fim_pad, kTokenNull);
   v.fim_rep = pick("fim_rep", spec.fim_rep, kTokenNull);
   v.fim_sep = pick("fim_sep", spec.fim_sep, kTokenNull);
-  v.add_bos = spec.add_bos.value_or(def_add_bos);
+  v.add_bos = spec.add_bos.value_or(d.add_bos);
   v.add_eos = spec.add_eos.value_or(false);
-  v.add_space_prefix = spec.add_space_prefix.value_or(def_space_prefix);
+  v.add_space_prefix = spec.add_space_prefix.value_or(d.space_prefix);
   if (v.add_bos && v.bos == kTokenNull) {
     return Status::invalid_argument("tokenizer.ggml.add_bos_token is true but there is no BOS id");
   }
   if (v.add_eos && v.eos == kTokenNull) {
     return Status::invalid_argument("tokenizer.ggml.add_eos_token is true but there is no EOS id");
   }
+  return Status();
+}
 
-  // Special tokens found by their text, as llama.cpp finds them.
+// Special tokens found by their text, as llama.cpp finds them, and the end-of-generation set
+// (v.eog): FIM pad/rep/sep, every end-of-turn text, EOS, EOT, EOM.
+void find_end_of_generation(Tokenizer::Impl& v) {
+  const size_t n = v.text.size();
   detect_by_text(v, &v.eot, kEotTexts);
   detect_by_text(v, &v.eom, std::array<std::string_view, 1>{"<|eom_id|>"});
   detect_by_text(v, &v.fim_pre, kFimPreTexts);
@@ -412,7 +433,6 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
       v.attr[i] |= kAttrUnused;
     }
   }
-  // End of generation: FIM pad/rep/sep, every end-of-turn text, EOS, EOT, EOM.
   std::vector<TokenId> eog;
   for (TokenId id : {v.fim_pad, v.fim_rep, v.fim_sep}) {
     if (id != kTokenNull) eog.push_back(id);
@@ -453,8 +473,12 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
   // Gemma 4 / PaddleOCR: "</s>" is a normal token when "<|tool_response>" exists.
   if (eog_has("<|tool_response>") && eog_has("</s>")) eog_drop("</s>", kAttrNormal);
   v.eog = std::move(eog);
+}
 
-  // Special tokens cut out of the text before tokenizing, longest first.
+// The special tokens cut out of the text before tokenizing (longest first, in a trie); the byte
+// tokens and the newline token.
+void index_special_tokens(Tokenizer::Impl& v) {
+  const size_t n = v.text.size();
   for (size_t i = 0; i < n; ++i) {
     if (v.attr[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) {
       v.special_order.push_back(static_cast<TokenId>(i));
@@ -465,8 +489,6 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
   for (size_t k = 0; k < v.special_order.size(); ++k) {
     v.special_trie.insert(v.text[v.special_order[k]], static_cast<int32_t>(k));
   }
-
-  // Byte tokens and the newline token.
   if (v.type == VocabType::kSpm) {
     static constexpr char kHex[] = "0123456789ABCDEF";
     for (int b = 0; b < 256; ++b) {
@@ -482,7 +504,19 @@ Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
     v.tokenize_bpe("\n", &ids);
     v.nl = ids.empty() ? v.pad : ids[0];
   }
+}
 
+}  // namespace
+
+Result<Tokenizer> Tokenizer::from_spec(VocabSpec spec) {
+  MNEMO_RETURN_IF_ERROR(check_sizes(spec));
+  auto impl = std::make_unique<Impl>();
+  Impl& v = *impl;
+  MNEMO_ASSIGN_OR_RETURN(const ModelDefaults defaults, set_model(spec, v));
+  MNEMO_RETURN_IF_ERROR(load_tokens(spec, v));
+  MNEMO_RETURN_IF_ERROR(set_special_ids(spec, defaults, v));
+  find_end_of_generation(v);
+  index_special_tokens(v);
   v.chat_template = std::move(spec.chat_template);
   spec.tokens.clear();
   spec.merges.clear();

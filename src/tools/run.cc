@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/utf8.h"
 #include "kernels/kernels.h"
 #include "mnemo/chat.h"
 #include "tools/commands.h"
@@ -32,7 +33,7 @@ class Utf8Stream {
  public:
   void write(const std::string& piece) {
     pending_ += piece;
-    size_t keep = incomplete_tail(pending_);
+    size_t keep = utf8::incomplete_tail(pending_);
     std::fwrite(pending_.data(), 1, pending_.size() - keep, stdout);
     std::fflush(stdout);
     pending_.erase(0, pending_.size() - keep);
@@ -44,16 +45,6 @@ class Utf8Stream {
   }
 
  private:
-  // Bytes at the end of s that start a UTF-8 character not yet complete.
-  static size_t incomplete_tail(const std::string& s) {
-    for (size_t back = 1; back <= 3 && back <= s.size(); ++back) {
-      unsigned char c = static_cast<unsigned char>(s[s.size() - back]);
-      if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-      size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-      return need > back ? back : 0;
-    }
-    return 0;
-  }
   std::string pending_;
 };
 
