@@ -123,7 +123,17 @@ class ChatTemplate {
   Result<std::string> render(const nlohmann::ordered_json& messages,
                              const nlohmann::ordered_json& variables) const;
 
+  /// Whether the Jinja template reads an assistant tool call's function.arguments as an object
+  /// (`| tojson`, `| items`: most tool-calling templates) rather than as the JSON text OpenAI
+  /// clients send. Found once, when the template is made, by rendering a probe conversation with
+  /// object arguments: objects when that succeeds, shows the probe's value and no Python dict
+  /// literal. render() then hands the template each call's arguments parsed into an object
+  /// (arguments that are not a JSON object's text stay as given), or as text.
+  bool object_arguments() const { return object_arguments_; }
+
  private:
+  // Renders `ctx` (messages and variables already in the template's form).
+  Result<std::string> render_jinja(nlohmann::ordered_json ctx) const;
   ChatTemplateFamily family_ = ChatTemplateFamily::kChatml;
   bool recognized_ = true;
   std::string default_system_;
@@ -131,6 +141,7 @@ class ChatTemplate {
   std::string source_;
   std::string bos_token_, eos_token_;
   bool add_bos_ = false, add_eos_ = false;
+  bool object_arguments_ = false;
 };
 
 /// Shorthand: ChatTemplate::detect(template_text).apply(messages, add_generation_prompt).

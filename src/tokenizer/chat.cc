@@ -189,6 +189,49 @@ Status content_text(const Json& m, size_t i, std::string_view sep, std::string* 
   return Status();
 }
 
+// True when the JSON text nests arrays / objects at most `limit` deep (a linear scan, so a
+// hostile text is refused before the parser and the value's destructor recurse into it).
+bool shallow_json(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// A message's tool_calls[].function.arguments in the form the template reads: parsed into an
+// object when `objects` (text that is not a JSON object's stays as it is), else as JSON text.
+void arguments_as(Json* m, bool objects) {
+  auto calls = m->find("tool_calls");
+  if (calls == m->end() || !calls->is_array()) return;
+  for (Json& call : *calls) {
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+    Json& fn = call["function"];
+    auto args = fn.find("arguments");
+    if (args == fn.end()) continue;
+    if (objects && args->is_string() && shallow_json(args->get_ref<const std::string&>(), 64)) {
+      Json parsed = Json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_object()) *args = std::move(parsed);
+    } else if (!objects && !args->is_string()) {
+      *args = args->dump();
+    }
+  }
+}
+
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 bool ends_with(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
@@ -216,6 +259,21 @@ Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view source, std::stri
   t.eos_token_ = std::move(eos_token);
   t.add_bos_ = add_bos;
   t.add_eos_ = add_eos;
+  {
+    // Which form of tool-call arguments the template reads (object_arguments()).
+    Json call = {
+        {"id", "call_probe"},
+        {"type", "function"},
+        {"function", {{"name", "probe_tool"}, {"arguments", {{"probe_arg", "probe_value"}}}}}};
+    Json ctx = {{"messages", Json::array({{{"role", "user"}, {"content", "probe"}},
+                                          {{"role", "assistant"},
+                                           {"content", ""},
+                                           {"tool_calls", Json::array({std::move(call)})}}})},
+                {"add_generation_prompt", false}};
+    auto out = t.render_jinja(std::move(ctx));
+    t.object_arguments_ = out.ok() && out->find("probe_value") != std::string::npos &&
+                          out->find("'probe_arg'") == std::string::npos;
+  }
   return t;
 }
 
@@ -271,6 +329,7 @@ Result<std::string> ChatTemplate::render(const Json& messages, const Json& varia
     MNEMO_RETURN_IF_ERROR(content_text(m, i, "\n", &text));
     Json copy = m;
     if (m.contains("content") && m["content"].is_array()) copy["content"] = text;
+    arguments_as(&copy, object_arguments_);
     msgs.push_back(std::move(copy));
     plain.push_back({role->get<std::string>(), std::move(text)});
   }
@@ -302,6 +361,11 @@ Result<std::string> ChatTemplate::render(const Json& messages, const Json& varia
   }
   ctx["messages"] = std::move(msgs);
   ctx["add_generation_prompt"] = true;
+  MNEMO_ASSIGN_OR_RETURN(std::string text, render_jinja(std::move(ctx)));
+  return text + prefill;
+}
+
+Result<std::string> ChatTemplate::render_jinja(Json ctx) const {
   ctx["bos_token"] = bos_token_;
   ctx["eos_token"] = eos_token_;
   auto out = jinja_->render(ctx);
@@ -313,7 +377,7 @@ Result<std::string> ChatTemplate::render(const Json& messages, const Json& varia
   if (add_eos_ && !eos_token_.empty() && ends_with(text, eos_token_)) {
     text.erase(text.size() - eos_token_.size());
   }
-  return text + prefill;
+  return text;
 }
 
 std::string apply_chat_template(std::string_view template_text,

@@ -145,6 +145,38 @@ TEST(ChatTemplate, JinjaIsChosenAndRendersWithVariables) {
             "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// An assistant tool call's arguments reach the template in the form it reads: parsed into an
+// object for a template that writes them with `tojson` (or walks their items), as the JSON text
+// the client sent for one that prints them as they are.
+TEST(ChatTemplate, ToolCallArgumentsInTheFormTheTemplateReads) {
+  const Json msgs = Json::parse(R"([{"role": "user", "content": "q"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"}])");
+  auto render = [&](const char* src) {
+    auto t = ChatTemplate::from_jinja(src, "", "", false, false);
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    auto r = t->render(msgs, Json::object());
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::make_pair(t->object_arguments(), r.ok() ? *r : std::string());
+  };
+  const char* kLoop = "{% for m in messages %}{% for c in m.tool_calls or [] %}";
+  auto [obj, text] = render(
+      (std::string(kLoop) + "{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}").c_str());
+  EXPECT_TRUE(obj);
+  EXPECT_EQ(text, R"({"city": "Paris"})");
+  auto [items, text2] =
+      render((std::string(kLoop) + "{% for k, v in c.function.arguments | items %}{{ k }}={{ v }}"
+                                   "{% endfor %}{% endfor %}{% endfor %}")
+                 .c_str());
+  EXPECT_TRUE(items);
+  EXPECT_EQ(text2, "city=Paris");
+  auto [str, text3] =
+      render((std::string(kLoop) + "{{ c.function.arguments }}{% endfor %}{% endfor %}").c_str());
+  EXPECT_FALSE(str);
+  EXPECT_EQ(text3, R"({"city": "Paris"})");
+}
+
 TEST(ChatTemplate, TemplateErrorsAreStatuses) {
   const Tokenizer tok = tokenizer_with_template(
       "{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}ok");
