@@ -1,0 +1,73 @@
+// ResponseStore (response_store.h): an LRU list and an index by id under one mutex.
+#include "server/response_store.h"
+
+#include <utility>
+
+namespace mnemo::server {
+
+bool ResponseStore::put(StoredResponse r) {
+  r.bytes = r.response.dump().size() + r.messages.dump().size();
+  if (r.bytes > max_bytes_ || max_count_ == 0) return false;
+  auto entry = std::make_shared<const StoredResponse>(std::move(r));
+  std::lock_guard<std::mutex> lk(mu_);
+  if (auto it = by_id_.find(entry->id); it != by_id_.end()) {
+    bytes_ -= (*it->second)->bytes;
+    lru_.erase(it->second);
+    by_id_.erase(it);
+  }
+  lru_.push_front(entry);
+  by_id_[entry->id] = lru_.begin();
+  bytes_ += entry->bytes;
+  ++stored_total_;
+  evict_locked();
+  return true;
+}
+
+void ResponseStore::evict_locked() {
+  // The newest entry fits on its own (put checked), so it is never the one evicted.
+  while (lru_.size() > max_count_ || bytes_ > max_bytes_) {
+    const Entry& last = lru_.back();
+    bytes_ -= last->bytes;
+    by_id_.erase(last->id);
+    lru_.pop_back();
+    ++evicted_total_;
+  }
+}
+
+std::shared_ptr<const StoredResponse> ResponseStore::get(std::string_view id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = by_id_.find(std::string(id));
+  if (it == by_id_.end()) {
+    ++misses_total_;
+    return nullptr;
+  }
+  lru_.splice(lru_.begin(), lru_, it->second);
+  ++hits_total_;
+  return *it->second;
+}
+
+bool ResponseStore::erase(std::string_view id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = by_id_.find(std::string(id));
+  if (it == by_id_.end()) return false;
+  bytes_ -= (*it->second)->bytes;
+  lru_.erase(it->second);
+  by_id_.erase(it);
+  return true;
+}
+
+ResponseStoreStats ResponseStore::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  ResponseStoreStats s;
+  s.count = lru_.size();
+  s.bytes = bytes_;
+  s.max_count = max_count_;
+  s.max_bytes = max_bytes_;
+  s.stored_total = stored_total_;
+  s.evicted_total = evicted_total_;
+  s.hits_total = hits_total_;
+  s.misses_total = misses_total_;
+  return s;
+}
+
+}  // namespace mnemo::server
