@@ -130,7 +130,7 @@ enum class ChatFormat : uint8_t {
 std::string_view chat_format_name(ChatFormat f);
 
 /// The format whose markers the Jinja template source holds (rules in detect.cc; first match
-/// wins); kGeneric (kGenericThink when it has <think>) when none matches.
+/// wins); kGeneric (kGenericThink when it has </think>) when none matches.
 ChatFormat detect_chat_format(std::string_view template_source);
 
 /// What happens to the model's thinking.

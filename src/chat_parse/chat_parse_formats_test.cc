@@ -30,7 +30,7 @@ TEST(QwenFormatsTest, Qwen3Coder) {
       "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
   check("Hello", o, msg("Hello"));
   check("<think>\nLet me see.\n</think>\n\n" + one, o, msg("", "Let me see.", {kParisXml}));
-  check(one, o, msg("", "", {kParis}));
+  check(one, o, msg("", "", {kParisXml}));
   check("I will check.\n" + one + "\n" + one, o, msg("I will check.", "", {kParisXml, kParisXml}));
   // The first call may come without <tool_call>.
   check("<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",

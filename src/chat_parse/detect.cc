@@ -35,7 +35,7 @@ const Rule kRules[] = {
     {ChatFormat::kFirefunctionV2, {"functools["}, {}},
     {ChatFormat::kFunctionaryV31, {"<|start_header_id|>", "<function="}, {}},
     {ChatFormat::kLlama3, {"<|start_header_id|>ipython<|end_header_id|>"}, {}},
-    {ChatFormat::kGenericThink, {"<think>"}, {}},
+    {ChatFormat::kGenericThink, {"</think>"}, {}},
 };
 
 }  // namespace
