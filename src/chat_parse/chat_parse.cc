@@ -26,6 +26,16 @@ ThinkTags think_tags(ChatFormat f) {
   }
 }
 
+bool prompt_opens_thinking(ChatFormat format, std::string_view prompt) {
+  const ThinkTags tags = think_tags(format);
+  if (tags.open.empty()) return false;
+  while (!prompt.empty() && (prompt.back() == ' ' || prompt.back() == '\n' || prompt.back() == '\t' ||
+                             prompt.back() == '\r')) {
+    prompt.remove_suffix(1);
+  }
+  return prompt.ends_with(tags.open);
+}
+
 ChatMsg parse_chat_output(std::string_view text, const ParseOptions& opt) {
   Ctx ctx(text, opt);
   ChatMsg msg;

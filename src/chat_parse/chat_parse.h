@@ -196,6 +196,12 @@ struct ChatMsg {
 /// (diff_chat_msg reports that as an error).
 ChatMsg parse_chat_output(std::string_view text, const ParseOptions& opt);
 
+/// Whether a rendered prompt leaves the model inside its reasoning: it ends (white space aside)
+/// with the format's opening think tag, as the generation prompts of Qwen3 (thinking), DeepSeek
+/// R1 and V3.1 (thinking) and GLM 4.7 do; then set ParseOptions::thinking_forced_open. false for
+/// formats without think tags (gpt-oss's channels included).
+bool prompt_opens_thinking(ChatFormat format, std::string_view prompt);
+
 /// A new piece of one tool call, for an OpenAI "tool_calls" delta.
 struct ToolCallDelta {
   size_t index = 0;       // position in ChatMsg::tool_calls

@@ -150,6 +150,10 @@ TEST(ChatParseTest, HermesCalls) {
         o, msg("", "", {paris}));
   check(R"(<tool_call>{"name": "get_time"}</tool_call>)", o,
         msg("", "", {call("get_time", "{}")}));
+  // Several calls as an array in one block.
+  check("<tool_call>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+        "{\"name\": \"get_time\", \"arguments\": {}}]</tool_call>",
+        o, msg("", "", {paris, call("get_time", "{}")}));
   // Markup inside the reasoning is reasoning.
   check("<think>maybe " + one + "</think>Done", o, msg("Done", "maybe " + one), false);
 }
@@ -192,6 +196,14 @@ TEST(ChatParseTest, PartialOpenersAreHeldBack) {
   p.is_partial = false;
   EXPECT_EQ(parse_chat_output("Hello <tool_", p), msg("Hello <tool_"));
   EXPECT_EQ(parse_chat_output("<thi", p), msg("<thi"));
+}
+
+TEST(ChatParseTest, PromptOpensThinking) {
+  EXPECT_TRUE(prompt_opens_thinking(ChatFormat::kHermes, "<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(prompt_opens_thinking(ChatFormat::kHermes, "<|im_start|>assistant\n"));
+  EXPECT_FALSE(prompt_opens_thinking(ChatFormat::kDeepSeekV31, "<｜Assistant｜></think>"));
+  EXPECT_TRUE(prompt_opens_thinking(ChatFormat::kMistral, "[INST]hi[/INST][THINK]"));
+  EXPECT_FALSE(prompt_opens_thinking(ChatFormat::kLlama3, "<think>"));
 }
 
 TEST(ChatParseTest, ToolCallsOffLeavesMarkupInContent) {

@@ -326,6 +326,19 @@ bool string_schema(const nlohmann::ordered_json& s) {
   return false;
 }
 
+SectionResult parse_json_calls(Ctx& ctx, size_t pos, const CallKeys& keys,
+                               std::string_view closer) {
+  if (pos >= ctx.size()) return {Outcome::kIncomplete, ctx.size(), {}};
+  if (ctx.text[pos] == '[') return parse_call_array(ctx, pos, keys, closer);
+  if (ctx.text[pos] != '{') return {Outcome::kInvalid, pos, {}};
+  CallParse cp = parse_call_object(ctx, pos, keys);
+  if (cp.status == Scan::kInvalid) return {Outcome::kInvalid, cp.end, {}};
+  std::vector<ToolCall> calls;
+  if (cp.call) calls.push_back(std::move(*cp.call));
+  if (cp.status == Scan::kIncomplete) return {Outcome::kIncomplete, ctx.size(), std::move(calls)};
+  return close_section(ctx, cp.end, closer, std::move(calls));
+}
+
 bool is_name(std::string_view s) {
   if (s.empty()) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {

@@ -121,6 +121,10 @@ ArgsParse parse_args(const Ctx& ctx, size_t pos);
 SectionResult parse_call_array(Ctx& ctx, size_t pos, const CallKeys& keys,
                                std::string_view closer);
 
+/// One JSON call object at text[pos] ('{'), or (a '[' there) an array of them, then `closer`
+/// (optional, as close_section).
+SectionResult parse_json_calls(Ctx& ctx, size_t pos, const CallKeys& keys, std::string_view closer);
+
 /// Ends a section whose calls are whole at `pos`: the closing tag (optional, kMaybe while it
 /// may still come) then kDone. Used by the formats whose closer a model may leave out.
 SectionResult close_section(const Ctx& ctx, size_t pos, std::string_view closer,

@@ -12,32 +12,18 @@ namespace {
 constexpr CallKeys kNoIds{.id = ""};
 
 SectionResult parse_hermes(Ctx& ctx, size_t pos) {
-  constexpr std::string_view kOpen = "<tool_call>";
-  const size_t p = skip_ws(ctx.text, pos + kOpen.size());
+  const size_t p = skip_ws(ctx.text, pos + std::string_view("<tool_call>").size());
   if (p >= ctx.size()) return {Outcome::kIncomplete, ctx.size(), {}};
-  if (ctx.text[p] != '{') return {Outcome::kInvalid, p, {}};
-  CallParse cp = parse_call_object(ctx, p, kNoIds);
-  if (cp.status == Scan::kInvalid) return {Outcome::kInvalid, cp.end, {}};
-  std::vector<ToolCall> calls;
-  if (cp.call) calls.push_back(std::move(*cp.call));
-  if (cp.status == Scan::kIncomplete) return {Outcome::kIncomplete, ctx.size(), std::move(calls)};
-  return close_section(ctx, cp.end, "</tool_call>", std::move(calls));
+  return parse_json_calls(ctx, p, kNoIds, "</tool_call>");
 }
 
 // An opener, white space, then a JSON array of calls (a single object is taken too), then an
-// optional closer.
+// optional closer. (Hermes is the same with one object, but an array is taken there too.)
 SectionResult array_after(Ctx& ctx, size_t pos, std::string_view opener, const CallKeys& keys,
                           std::string_view closer) {
   const size_t p = skip_ws(ctx.text, pos + opener.size());
   if (p >= ctx.size()) return {Outcome::kIncomplete, ctx.size(), {}};
-  if (ctx.text[p] == '[') return parse_call_array(ctx, p, keys, closer);
-  if (ctx.text[p] != '{') return {Outcome::kInvalid, p, {}};
-  CallParse cp = parse_call_object(ctx, p, keys);
-  if (cp.status == Scan::kInvalid) return {Outcome::kInvalid, cp.end, {}};
-  std::vector<ToolCall> calls;
-  if (cp.call) calls.push_back(std::move(*cp.call));
-  if (cp.status == Scan::kIncomplete) return {Outcome::kIncomplete, ctx.size(), std::move(calls)};
-  return close_section(ctx, cp.end, closer, std::move(calls));
+  return parse_json_calls(ctx, p, keys, closer);
 }
 
 SectionResult parse_granite(Ctx& ctx, size_t pos) {

@@ -156,7 +156,13 @@ Outcome parse_xml_call(Ctx& ctx, size_t pos, const XmlSpec& spec, std::vector<To
 SectionResult parse_xml(Ctx& ctx, size_t pos, const XmlSpec& spec) {
   SectionResult r;
   size_t p = pos;
-  if (ctx.starts_with(pos, spec.block_open)) p += spec.block_open.size();
+  if (ctx.starts_with(pos, spec.block_open)) {
+    p = skip_ws(ctx.text, pos + spec.block_open.size());
+    // A model of the family that writes Hermes' JSON in the block instead: taken too.
+    if (p < ctx.size() && (ctx.text[p] == '{' || ctx.text[p] == '[')) {
+      return parse_json_calls(ctx, p, {.id = ""}, spec.block_close);
+    }
+  }
   while (true) {
     const size_t q = skip_ws(ctx.text, p);
     if (ctx.starts_with(q, spec.fn_open)) {
