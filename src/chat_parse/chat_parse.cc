@@ -29,8 +29,8 @@ ThinkTags think_tags(ChatFormat f) {
 bool prompt_opens_thinking(ChatFormat format, std::string_view prompt) {
   const ThinkTags tags = think_tags(format);
   if (tags.open.empty()) return false;
-  while (!prompt.empty() && (prompt.back() == ' ' || prompt.back() == '\n' || prompt.back() == '\t' ||
-                             prompt.back() == '\r')) {
+  while (!prompt.empty() && (prompt.back() == ' ' || prompt.back() == '\n' ||
+                             prompt.back() == '\t' || prompt.back() == '\r')) {
     prompt.remove_suffix(1);
   }
   return prompt.ends_with(tags.open);

@@ -40,8 +40,10 @@
 //   kMistral        Mistral Small 3.2, Devstral, Magistral, Ministral 3: [TOOL_CALLS]N[ARGS]{...}
 //                   (Small 3.2: [TOOL_CALLS]N[CALL_ID]ID[ARGS]{...}), repeated; [THINK]..[/THINK].
 //                   Both Mistral parsers read both forms.
-//   kDeepSeekR1     DeepSeek R1 and its distills: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function
-//                   <｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>; <think>.
+//   kDeepSeekR1     DeepSeek R1 and its distills:
+//   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function
+//                   <｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>;
+//                   <think>.
 //   kDeepSeekV31    DeepSeek V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}
 //                   <｜tool▁call▁end｜><｜tool▁calls▁end｜>; <think> (the prompt opens it).
 //   kGranite        Granite 3.x: <|tool_call|>[{"name": N, "arguments": {...}}, ...]; <think>,
@@ -49,12 +51,14 @@
 //   kKimiK2         Kimi K2 / K2 Thinking: <|tool_calls_section_begin|><|tool_call_begin|>
 //                   functions.N:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|>
 //                   <|tool_calls_section_end|> (id "functions.N:IDX"); <think>.
-//   kCommandR7B     Command R7B, Cohere2 MoE: <|START_THINKING|>..<|END_THINKING|>, <|START_ACTION|>
+//   kCommandR7B     Command R7B, Cohere2 MoE: <|START_THINKING|>..<|END_THINKING|>,
+//   <|START_ACTION|>
 //                   [{"tool_call_id": "0", "tool_name": N, "parameters": {...}}]<|END_ACTION|>,
 //                   answer inside <|START_RESPONSE|>/<|START_TEXT|> markers.
 //   kApriel15       Apriel 1.5: <thinking>..</thinking>, <tool_calls>[{...}, ...]</tool_calls>.
 //   kNemotronV2     Nemotron Nano v2: <think>, <TOOLCALL>[{...}, ...]</TOOLCALL>.
-//   kGptOss         gpt-oss (harmony): messages <|channel|>analysis<|message|>...<|end|> (reasoning),
+//   kGptOss         gpt-oss (harmony): messages <|channel|>analysis<|message|>...<|end|>
+//   (reasoning),
 //                   <|start|>assistant<|channel|>final<|message|>... (content), tool calls
 //                   <|channel|>commentary to=functions.N <|constrain|>json<|message|>{...}<|call|>
 //                   (the recipient may also stand before <|channel|>); a call to a built-in

@@ -120,7 +120,8 @@ TEST(DetectChatFormatTest, EveryTemplateOfTheTestSet) {
 TEST(DetectChatFormatTest, MarkersAndNames) {
   EXPECT_EQ(detect_chat_format(""), ChatFormat::kGeneric);
   EXPECT_EQ(detect_chat_format("{{ '<think>' }}...{{ '</think>' }}"), ChatFormat::kGenericThink);
-  EXPECT_EQ(detect_chat_format("<tool_call>{{ tool_call | tojson }}</tool_call>"), ChatFormat::kHermes);
+  EXPECT_EQ(detect_chat_format("<tool_call>{{ tool_call | tojson }}</tool_call>"),
+            ChatFormat::kHermes);
   // Qwen3-Coder's template also writes <tool_call>: the more specific rule wins.
   EXPECT_EQ(detect_chat_format("<tool_call>\n<function={{ n }}>\n<parameter={{ k }}>"),
             ChatFormat::kQwen3Coder);

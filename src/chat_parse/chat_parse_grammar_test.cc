@@ -26,7 +26,8 @@ TEST(BareJsonCallsTest, FencedOrBareCallOfADeclaredTool) {
   // Qwen2.5-Coder-1.5B's answer to a tool request.
   check("```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```", o,
         msg("", "", {paris}));
-  check("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", o, msg("", "", {paris}));
+  check("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", o,
+        msg("", "", {paris}));
   check("\n```\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}\n```\n", o,
         msg("", "", {paris}));
   // Keys in another order than the schema's, optional ones, stringified arguments.
@@ -35,9 +36,10 @@ TEST(BareJsonCallsTest, FencedOrBareCallOfADeclaredTool) {
   check(R"({"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"})", o,
         msg("", "", {paris}));
   // After reasoning, and in another format (Llama 3 has its own bare JSON, fenced is ours).
-  check("<think>Weather tool.</think>\n```json\n{\"name\": \"get_weather\", \"arguments\": "
-        "{\"city\": \"Paris\"}}\n```",
-        o, msg("", "Weather tool.", {paris}));
+  check(
+      "<think>Weather tool.</think>\n```json\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Paris\"}}\n```",
+      o, msg("", "Weather tool.", {paris}));
   check("```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
         fallback(ChatFormat::kLlama3), msg("", "", {paris}));
 }
@@ -70,7 +72,8 @@ TEST(BareJsonCallsTest, AnythingElseStaysContent) {
 TEST(BareJsonCallsTest, StreamedTheCandidateIsHeldBack) {
   ParseOptions p = fallback();
   p.is_partial = true;
-  const std::string text = "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```";
+  const std::string text =
+      "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```";
   for (size_t n = 0; n <= text.size(); ++n) {
     EXPECT_EQ(parse_chat_output(text.substr(0, n), p), msg("")) << n;
   }
@@ -79,9 +82,11 @@ TEST(BareJsonCallsTest, StreamedTheCandidateIsHeldBack) {
   EXPECT_EQ(parse_chat_output("{\"name\": \"get_time\", \"argu", p),
             msg("{\"name\": \"get_time\", \"argu"));
   // A held answer that turns out to be prose is released whole (the stream stays monotone).
-  check("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}} is how you call it.",
-        fallback(), msg("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}} is how you call it."),
-        false);
+  check(
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}} is how you call it.",
+      fallback(),
+      msg("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}} is how you call it."),
+      false);
 }
 
 // Whole-text membership.
@@ -112,19 +117,20 @@ std::vector<Canonical> canonical_calls() {
     return Canonical{f, pre + p + post, pre + b + post};
   };
   return {
-      both(ChatFormat::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ",
-           "}\n</tool_call>"),
+      both(ChatFormat::kHermes,
+           "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ", "}\n</tool_call>"),
       both(ChatFormat::kLlama3, "{\"name\": \"get_weather\", \"parameters\": ", "}"),
       both(ChatFormat::kFunctionaryV31, "<function=get_weather>", "</function>"),
-      both(ChatFormat::kFirefunctionV2, "functools[{\"name\": \"get_weather\", \"arguments\": ",
-           "}]"),
-      both(ChatFormat::kMistralNemo, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": ",
-           ", \"id\": \"abcdefghi\"}]"),
+      both(ChatFormat::kFirefunctionV2,
+           "functools[{\"name\": \"get_weather\", \"arguments\": ", "}]"),
+      both(ChatFormat::kMistralNemo,
+           "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": ", ", \"id\": \"abcdefghi\"}]"),
       both(ChatFormat::kMistral, "[TOOL_CALLS]get_weather[ARGS]", ""),
       both(ChatFormat::kMistral, "[TOOL_CALLS]get_weather[CALL_ID]abcdefghi[ARGS]", ""),
-      both(ChatFormat::kDeepSeekR1,
-           "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n",
-           "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+      both(
+          ChatFormat::kDeepSeekR1,
+          "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n",
+          "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
       both(ChatFormat::kDeepSeekV31,
            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>",
            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
@@ -137,10 +143,10 @@ std::vector<Canonical> canonical_calls() {
            "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", "
            "\"parameters\": ",
            "}\n]<|END_ACTION|>"),
-      both(ChatFormat::kApriel15, "<tool_calls>[{\"name\": \"get_weather\", \"arguments\": ",
-           "}]</tool_calls>"),
-      both(ChatFormat::kNemotronV2, "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": ",
-           "}]</TOOLCALL>"),
+      both(ChatFormat::kApriel15,
+           "<tool_calls>[{\"name\": \"get_weather\", \"arguments\": ", "}]</tool_calls>"),
+      both(ChatFormat::kNemotronV2,
+           "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": ", "}]</TOOLCALL>"),
       both(ChatFormat::kGptOss,
            "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>", ""),
       {ChatFormat::kQwen3Coder,
@@ -191,13 +197,17 @@ TEST(ToolCallGrammarTest, AcceptsTheCanonicalCallRefusesBadArguments) {
 }
 
 TEST(ToolCallGrammarTest, ParallelCalls) {
-  const std::string one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-  const std::string two = one + "\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"1\"}}\n</tool_call>";
+  const std::string one =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
+  const std::string two =
+      one + "\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"1\"}}\n</tool_call>";
   EXPECT_FALSE(accepts(grammar_for(ChatFormat::kHermes), two));
   EXPECT_TRUE(accepts(grammar_for(ChatFormat::kHermes, {}, true), two));
   const std::string nemo =
       "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
-      "\"abcdefghi\"}, {\"name\": \"python\", \"arguments\": {\"code\": \"1\"}, \"id\": \"123456789\"}]";
+      "\"abcdefghi\"}, {\"name\": \"python\", \"arguments\": {\"code\": \"1\"}, \"id\": "
+      "\"123456789\"}]";
   EXPECT_FALSE(accepts(grammar_for(ChatFormat::kMistralNemo), nemo));
   EXPECT_TRUE(accepts(grammar_for(ChatFormat::kMistralNemo, {}, true), nemo));
   const std::string qwen =
@@ -212,15 +222,18 @@ TEST(ToolCallGrammarTest, GenericAnswer) {
   const ToolGrammar g = grammar_for(ChatFormat::kGeneric);
   EXPECT_FALSE(g.lazy);
   EXPECT_TRUE(g.triggers.empty());
-  EXPECT_TRUE(accepts(g, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}"));
+  EXPECT_TRUE(accepts(
+      g, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}"));
   EXPECT_TRUE(accepts(g, "{\"response\": \"Hello\"}"));
-  EXPECT_FALSE(accepts(g, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": 5}}}"));
+  EXPECT_FALSE(
+      accepts(g, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": 5}}}"));
   EXPECT_FALSE(accepts(g, "{\"tool_call\": {\"name\": \"nope\", \"arguments\": {}}}"));
   const ToolGrammar required = grammar_for(ChatFormat::kGeneric, {ToolChoice::Kind::kRequired});
   EXPECT_FALSE(accepts(required, "{\"response\": \"Hello\"}"));
   const ToolGrammar parallel = grammar_for(ChatFormat::kGeneric, {}, true);
-  EXPECT_TRUE(accepts(parallel, "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": "
-                                "{\"city\": \"Paris\"}, \"id\": \"call_1\"}]}"));
+  EXPECT_TRUE(accepts(parallel,
+                      "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": "
+                      "{\"city\": \"Paris\"}, \"id\": \"call_1\"}]}"));
   const ToolGrammar think = grammar_for(ChatFormat::kGenericThink);
   EXPECT_TRUE(accepts(think, "<think>a < b, </thin k></think>\n{\"response\": \"Hello\"}"));
   EXPECT_TRUE(accepts(think, "{\"response\": \"Hello\"}"));
@@ -229,7 +242,9 @@ TEST(ToolCallGrammarTest, GenericAnswer) {
 TEST(ToolCallGrammarTest, Errors) {
   const std::vector<ToolSpec> tools = testing::test_tools();
   EXPECT_FALSE(tool_call_grammar(ChatFormat::kHermes, {}, {}, false).ok());
-  EXPECT_FALSE(tool_call_grammar(ChatFormat::kHermes, tools, {ToolChoice::Kind::kNamed, "nope"}, false).ok());
+  EXPECT_FALSE(
+      tool_call_grammar(ChatFormat::kHermes, tools, {ToolChoice::Kind::kNamed, "nope"}, false)
+          .ok());
   std::vector<ToolSpec> odd = tools;
   odd[0].parameters["properties"]["days"]["minimum"] = 1;  // json_schema_to_gbnf refuses it
   auto g = tool_call_grammar(ChatFormat::kHermes, odd, {}, false);
@@ -239,8 +254,9 @@ TEST(ToolCallGrammarTest, Errors) {
   EXPECT_FALSE(tool_call_grammar(ChatFormat::kQwen3Coder, odd, {}, false).ok());
   // No schema: any object (JSON formats), no parameters (XML formats).
   std::vector<ToolSpec> bare = {{"ping", nullptr}};
-  EXPECT_TRUE(accepts(*tool_call_grammar(ChatFormat::kHermes, bare, {}, false),
-                      "<tool_call>{\"name\": \"ping\", \"arguments\": {\"any\": [1]}}</tool_call>"));
+  EXPECT_TRUE(
+      accepts(*tool_call_grammar(ChatFormat::kHermes, bare, {}, false),
+              "<tool_call>{\"name\": \"ping\", \"arguments\": {\"any\": [1]}}</tool_call>"));
   EXPECT_TRUE(accepts(*tool_call_grammar(ChatFormat::kQwen3Coder, bare, {}, false),
                       "<tool_call>\n<function=ping>\n</function>\n</tool_call>"));
 }

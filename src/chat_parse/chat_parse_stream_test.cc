@@ -14,11 +14,11 @@ using testing::check;
 using testing::options;
 
 // Argument strings that stress escaping and markers (none holds an XML closer).
-const char* const kCities[] = {"Paris",        "São Paulo",   "a \"quoted\" city", "back\\slash",
-                               "new\nline",    "tab\there",   "<b>bold</b>",       "{braces}",
-                               "emoji 😀 ok", "日本語",       "[TOOL] [ARGS",      "50% <|x|>"};
-const char* const kWords[] = {"Sure.", "Let me check", "the weather", "a < b", "x > y",
-                              "émoji 😀", "[1, 2]", "done", "{not json", "tool_call"};
+const char* const kCities[] = {"Paris",      "São Paulo", "a \"quoted\" city", "back\\slash",
+                               "new\nline",  "tab\there", "<b>bold</b>",       "{braces}",
+                               "emoji 😀 ok", "日本語",    "[TOOL] [ARGS",      "50% <|x|>"};
+const char* const kWords[] = {"Sure.",   "Let me check", "the weather", "a < b",     "x > y",
+                              "émoji 😀", "[1, 2]",       "done",        "{not json", "tool_call"};
 
 struct Written {
   std::string text;
@@ -42,8 +42,8 @@ Written write_call(ChatFormat f, const std::string& city, int index) {
                   "</arg_value>\n</tool_call>",
               call("get_weather", compact)};
     case ChatFormat::kMiniMaxM2:
-      return {"<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">" + city +
-                  "</parameter>\n</invoke>\n</minimax:tool_call>",
+      return {"<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">" +
+                  city + "</parameter>\n</invoke>\n</minimax:tool_call>",
               call("get_weather", compact)};
     case ChatFormat::kMistral: {
       const std::string id = "abcdefgh" + std::to_string(index);
@@ -61,13 +61,16 @@ Written write_call(ChatFormat f, const std::string& city, int index) {
                   "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
               call("get_weather", json)};
     case ChatFormat::kDeepSeekR1:
-      return {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n" +
-                  json + "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-              call("get_weather", json)};
+      return {
+          "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```"
+          "json\n" +
+              json + "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+          call("get_weather", json)};
     case ChatFormat::kKimiK2: {
       const std::string id = "functions.get_weather:" + std::to_string(index);
       return {"<|tool_calls_section_begin|><|tool_call_begin|>" + id +
-                  "<|tool_call_argument_begin|>" + json + "<|tool_call_end|><|tool_calls_section_end|>",
+                  "<|tool_call_argument_begin|>" + json +
+                  "<|tool_call_end|><|tool_calls_section_end|>",
               call("get_weather", json, id)};
     }
     case ChatFormat::kGranite:
@@ -75,13 +78,15 @@ Written write_call(ChatFormat f, const std::string& city, int index) {
               call("get_weather", json)};
     case ChatFormat::kCommandR7B:
       return {"<|START_ACTION|>[{\"tool_call_id\": \"" + std::to_string(index) +
-                  "\", \"tool_name\": \"get_weather\", \"parameters\": " + json + "}]<|END_ACTION|>",
+                  "\", \"tool_name\": \"get_weather\", \"parameters\": " + json +
+                  "}]<|END_ACTION|>",
               call("get_weather", json, std::to_string(index))};
     case ChatFormat::kGptOss:
-      return {"<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
-              "<|message|>" +
-                  json + "<|call|>",
-              call("get_weather", json)};
+      return {
+          "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+          "<|message|>" +
+              json + "<|call|>",
+          call("get_weather", json)};
     default:
       return {};
   }
@@ -103,19 +108,19 @@ std::string think(ChatFormat f, const std::string& r) {
 }
 
 std::string content_of(ChatFormat f, const std::string& c) {
-  if (f == ChatFormat::kGptOss) return "<|start|>assistant<|channel|>commentary<|message|>" + c + "<|end|>";
+  if (f == ChatFormat::kGptOss)
+    return "<|start|>assistant<|channel|>commentary<|message|>" + c + "<|end|>";
   return c;
 }
 
 TEST(ChatParseStreamTest, RandomWellFormedOutputs) {
   std::mt19937 rng(7);
   auto pick = [&](auto& arr) { return std::string(arr[rng() % std::size(arr)]); };
-  const ChatFormat formats[] = {ChatFormat::kHermes,      ChatFormat::kQwen3Coder,
-                                ChatFormat::kGlm45,       ChatFormat::kMiniMaxM2,
-                                ChatFormat::kMistral,     ChatFormat::kMistralNemo,
-                                ChatFormat::kDeepSeekV31, ChatFormat::kDeepSeekR1,
-                                ChatFormat::kKimiK2,      ChatFormat::kGranite,
-                                ChatFormat::kCommandR7B,  ChatFormat::kGptOss};
+  const ChatFormat formats[] = {
+      ChatFormat::kHermes,      ChatFormat::kQwen3Coder, ChatFormat::kGlm45,
+      ChatFormat::kMiniMaxM2,   ChatFormat::kMistral,    ChatFormat::kMistralNemo,
+      ChatFormat::kDeepSeekV31, ChatFormat::kDeepSeekR1, ChatFormat::kKimiK2,
+      ChatFormat::kGranite,     ChatFormat::kCommandR7B, ChatFormat::kGptOss};
   for (ChatFormat f : formats) {
     for (int i = 0; i < 12; ++i) {
       std::string text;
@@ -142,16 +147,62 @@ TEST(ChatParseStreamTest, RandomWellFormedOutputs) {
 
 TEST(ChatParseStreamTest, ArbitraryTextNeverBreaksTheParser) {
   const char* const pieces[] = {
-      "<tool_call>", "</tool_call>", "<think>", "</think>", "{\"name\": \"get_weather\"",
-      ", \"arguments\": {", "\"city\": \"Pa", "}", "]", "[", "\"", "\\", "<function=", ">",
-      "<parameter=city>", "</parameter>", "</function>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
-      "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
-      "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.x:0",
-      "<|tool_call_argument_begin|>", "<|channel|>", "analysis", "final", "<|message|>",
-      "<|end|>", "<|start|>", " to=functions.get_weather", "<|python_tag|>", "x.call(",
-      "q=", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "```json\n", "```",
-      "text ", "\n", "😀", "\xC3", "\xff", "{\"response\": \"", "{\"tool_calls\": [",
-      "<|tool_call|>", "<|START_ACTION|>", "<response>", "<seed:tool_call>", "<invoke name=\"",
+      "<tool_call>",
+      "</tool_call>",
+      "<think>",
+      "</think>",
+      "{\"name\": \"get_weather\"",
+      ", \"arguments\": {",
+      "\"city\": \"Pa",
+      "}",
+      "]",
+      "[",
+      "\"",
+      "\\",
+      "<function=",
+      ">",
+      "<parameter=city>",
+      "</parameter>",
+      "</function>",
+      "[TOOL_CALLS]",
+      "[ARGS]",
+      "[CALL_ID]",
+      "<｜tool▁calls▁begin｜>",
+      "<｜tool▁call▁begin｜>",
+      "<｜tool▁sep｜>",
+      "<｜tool▁call▁end｜>",
+      "<|tool_calls_section_begin|>",
+      "<|tool_call_begin|>",
+      "functions.x:0",
+      "<|tool_call_argument_begin|>",
+      "<|channel|>",
+      "analysis",
+      "final",
+      "<|message|>",
+      "<|end|>",
+      "<|start|>",
+      " to=functions.get_weather",
+      "<|python_tag|>",
+      "x.call(",
+      "q=",
+      "<arg_key>",
+      "</arg_key>",
+      "<arg_value>",
+      "</arg_value>",
+      "```json\n",
+      "```",
+      "text ",
+      "\n",
+      "😀",
+      "\xC3",
+      "\xff",
+      "{\"response\": \"",
+      "{\"tool_calls\": [",
+      "<|tool_call|>",
+      "<|START_ACTION|>",
+      "<response>",
+      "<seed:tool_call>",
+      "<invoke name=\"",
   };
   std::mt19937 rng(11);
   for (int f = 0; f <= int(ChatFormat::kGptOss); ++f) {

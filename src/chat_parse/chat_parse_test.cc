@@ -89,7 +89,7 @@ TEST(ChatMsgDiffTest, DeltasAndErrors) {
   EXPECT_EQ(d->tool_calls[0], (ToolCallDelta{0, "", "", ": 1}"}));
   EXPECT_EQ(d->tool_calls[1], (ToolCallDelta{1, "", "g", "{"}));
   EXPECT_TRUE(diff_chat_msg(b, b)->empty());
-  EXPECT_FALSE(diff_chat_msg(b, a).ok());                 // calls vanish
+  EXPECT_FALSE(diff_chat_msg(b, a).ok());                  // calls vanish
   EXPECT_FALSE(diff_chat_msg(msg("ab"), msg("ac")).ok());  // content rewritten
   EXPECT_FALSE(diff_chat_msg(msg("", "", {call("f", "{}")}), msg("", "", {call("h", "{}")})).ok());
   EXPECT_FALSE(
@@ -148,12 +148,12 @@ TEST(ChatParseTest, HermesCalls) {
   // Arguments as a JSON string, arguments missing.
   check(R"(<tool_call>{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}</tool_call>)",
         o, msg("", "", {paris}));
-  check(R"(<tool_call>{"name": "get_time"}</tool_call>)", o,
-        msg("", "", {call("get_time", "{}")}));
+  check(R"(<tool_call>{"name": "get_time"}</tool_call>)", o, msg("", "", {call("get_time", "{}")}));
   // Several calls as an array in one block.
-  check("<tool_call>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
-        "{\"name\": \"get_time\", \"arguments\": {}}]</tool_call>",
-        o, msg("", "", {paris, call("get_time", "{}")}));
+  check(
+      "<tool_call>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+      "{\"name\": \"get_time\", \"arguments\": {}}]</tool_call>",
+      o, msg("", "", {paris, call("get_time", "{}")}));
   // Markup inside the reasoning is reasoning.
   check("<think>maybe " + one + "</think>Done", o, msg("Done", "maybe " + one), false);
 }
@@ -172,9 +172,10 @@ TEST(ChatParseTest, MalformedCallsStayContent) {
     check(bad, o, msg(bad), /*stream=*/false);
   }
   // A malformed call does not hide a good one after it.
-  check("<tool_call>oops</tool_call> <tool_call>{\"name\": \"python\", \"arguments\": {}}"
-        "</tool_call>",
-        o, msg("<tool_call>oops</tool_call>", "", {call("python", "{}")}), false);
+  check(
+      "<tool_call>oops</tool_call> <tool_call>{\"name\": \"python\", \"arguments\": {}}"
+      "</tool_call>",
+      o, msg("<tool_call>oops</tool_call>", "", {call("python", "{}")}), false);
   // Streamed, the unfinished call shows as a partial call, never as content.
   ParseOptions p = o;
   p.is_partial = true;

@@ -52,11 +52,12 @@ namespace mnemo::chat_parse::testing {
 /// Markup that must never reach content or reasoning of a well-formed output.
 inline const std::vector<std::string>& markup() {
   static const std::vector<std::string> m = {
-      "<tool_call", "</tool_call", "[TOOL_CALLS]", "[ARGS]", "<｜tool", "<|tool", "<function",
-      "</function", "<parameter", "<think>", "</think>", "[THINK]", "[/THINK]", "<|channel|>",
-      "<|message|>", "<|python_tag|>", "<arg_key>", "<arg_value>", "<|START", "<|END", "<seed:",
-      "<minimax:", "<invoke", "<TOOLCALL>", "<tool_calls>", "functools[", "<response>",
-      "</response>", "<thinking>", "<|call|>", "<|end|>"};
+      "<tool_call",   "</tool_call", "[TOOL_CALLS]", "[ARGS]",         "<｜tool",    "<|tool",
+      "<function",    "</function",  "<parameter",   "<think>",        "</think>",   "[THINK]",
+      "[/THINK]",     "<|channel|>", "<|message|>",  "<|python_tag|>", "<arg_key>",  "<arg_value>",
+      "<|START",      "<|END",       "<seed:",       "<minimax:",      "<invoke",    "<TOOLCALL>",
+      "<tool_calls>", "functools[",  "<response>",   "</response>",    "<thinking>", "<|call|>",
+      "<|end|>"};
   return m;
 }
 

@@ -53,26 +53,46 @@ ChatFormat detect_chat_format(std::string_view src) {
 
 std::string_view chat_format_name(ChatFormat f) {
   switch (f) {
-    case ChatFormat::kGeneric: return "generic";
-    case ChatFormat::kGenericThink: return "generic-think";
-    case ChatFormat::kHermes: return "hermes";
-    case ChatFormat::kQwen3Coder: return "qwen3-coder";
-    case ChatFormat::kSeedOss: return "seed-oss";
-    case ChatFormat::kMiniMaxM2: return "minimax-m2";
-    case ChatFormat::kGlm45: return "glm-4.5";
-    case ChatFormat::kLlama3: return "llama-3";
-    case ChatFormat::kFunctionaryV31: return "functionary-v3.1";
-    case ChatFormat::kFirefunctionV2: return "firefunction-v2";
-    case ChatFormat::kMistralNemo: return "mistral-nemo";
-    case ChatFormat::kMistral: return "mistral";
-    case ChatFormat::kDeepSeekR1: return "deepseek-r1";
-    case ChatFormat::kDeepSeekV31: return "deepseek-v3.1";
-    case ChatFormat::kGranite: return "granite";
-    case ChatFormat::kKimiK2: return "kimi-k2";
-    case ChatFormat::kCommandR7B: return "command-r7b";
-    case ChatFormat::kApriel15: return "apriel-1.5";
-    case ChatFormat::kNemotronV2: return "nemotron-v2";
-    case ChatFormat::kGptOss: return "gpt-oss";
+    case ChatFormat::kGeneric:
+      return "generic";
+    case ChatFormat::kGenericThink:
+      return "generic-think";
+    case ChatFormat::kHermes:
+      return "hermes";
+    case ChatFormat::kQwen3Coder:
+      return "qwen3-coder";
+    case ChatFormat::kSeedOss:
+      return "seed-oss";
+    case ChatFormat::kMiniMaxM2:
+      return "minimax-m2";
+    case ChatFormat::kGlm45:
+      return "glm-4.5";
+    case ChatFormat::kLlama3:
+      return "llama-3";
+    case ChatFormat::kFunctionaryV31:
+      return "functionary-v3.1";
+    case ChatFormat::kFirefunctionV2:
+      return "firefunction-v2";
+    case ChatFormat::kMistralNemo:
+      return "mistral-nemo";
+    case ChatFormat::kMistral:
+      return "mistral";
+    case ChatFormat::kDeepSeekR1:
+      return "deepseek-r1";
+    case ChatFormat::kDeepSeekV31:
+      return "deepseek-v3.1";
+    case ChatFormat::kGranite:
+      return "granite";
+    case ChatFormat::kKimiK2:
+      return "kimi-k2";
+    case ChatFormat::kCommandR7B:
+      return "command-r7b";
+    case ChatFormat::kApriel15:
+      return "apriel-1.5";
+    case ChatFormat::kNemotronV2:
+      return "nemotron-v2";
+    case ChatFormat::kGptOss:
+      return "gpt-oss";
   }
   return "unknown";
 }

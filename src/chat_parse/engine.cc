@@ -180,7 +180,8 @@ CallParse parse_call_object(const Ctx& ctx, size_t pos, const CallKeys& keys) {
     out.status = Scan::kInvalid;
     return out;
   }
-  if (id_done && text[id->value_pos] == '"') c.id = decode_string(text, id->value_pos, id->value.end, &closed);
+  if (id_done && text[id->value_pos] == '"')
+    c.id = decode_string(text, id->value_pos, id->value.end, &closed);
   const JsonMember* args = os.find(keys.args);
   if (args == nullptr && !keys.args_alt.empty()) args = os.find(keys.args_alt);
   if (args == nullptr) {
@@ -342,8 +343,8 @@ SectionResult parse_json_calls(Ctx& ctx, size_t pos, const CallKeys& keys,
 bool is_name(std::string_view s) {
   if (s.empty()) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == ':' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == ':' || c == '-';
   });
 }
 

@@ -118,8 +118,7 @@ struct ArgsParse {
 ArgsParse parse_args(const Ctx& ctx, size_t pos);
 
 /// A section of calls as a JSON array at text[pos] ('[') then `closer` ("" for none).
-SectionResult parse_call_array(Ctx& ctx, size_t pos, const CallKeys& keys,
-                               std::string_view closer);
+SectionResult parse_call_array(Ctx& ctx, size_t pos, const CallKeys& keys, std::string_view closer);
 
 /// One JSON call object at text[pos] ('{'), or (a '[' there) an array of them, then `closer`
 /// (optional, as close_section).

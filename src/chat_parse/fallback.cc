@@ -47,7 +47,8 @@ bool args_match(std::string_view args, const Json& schema) {
   auto g = grammar::Grammar::parse(*gbnf);
   if (!g.ok()) return false;
   grammar::Matcher m(*g);
-  const std::string text = schema_order(v, schema).dump(-1, ' ', false, Json::error_handler_t::replace);
+  const std::string text =
+      schema_order(v, schema).dump(-1, ' ', false, Json::error_handler_t::replace);
   return m.accept_text(text) && m.can_end();
 }
 

@@ -22,8 +22,7 @@ std::string response_text(const Ctx& ctx, const JsonMember& m) {
 // may still be a fence, or `pos` itself when there is none.
 size_t after_fence(const Ctx& ctx, size_t q) {
   if (!ctx.starts_with(q, "```")) {
-    return ctx.partial() && q < ctx.size() && ctx.prefix_of(q, "```") ? std::string_view::npos
-                                                                        : q;
+    return ctx.partial() && q < ctx.size() && ctx.prefix_of(q, "```") ? std::string_view::npos : q;
   }
   size_t p = q + 3;
   if (ctx.starts_with(p, "json")) {
@@ -61,7 +60,8 @@ void parse_generic(Ctx& ctx, size_t pos) {
   }
   SectionResult r;
   constexpr CallKeys kKeys{.hold_for_id = true};
-  if (first.key == "tool_call" && first.value_pos < ctx.size() && ctx.text[first.value_pos] == '{') {
+  if (first.key == "tool_call" && first.value_pos < ctx.size() &&
+      ctx.text[first.value_pos] == '{') {
     CallParse cp = parse_call_object(ctx, first.value_pos, kKeys);
     r.outcome = cp.status == Scan::kComplete  ? Outcome::kDone
                 : cp.status == Scan::kInvalid ? Outcome::kInvalid
@@ -136,7 +136,8 @@ ChatMsg parse_gpt_oss(Ctx& ctx) {
     if (is_call && ctx.opt.parse_tool_calls) {
       const size_t v = skip_ws(body, 0);
       const ScanEnd s = scan_value(body, v, closed || !ctx.partial());
-      if (s.status == Scan::kInvalid || (s.status == Scan::kIncomplete && (closed || !ctx.partial()))) {
+      if (s.status == Scan::kInvalid ||
+          (s.status == Scan::kIncomplete && (closed || !ctx.partial()))) {
         ctx.content += body;  // not JSON: the body is all there is to show
       } else {
         ctx.calls.push_back({"", recipient.substr(10), std::string(body.substr(v, s.end - v))});

@@ -34,8 +34,7 @@ SectionResult parse_firefunction(Ctx& ctx, size_t pos) {
   return array_after(ctx, pos, "functools", kNoIds, "");
 }
 SectionResult parse_apriel(Ctx& ctx, size_t pos) {
-  return array_after(ctx, pos, "<tool_calls>", {.id = "id", .hold_for_id = true},
-                     "</tool_calls>");
+  return array_after(ctx, pos, "<tool_calls>", {.id = "id", .hold_for_id = true}, "</tool_calls>");
 }
 SectionResult parse_nemotron(Ctx& ctx, size_t pos) {
   return array_after(ctx, pos, "<TOOLCALL>", kNoIds, "</TOOLCALL>");
@@ -53,8 +52,8 @@ SectionResult drop_response(Ctx& ctx, size_t pos) {
   return drop_marker(ctx, pos, ctx.starts_with(pos, "<response>") ? "<response>" : "</response>");
 }
 SectionResult drop_cohere(Ctx& ctx, size_t pos) {
-  for (std::string_view m : {"<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>",
-                             "<|END_TEXT|>"}) {
+  for (std::string_view m :
+       {"<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"}) {
     if (ctx.starts_with(pos, m)) return drop_marker(ctx, pos, m);
   }
   return {Outcome::kInvalid, pos, {}};
@@ -84,9 +83,9 @@ void parse_json_family(Ctx& ctx, size_t pos) {
       break;
     case ChatFormat::kCommandR7B:
       if (calls) sections.push_back({{"<|START_ACTION|>"}, parse_command_r});
-      sections.push_back({{"<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>",
-                           "<|END_TEXT|>"},
-                          drop_cohere});
+      sections.push_back(
+          {{"<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"},
+           drop_cohere});
       break;
     default:
       break;

@@ -1,6 +1,7 @@
 // Formats that write a call as markers around the function's name and its JSON arguments:
 // Mistral ([TOOL_CALLS]N[CALL_ID]ID[ARGS]{...}, and Nemo's [TOOL_CALLS][{...}] array), DeepSeek
-// R1 and V3.1 (<｜tool▁call▁begin｜>...<｜tool▁sep｜>...), Kimi K2 (<|tool_call_begin|>functions.N:I
+// R1 and V3.1 (<｜tool▁call▁begin｜>...<｜tool▁sep｜>...), Kimi K2
+// (<|tool_call_begin|>functions.N:I
 // <|tool_call_argument_begin|>{...}) and Functionary v3.1 (<function=N>{...}</function>).
 #include <algorithm>
 
@@ -36,9 +37,9 @@ constexpr TaggedSpec kDeepSeekV31{kDsCallsBegin, kDsCallsEnd, kDsCallBegin,
                                   kDsSep,        kDsCallEnd,  Header::kName};
 constexpr TaggedSpec kDeepSeekR1{kDsCallsBegin, kDsCallsEnd, kDsCallBegin,
                                  "```",         kDsCallEnd,  Header::kDeepSeekR1};
-constexpr TaggedSpec kKimi{"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
-                           "<|tool_call_begin|>",          "<|tool_call_argument_begin|>",
-                           "<|tool_call_end|>",            Header::kKimi};
+constexpr TaggedSpec kKimi{
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>", "<|tool_call_end|>",          Header::kKimi};
 constexpr TaggedSpec kFunctionary{"", "", "<function=", ">", "</function>", Header::kName};
 constexpr TaggedSpec kMistralNamed{"", "", "[TOOL_CALLS]", "[ARGS]", "", Header::kMistral};
 
@@ -64,7 +65,8 @@ bool decode_header(std::string_view raw, Header kind, ToolCall* call) {
       if (h.starts_with("functions.")) h.remove_prefix(10);
       const size_t colon = h.rfind(':');
       if (colon != std::string_view::npos &&
-          std::all_of(h.begin() + long(colon) + 1, h.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          std::all_of(h.begin() + long(colon) + 1, h.end(),
+                      [](char c) { return c >= '0' && c <= '9'; })) {
         h = h.substr(0, colon);
       }
       call->name = std::string(h);
@@ -174,9 +176,8 @@ SectionResult parse_tagged(Ctx& ctx, size_t pos, const TaggedSpec& spec) {
     }
     break;
   }
-  r.outcome = r.calls.empty() && section && p == pos + spec.section_open.size()
-                  ? Outcome::kInvalid
-                  : Outcome::kDone;
+  r.outcome = r.calls.empty() && section && p == pos + spec.section_open.size() ? Outcome::kInvalid
+                                                                                : Outcome::kDone;
   r.end = p;
   return r;
 }
@@ -190,7 +191,9 @@ SectionResult parse_mistral(Ctx& ctx, size_t pos) {
 SectionResult parse_deepseek_v31(Ctx& ctx, size_t pos) {
   return parse_tagged(ctx, pos, kDeepSeekV31);
 }
-SectionResult parse_deepseek_r1(Ctx& ctx, size_t pos) { return parse_tagged(ctx, pos, kDeepSeekR1); }
+SectionResult parse_deepseek_r1(Ctx& ctx, size_t pos) {
+  return parse_tagged(ctx, pos, kDeepSeekR1);
+}
 SectionResult parse_kimi(Ctx& ctx, size_t pos) { return parse_tagged(ctx, pos, kKimi); }
 SectionResult parse_functionary(Ctx& ctx, size_t pos) {
   return parse_tagged(ctx, pos, kFunctionary);

@@ -19,16 +19,23 @@ struct XmlSpec {
   bool strip_newline;  // one newline either side of a value is markup
 };
 
-constexpr XmlSpec kQwen3Coder{"<tool_call>", "</tool_call>", true,         false,
-                              "<function=",  ">",            "</function>", "<parameter=",
-                              ">",           "</parameter>", true};
-constexpr XmlSpec kSeedOss{"<seed:tool_call>", "</seed:tool_call>", false,         false,
-                           "<function=",       ">",                 "</function>", "<parameter=",
-                           ">",                "</parameter>",      true};
-constexpr XmlSpec kMiniMax{"<minimax:tool_call>",  "</minimax:tool_call>", false,
-                           true,                   "<invoke name=\"",      "\">",
-                           "</invoke>",            "<parameter name=\"",   "\">",
-                           "</parameter>",         false};
+constexpr XmlSpec kQwen3Coder{
+    "<tool_call>", "</tool_call>", true, false,          "<function=", ">",
+    "</function>", "<parameter=",  ">",  "</parameter>", true};
+constexpr XmlSpec kSeedOss{
+    "<seed:tool_call>", "</seed:tool_call>", false, false,          "<function=", ">",
+    "</function>",      "<parameter=",       ">",   "</parameter>", true};
+constexpr XmlSpec kMiniMax{"<minimax:tool_call>",
+                           "</minimax:tool_call>",
+                           false,
+                           true,
+                           "<invoke name=\"",
+                           "\">",
+                           "</invoke>",
+                           "<parameter name=\"",
+                           "\">",
+                           "</parameter>",
+                           false};
 
 // Builds a call's arguments object value by value.
 class ArgBuilder {
@@ -137,12 +144,14 @@ Outcome parse_xml_call(Ctx& ctx, size_t pos, const XmlSpec& spec, std::vector<To
     const size_t ke = ctx.text.find(spec.param_name_end, k);
     if (ke == std::string_view::npos) return emit(args.open(), Outcome::kIncomplete);
     const std::string_view key = ctx.text.substr(k, ke - k);
-    if (key.empty() || key.find_first_of("<>\n") != std::string_view::npos) return Outcome::kInvalid;
+    if (key.empty() || key.find_first_of("<>\n") != std::string_view::npos)
+      return Outcome::kInvalid;
     size_t v = ke + spec.param_name_end.size();
     if (spec.strip_newline && ctx.starts_with(v, "\n")) ++v;
     const size_t ve = ctx.text.find(spec.param_close, std::min(v, ctx.size()));
     if (ve == std::string_view::npos) {
-      std::string_view raw = drop_partial(ctx.text.substr(std::min(v, ctx.size())), spec.param_close);
+      std::string_view raw =
+          drop_partial(ctx.text.substr(std::min(v, ctx.size())), spec.param_close);
       if (spec.strip_newline && raw.ends_with("\n")) raw.remove_suffix(1);
       return emit(args.with_partial(key, raw), Outcome::kIncomplete);
     }
@@ -215,7 +224,8 @@ SectionResult parse_glm(Ctx& ctx, size_t pos) {
     const size_t ke = ctx.text.find(kKeyEnd, k);
     if (ke == std::string_view::npos) return emit(args.open(), Outcome::kIncomplete, ctx.size());
     const std::string_view key = trim_view(ctx.text.substr(k, ke - k));
-    if (key.empty() || key.find_first_of("<>") != std::string_view::npos) return {Outcome::kInvalid, pos, {}};
+    if (key.empty() || key.find_first_of("<>") != std::string_view::npos)
+      return {Outcome::kInvalid, pos, {}};
     const size_t v0 = skip_ws(ctx.text, ke + kKeyEnd.size());
     if (!ctx.starts_with(v0, kValue)) {
       if (v0 >= ctx.size() || ctx.prefix_of(v0, kValue)) {

@@ -10,9 +10,7 @@ constexpr int kMaxDepth = 512;
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_hex(char c) {
-  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
+bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 ScanEnd incomplete(std::string_view text) { return {Scan::kIncomplete, text.size()}; }
 ScanEnd invalid(size_t at) { return {Scan::kInvalid, at}; }
@@ -236,8 +234,10 @@ std::string decode_string(std::string_view text, size_t pos, size_t end, bool* c
       return out;
     }
     if (c != '\\') {
-      out += c;
-      ++i;
+      size_t j = i + 1;
+      while (j < end && text[j] != '"' && text[j] != '\\') ++j;
+      out.append(text.substr(i, j - i));
+      i = j;
       continue;
     }
     if (i + 1 >= end) break;
@@ -284,8 +284,12 @@ std::string decode_string(std::string_view text, size_t pos, size_t end, bool* c
 std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  for (char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
+  size_t run = 0;  // start of the characters not yet copied that need no escape
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.substr(run, i - run));
+    run = i + 1;
     switch (c) {
       case '"':
         out += "\\\"";
@@ -309,13 +313,10 @@ std::string json_escape(std::string_view s) {
         out += "\\f";
         break;
       default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += ch;
-        }
+        out += fmt::format("\\u{:04x}", c);
     }
   }
+  out.append(s.substr(run));
   return out;
 }
 

@@ -167,8 +167,8 @@ std::string json_call(ChatFormat f, const std::string& name, const std::string& 
       return lit("<｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>") + " " + args +
              " \"<｜tool▁call▁end｜>\"";
     case ChatFormat::kDeepSeekR1:
-      return lit("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n") + " " + args +
-             " " + lit("\n```<｜tool▁call▁end｜>");
+      return lit("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n") + " " +
+             args + " " + lit("\n```<｜tool▁call▁end｜>");
     case ChatFormat::kKimiK2:
       return lit("<|tool_call_begin|>functions." + name + ":") +
              " [0-9]{1,3} \"<|tool_call_argument_begin|>\" " + args + " \"<|tool_call_end|>\"";
@@ -183,8 +183,8 @@ std::string json_call(ChatFormat f, const std::string& name, const std::string& 
 // The root of a JSON-arguments format around `call` (one call of any allowed tool).
 std::string json_root(ChatFormat f, bool parallel) {
   auto array = [&](std::string_view open, std::string_view close) {
-    std::string r = lit(open) + " tc-ws \"[\" tc-ws " + repeat("call", parallel, "tc-ws \",\" tc-ws") +
-                    " tc-ws \"]\"";
+    std::string r = lit(open) + " tc-ws \"[\" tc-ws " +
+                    repeat("call", parallel, "tc-ws \",\" tc-ws") + " tc-ws \"]\"";
     if (!close.empty()) r += " tc-ws " + lit(close);
     return r;
   };
@@ -240,9 +240,9 @@ Result<std::string> xml_params(Builder& b, const ToolSpec& tool, const std::stri
     if (s.is_object() && !s.contains("properties") && !s.contains("anyOf") && !s.contains("$ref")) {
       return std::string("\"\"");  // an object without declared properties: no parameters
     }
-    return Status::invalid_argument(fmt::format(
-        "tool '{}': an XML tool-call format needs an object schema with \"properties\"",
-        tool.name));
+    return Status::invalid_argument(
+        fmt::format("tool '{}': an XML tool-call format needs an object schema with \"properties\"",
+                    tool.name));
   }
   std::set<std::string> required;
   if (auto r = s.find("required"); r != s.end() && r->is_array()) {
@@ -276,8 +276,9 @@ Result<std::string> xml_call(Builder& b, ChatFormat f, const ToolSpec& tool,
   switch (f) {
     case ChatFormat::kQwen3Coder:
     case ChatFormat::kSeedOss: {
-      MNEMO_ASSIGN_OR_RETURN(std::string params,
-                             xml_params(b, tool, prefix, {"<parameter=", ">", "", "</parameter>", true}));
+      MNEMO_ASSIGN_OR_RETURN(
+          std::string params,
+          xml_params(b, tool, prefix, {"<parameter=", ">", "", "</parameter>", true}));
       const std::string block = f == ChatFormat::kSeedOss ? "seed:tool_call" : "tool_call";
       const std::string open = f == ChatFormat::kSeedOss ? lit("<" + block + ">") + " tc-ws"
                                                          : "( \"<tool_call>\" tc-ws )?";
@@ -291,10 +292,10 @@ Result<std::string> xml_call(Builder& b, ChatFormat f, const ToolSpec& tool,
       return lit("<invoke name=\"" + n + "\">") + " tc-ws " + params + " \"</invoke>\" tc-ws";
     }
     case ChatFormat::kGlm45: {
-      MNEMO_ASSIGN_OR_RETURN(std::string params,
-                             xml_params(b, tool, prefix,
-                                        {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
-                                         false}));
+      MNEMO_ASSIGN_OR_RETURN(
+          std::string params,
+          xml_params(b, tool, prefix,
+                     {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", false}));
       return lit("<tool_call>" + n) + " tc-ws " + params + " \"</tool_call>\"";
     }
     default:
@@ -306,8 +307,9 @@ Result<std::string> xml_call(Builder& b, ChatFormat f, const ToolSpec& tool,
 Json generic_schema(std::span<const ToolSpec* const> tools, bool required, bool parallel) {
   Json alts = Json::array();
   for (const ToolSpec* t : tools) {
-    Json props = {{"name", {{"const", t->name}}},
-                  {"arguments", t->parameters.is_null() ? Json{{"type", "object"}} : t->parameters}};
+    Json props = {
+        {"name", {{"const", t->name}}},
+        {"arguments", t->parameters.is_null() ? Json{{"type", "object"}} : t->parameters}};
     Json req = {"name", "arguments"};
     if (parallel) {
       props["id"] = {{"type", "string"}, {"minLength", 4}};
@@ -318,9 +320,12 @@ Json generic_schema(std::span<const ToolSpec* const> tools, bool required, bool 
   const Json one = alts.size() == 1 ? alts[0] : Json{{"anyOf", alts}};
   const Json call =
       parallel ? Json{{"type", "object"},
-                      {"properties", {{"tool_calls", {{"type", "array"}, {"items", one}, {"minItems", 1}}}}},
+                      {"properties",
+                       {{"tool_calls", {{"type", "array"}, {"items", one}, {"minItems", 1}}}}},
                       {"required", {"tool_calls"}}}
-               : Json{{"type", "object"}, {"properties", {{"tool_call", one}}}, {"required", {"tool_call"}}};
+               : Json{{"type", "object"},
+                      {"properties", {{"tool_call", one}}},
+                      {"required", {"tool_call"}}};
   if (required) return call;
   const Json response = {{"type", "object"},
                          {"properties", {{"response", {{"type", "string"}}}}},
@@ -374,7 +379,8 @@ Result<ToolGrammar> generic_grammar(std::span<const ToolSpec* const> tools, bool
   MNEMO_ASSIGN_OR_RETURN(std::string answer,
                          b.schema(generic_schema(tools, required, parallel), "g-"));
   std::string root = answer;
-  if (think) root = "( \"<think>\" " + b.until("</think>", "think") + " \"</think>\" tc-ws )? " + answer;
+  if (think)
+    root = "( \"<think>\" " + b.until("</think>", "think") + " \"</think>\" tc-ws )? " + answer;
   ToolGrammar out;
   out.gbnf = "root ::= " + root + "\n" + b.text();
   out.lazy = false;
@@ -391,12 +397,13 @@ Result<ToolGrammar> tool_call_grammar(ChatFormat format, std::span<const ToolSpe
     if (choice.kind != ToolChoice::Kind::kNamed || t.name == choice.name) allowed.push_back(&t);
   }
   if (allowed.empty()) {
-    return Status::invalid_argument(
-        fmt::format("tool grammar: tool_choice names '{}', which is not a declared tool", choice.name));
+    return Status::invalid_argument(fmt::format(
+        "tool grammar: tool_choice names '{}', which is not a declared tool", choice.name));
   }
   const bool forced = choice.kind != ToolChoice::Kind::kAuto;
   if (format == ChatFormat::kGeneric || format == ChatFormat::kGenericThink) {
-    return generic_grammar(allowed, format == ChatFormat::kGenericThink, forced, parallel_tool_calls);
+    return generic_grammar(allowed, format == ChatFormat::kGenericThink, forced,
+                           parallel_tool_calls);
   }
   const bool xml = format == ChatFormat::kQwen3Coder || format == ChatFormat::kSeedOss ||
                    format == ChatFormat::kMiniMaxM2 || format == ChatFormat::kGlm45;
