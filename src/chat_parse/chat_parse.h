@@ -15,10 +15,12 @@
 //   kGenericThink   the same, after a <think>...</think> split (templates that think but have no
 //                   tool format: SmolLM3, RWKV world, DeepSeek V3.2 / V4's DSML, ...).
 //   kHermes         Hermes 2 Pro / 3, Qwen 2.5, Qwen 3, QwQ, Granite 4, MiMo-VL, Bielik, Reka:
-//                   <tool_call>{"name": N, "arguments": {...}}</tool_call>, repeated; <think>.
+//                   <tool_call>{"name": N, "arguments": {...}}</tool_call>, repeated (a JSON array
+//                   of calls in one block is taken too); <think>.
 //   kQwen3Coder     Qwen3-Coder, Qwen 3.5, Nemotron 3 Nano, StepFun 3.5: <tool_call>\n<function=N>
 //                   \n<parameter=K>\nVALUE\n</parameter>\n</function>\n</tool_call> (the first
-//                   call may omit <tool_call>); <think>.
+//                   call may omit <tool_call>; Hermes' JSON inside <tool_call> is taken too);
+//                   <think>.
 //   kSeedOss        ByteDance Seed-OSS: the same inside <seed:tool_call>; <seed:think>.
 //   kMiniMaxM2      MiniMax M2: <minimax:tool_call><invoke name="N"><parameter name="K">V
 //                   </parameter></invoke></minimax:tool_call>; <think>.
@@ -56,6 +58,8 @@
 //                   [{"tool_call_id": "0", "tool_name": N, "parameters": {...}}]<|END_ACTION|>,
 //                   answer inside <|START_RESPONSE|>/<|START_TEXT|> markers.
 //   kApriel15       Apriel 1.5: <thinking>..</thinking>, <tool_calls>[{...}, ...]</tool_calls>.
+//                   Apriel 1.6 writes the same calls (its reasoning, ended by [BEGIN FINAL
+//                   RESPONSE], is not split: it stays content).
 //   kNemotronV2     Nemotron Nano v2: <think>, <TOOLCALL>[{...}, ...]</TOOLCALL>.
 //   kGptOss         gpt-oss (harmony): messages <|channel|>analysis<|message|>...<|end|>
 //   (reasoning),
@@ -92,7 +96,9 @@
 //   - parse_tool_calls false (no tools, or tool_choice none): every markup stays content, except
 //     reasoning and gpt-oss's channel structure (whose tool-call messages then stay as raw text).
 //   - Several calls are parsed whatever parallel_tool_calls says (it shapes the grammar only).
-//   - Streaming: see parse_chat_output and diff_chat_msg.
+//   - Streaming: see parse_chat_output and diff_chat_msg. Each parse reads the whole text again
+//     (no state between parses), linear in its length: about 0.1 ms per 100 KB on one core, 0.4
+//     ms for a 100 KB argument of an XML format.
 #pragma once
 
 #include <cstdint>
@@ -192,12 +198,13 @@ struct ChatMsg {
 ///
 /// Streaming contract, for texts P1, P2, ... each a prefix of the next, parsed with is_partial
 /// (the last one may be parsed final): content and reasoning_content of each parse are prefixes
-/// of the next one's; tool_calls only grow; a call appears once its name (and the id the
-/// format gives before its arguments) is known; its arguments are a prefix of its later
-/// arguments. A trailing piece that may be the start of markup ("<tool_", "[TOOL", "<thi") or of
-/// a UTF-8 character is held back until it is known. This holds for every prefix of an output
-/// that is well formed; a call whose markup turns out malformed after it appeared can vanish
-/// (diff_chat_msg reports that as an error).
+/// of the next one's; tool_calls only grow; a call appears once its name is known, with its id
+/// (a call of a format whose JSON object may carry an "id" after the arguments, as Mistral
+/// Nemo's, the generic format's, Command R7B's and Apriel's, waits for the id or for its end);
+/// its arguments are a prefix of its later arguments. A trailing piece that may be the start of
+/// markup ("<tool_", "[TOOL", "<thi") or of a UTF-8 character is held back until it is known. This
+/// holds for every prefix of an output that is well formed; a call whose markup turns out malformed
+/// after it appeared can vanish (diff_chat_msg reports that as an error).
 ChatMsg parse_chat_output(std::string_view text, const ParseOptions& opt);
 
 /// Whether a rendered prompt leaves the model inside its reasoning: it ends (white space aside)
