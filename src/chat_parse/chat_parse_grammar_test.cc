@@ -228,7 +228,7 @@ TEST(ToolCallGrammarTest, GenericAnswer) {
   EXPECT_FALSE(
       accepts(g, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": 5}}}"));
   EXPECT_FALSE(accepts(g, "{\"tool_call\": {\"name\": \"nope\", \"arguments\": {}}}"));
-  const ToolGrammar required = grammar_for(ChatFormat::kGeneric, {ToolChoice::Kind::kRequired});
+  const ToolGrammar required = grammar_for(ChatFormat::kGeneric, {ToolChoice::Kind::kRequired, ""});
   EXPECT_FALSE(accepts(required, "{\"response\": \"Hello\"}"));
   const ToolGrammar parallel = grammar_for(ChatFormat::kGeneric, {}, true);
   EXPECT_TRUE(accepts(parallel,
