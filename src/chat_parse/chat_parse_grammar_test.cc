@@ -42,6 +42,9 @@ TEST(BareJsonCallsTest, FencedOrBareCallOfADeclaredTool) {
       o, msg("", "Weather tool.", {paris}));
   check("```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
         fallback(ChatFormat::kLlama3), msg("", "", {paris}));
+  // The generic format asked for {"tool_call": ...}; a small model answered the bare call.
+  check("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+        fallback(ChatFormat::kGeneric), msg("", "", {paris}));
 }
 
 TEST(BareJsonCallsTest, AnythingElseStaysContent) {
