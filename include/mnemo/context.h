@@ -6,7 +6,7 @@
 //   order. On a forward error or an abort the memory context rolls back: the memory is exactly
 //   as it was before decode().
 //
-// Memory kind by architecture: KvCache (llama, qwen2, qwen3), SwaKvCache (gemma3), RecurrentState
+// Memory kind by architecture: KvCache (llama, qwen2, qwen3), SwaKvCache (gemma3), RecurrentMemory
 // (mamba2), HybridMemory (granitehybrid; src/context/recurrent_memory.cc). n_ctx follows
 // llama.cpp: the total number of cells; in split mode (kv_unified = false, the default) each of
 // the n_seq_max streams gets n_ctx / n_seq_max cells.

@@ -2,14 +2,14 @@
 
 #include "memory/hybrid_memory.h"
 #include "memory/kv_rotation.h"
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 
 namespace mnemo {
 
 Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
                                                       const ContextParams& params,
                                                       uint32_t n_ctx_seq, ThreadPool* pool) {
-  RecurrentStateConfig rs;
+  RecurrentMemoryConfig rs;
   rs.n_seq_max = params.n_seq_max;
   rs.n_embd_r.assign(hp.n_layer, hp.n_embd_r());
   rs.n_embd_s.assign(hp.n_layer, hp.n_embd_s());
@@ -21,8 +21,8 @@ Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
   bool any_attention = false;
   for (uint32_t il = 0; il < hp.n_layer; ++il) any_attention |= !hp.is_recurrent_layer(il);
   if (!any_attention) {
-    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<RecurrentState> m,
-                           RecurrentState::create(std::move(rs)));
+    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<RecurrentMemory> m,
+                           RecurrentMemory::create(std::move(rs)));
     return std::unique_ptr<Memory>(std::move(m));
   }
   HybridMemoryConfig c;

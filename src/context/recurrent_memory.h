@@ -1,6 +1,6 @@
 // The memory of models with recurrent layers, built from the model's hyper-parameters
-// and the context's settings: a RecurrentState when every layer is recurrent (mamba2), a
-// HybridMemory (KvCache for attention layers + RecurrentState) otherwise (granitehybrid).
+// and the context's settings: a RecurrentMemory when every layer is recurrent (mamba2), a
+// HybridMemory (KvCache for attention layers + RecurrentMemory) otherwise (granitehybrid).
 // pool: the context's threads, used by the KvCache to requantize (KvCacheConfig::pool).
 #pragma once
 
@@ -18,7 +18,7 @@ namespace mnemo {
 /// per stream of the attention layers. Checkpoints from params.rs_checkpoint_interval /
 /// rs_n_checkpoints (none when either is 0). Quantized K/V of the attention layers get the
 /// Hadamard rotation when params.kv_rotation is set and the head size is a power of two, as in
-/// every other cache. Errors: those of RecurrentState /
+/// every other cache. Errors: those of RecurrentMemory /
 /// HybridMemory::create.
 Result<std::unique_ptr<Memory>> make_recurrent_memory(const HParams& hp,
                                                       const ContextParams& params,

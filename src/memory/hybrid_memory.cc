@@ -1,4 +1,4 @@
-// HybridMemory: a KvCache and a RecurrentState under one transaction. Contract:
+// HybridMemory: a KvCache and a RecurrentMemory under one transaction. Contract:
 // src/memory/hybrid_memory.h.
 
 #include "memory/hybrid_memory.h"
@@ -20,7 +20,7 @@ std::unique_ptr<T> downcast(std::unique_ptr<MemoryContext> c) {
 // --- context -----------------------------------------------------------------------------------
 
 HybridMemoryContext::HybridMemoryContext(MemoryStatus status, std::unique_ptr<KvCacheContext> kv,
-                                         std::unique_ptr<RecurrentStateContext> rs)
+                                         std::unique_ptr<RecurrentMemoryContext> rs)
     : MemoryContext(status, {}), kv_(std::move(kv)), rs_(std::move(rs)) {}
 
 bool HybridMemoryContext::next() {
@@ -46,7 +46,7 @@ const KvCacheContext* HybridMemoryContext::kv_for_layer(uint32_t il) const {
   return kv_->cache().holds_layer(il) ? kv_.get() : nullptr;
 }
 
-const RecurrentStateContext* HybridMemoryContext::rs_for_layer(uint32_t il) const {
+const RecurrentMemoryContext* HybridMemoryContext::rs_for_layer(uint32_t il) const {
   return rs_->state().holds_layer(il) ? rs_.get() : nullptr;
 }
 
@@ -79,7 +79,7 @@ Result<std::unique_ptr<HybridMemory>> HybridMemory::create(HybridMemoryConfig co
   }
   Result<std::unique_ptr<KvCache>> kv = KvCache::create(std::move(config.kv));
   if (!kv.ok()) return kv.status().with_context("HybridMemory attention layers");
-  Result<std::unique_ptr<RecurrentState>> rs = RecurrentState::create(std::move(config.rs));
+  Result<std::unique_ptr<RecurrentMemory>> rs = RecurrentMemory::create(std::move(config.rs));
   if (!rs.ok()) return rs.status().with_context("HybridMemory recurrent layers");
   return std::unique_ptr<HybridMemory>(
       new HybridMemory(std::move(kv).value(), std::move(rs).value()));
@@ -87,7 +87,7 @@ Result<std::unique_ptr<HybridMemory>> HybridMemory::create(HybridMemoryConfig co
 
 Result<std::unique_ptr<HybridMemory>> HybridMemory::copy() const {
   MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, kv_->copy());
-  MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<RecurrentState> rs, rs_->copy());
+  MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<RecurrentMemory> rs, rs_->copy());
   return std::unique_ptr<HybridMemory>(new HybridMemory(std::move(kv), std::move(rs)));
 }
 
@@ -108,7 +108,7 @@ std::unique_ptr<MemoryContext> HybridMemory::init_batch(const Batch& batch, uint
   if (!kv->ok()) {
     return std::make_unique<MemoryContext>(kv->status(), "attention layers: " + kv->message());
   }
-  std::unique_ptr<RecurrentStateContext> rs = rs_->prepare(shared);
+  std::unique_ptr<RecurrentMemoryContext> rs = rs_->prepare(shared);
   if (!rs->ok()) {
     return std::make_unique<MemoryContext>(rs->status(), "recurrent layers: " + rs->message());
   }
@@ -119,7 +119,7 @@ std::unique_ptr<MemoryContext> HybridMemory::init_batch(const Batch& batch, uint
 std::unique_ptr<MemoryContext> HybridMemory::init_full() {
   return std::unique_ptr<MemoryContext>(
       new HybridMemoryContext(MemoryStatus::kSuccess, downcast<KvCacheContext>(kv_->init_full()),
-                              downcast<RecurrentStateContext>(rs_->init_full())));
+                              downcast<RecurrentMemoryContext>(rs_->init_full())));
 }
 
 std::unique_ptr<MemoryContext> HybridMemory::init_update() {
@@ -128,7 +128,7 @@ std::unique_ptr<MemoryContext> HybridMemory::init_update() {
   std::unique_ptr<KvCacheContext> kv = downcast<KvCacheContext>(kv_->init_update());
   const MemoryStatus st = kv->status();
   return std::unique_ptr<MemoryContext>(new HybridMemoryContext(
-      st, std::move(kv), downcast<RecurrentStateContext>(rs_->init_full())));
+      st, std::move(kv), downcast<RecurrentMemoryContext>(rs_->init_full())));
 }
 
 Status HybridMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {

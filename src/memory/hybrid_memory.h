@@ -1,6 +1,6 @@
 // HybridMemory: the memory of models that mix attention and recurrent layers (Granite 4.0-H,
 // Bamba, ...; docs/design.md §3.5), composed of a KvCache for the attention layers and a
-// RecurrentState for the recurrent layers behind the Memory interface.
+// RecurrentMemory for the recurrent layers behind the Memory interface.
 //
 // One transaction over both: init_batch validates once (one sequence per row, as the recurrent
 // state needs), splits once with the recurrent split (split_seq, cut at checkpoint boundaries;
@@ -24,7 +24,7 @@
 #include <span>
 
 #include "memory/kv_cache.h"
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 #include "mnemo/memory.h"
 
 namespace mnemo {
@@ -36,7 +36,7 @@ struct HybridMemoryConfig {
   /// does not hold (create() fills it in when null).
   KvCacheConfig kv;
   /// The recurrent layers' state (layer_filter: the recurrent layers; required).
-  RecurrentStateConfig rs;
+  RecurrentMemoryConfig rs;
 };
 
 /// The transaction of a HybridMemory: a KV context and a recurrent context moved in lockstep.
@@ -51,18 +51,18 @@ class HybridMemoryContext final : public MemoryContext {
   /// kv() for attention layers, nullptr for recurrent ones.
   const KvCacheContext* kv_for_layer(uint32_t il) const override;
   /// rs() for recurrent layers, nullptr for attention ones.
-  const RecurrentStateContext* rs_for_layer(uint32_t il) const override;
+  const RecurrentMemoryContext* rs_for_layer(uint32_t il) const override;
 
   const KvCacheContext& kv() const { return *kv_; }
-  const RecurrentStateContext& rs() const { return *rs_; }
+  const RecurrentMemoryContext& rs() const { return *rs_; }
 
  private:
   friend class HybridMemory;
   HybridMemoryContext(MemoryStatus status, std::unique_ptr<KvCacheContext> kv,
-                      std::unique_ptr<RecurrentStateContext> rs);
+                      std::unique_ptr<RecurrentMemoryContext> rs);
 
   std::unique_ptr<KvCacheContext> kv_;
-  std::unique_ptr<RecurrentStateContext> rs_;
+  std::unique_ptr<RecurrentMemoryContext> rs_;
 };
 
 class HybridMemory final : public Memory {
@@ -96,7 +96,7 @@ class HybridMemory final : public Memory {
   Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
   uint32_t n_seq_max() const override { return rs_->n_seq_max(); }
 
-  // State save / restore (recurrent_state_io.cc): the KV child's part (KVPT role kv ...) then the
+  // State save / restore (recurrent_memory_io.cc): the KV child's part (KVPT role kv ...) then the
   // recurrent child's (RSPT ...); both are validated before either is applied, and a failed
   // apply empties the destination in both. requantize / requantize_seq convert the attention
   // layers' K/V (the recurrent states stay f32).
@@ -109,16 +109,16 @@ class HybridMemory final : public Memory {
   Status requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) override;
 
   const KvCache& kv() const { return *kv_; }
-  const RecurrentState& rs() const { return *rs_; }
+  const RecurrentMemory& rs() const { return *rs_; }
   KvCache& kv() { return *kv_; }
-  RecurrentState& rs() { return *rs_; }
+  RecurrentMemory& rs() { return *rs_; }
 
  private:
-  HybridMemory(std::unique_ptr<KvCache> kv, std::unique_ptr<RecurrentState> rs)
+  HybridMemory(std::unique_ptr<KvCache> kv, std::unique_ptr<RecurrentMemory> rs)
       : kv_(std::move(kv)), rs_(std::move(rs)) {}
 
   std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<RecurrentState> rs_;
+  std::unique_ptr<RecurrentMemory> rs_;
 };
 
 }  // namespace mnemo

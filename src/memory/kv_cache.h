@@ -246,7 +246,7 @@ class KvCache final : public Memory {
   Status check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const;
   Status check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const;
 
-  // State save / restore (kv_cache_state.cc) and requantization (kv_requantize.cc); contracts
+  // State save / restore (kv_cache_io.cc) and requantization (kv_requantize.cc); contracts
   // in memory.h, byte layout in docs/formats/state.md.
   state_format::MemoryKindId state_kind() const override {
     return state_format::MemoryKindId::kAttention;

@@ -112,7 +112,7 @@ class SwaKvCache final : public Memory {
   Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
 
-  // State (swa_kv_cache_state.cc): parts kv_base then kv_swa, both validated before either is
+  // State (swa_kv_cache_io.cc): parts kv_base then kv_swa, both validated before either is
   // applied; the SWA part holds every cell the window child holds (also the ones behind the
   // window not reused yet), so a restored sequence continues exactly. Requantization converts
   // both children (requantize_seq: the sequence's stream in each; checked on both first).
