@@ -17,15 +17,7 @@ Status HybridMemory::state_read(StateReader& r, const StateReadSpec& spec) {
   // Dry run: both parts validate before state.cc lets either apply. Apply: if the recurrent part
   // fails (the source changed between the passes) the KV part was applied already: empty it too.
   MNEMO_RETURN_IF_ERROR(kv_->state_read_part(r, spec, sf::PartRole::kKv));
-  Status st = rs_->state_read(r, spec);
-  if (!st.ok() && !spec.dry_run) {
-    if (spec.scope == sf::Scope::kSequence) {
-      CHECK(kv_->seq_rm(spec.dst_seq, -1, -1).ok());
-    } else {
-      kv_->clear();
-    }
-  }
-  return st;
+  return composite::empty_if_apply_failed(rs_->state_read(r, spec), spec, *kv_);
 }
 
 Status HybridMemory::requantize(GgmlType k_type, GgmlType v_type) {
