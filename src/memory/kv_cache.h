@@ -56,6 +56,7 @@ namespace mnemo {
 
 struct KvJournal;
 class KvCache;
+class KvPartReader;  // kv_cache_io.cc: state restore of one KVPT part
 
 struct KvCacheConfig {
   uint32_t n_ctx = 0;      // cells per stream
@@ -317,6 +318,7 @@ class KvCache final : public Memory {
 
  private:
   friend class KvCacheContext;
+  friend class KvPartReader;
   KvCache(KvCacheConfig config, KvStorage storage, std::vector<int32_t> layer_index);
 
   Status check_seq(SeqId seq, const char* op, const char* what) const;
