@@ -91,12 +91,13 @@ void BM_Prompt(benchmark::State& state) {
 void BM_SwaDecodeStep(benchmark::State& state) {
   const uint32_t n_ctx = static_cast<uint32_t>(state.range(0));
   SwaKvCacheConfig c;
-  c.n_ctx = n_ctx;
-  c.n_seq_max = kSeqs;
-  c.n_embd_k_gqa.assign(6, 128);
-  c.n_embd_v_gqa.assign(6, 128);
+  c.kv.n_ctx = n_ctx;
+  c.kv.n_seq_max = kSeqs;
+  c.kv.n_embd_k_gqa.assign(6, 128);
+  c.kv.n_embd_v_gqa.assign(6, 128);
   c.is_swa_layer = [](uint32_t il) { return il % 6 != 5; };
-  c.n_swa = 512;
+  c.kv.swa_type = SwaType::kStandard;
+  c.kv.n_swa = 512;
   c.n_ubatch = 512;
   auto r = SwaKvCache::create(std::move(c));
   CHECK(r.ok()) << r.status().to_string();

@@ -49,7 +49,7 @@
 //
 // Costs: every sequence operation is O(cells touched * log n); seq_pos_min / seq_pos_max are O(1).
 //
-// --- recurrent memory (RecurrentState, HybridMemory: src/memory/recurrent_state.h) ---------
+// --- recurrent memory (RecurrentMemory, HybridMemory: src/memory/recurrent_memory.h) ---------
 // A recurrent layer keeps one fixed-size state per sequence that summarizes every token read so
 // far; it cannot forget a suffix. Such memories honour seq_rm of a tail only by restoring a
 // checkpoint (a snapshot of the state taken every N tokens), which may cut the sequence further
@@ -113,11 +113,11 @@
 namespace mnemo {
 
 class KvCacheContext;
-class StateWriter;            // include/mnemo/state_io.h
-class StateReader;            // include/mnemo/state_io.h
-struct StateWriteSpec;        // include/mnemo/state_io.h
-struct StateReadSpec;         // include/mnemo/state_io.h
-class RecurrentStateContext;  // src/memory/recurrent_state.h
+class StateWriter;             // include/mnemo/state_io.h
+class StateReader;             // include/mnemo/state_io.h
+struct StateWriteSpec;         // include/mnemo/state_io.h
+struct StateReadSpec;          // include/mnemo/state_io.h
+class RecurrentMemoryContext;  // src/memory/recurrent_memory.h
 
 /// Outcome of preparing or running a memory transaction (a capacity outcome; docs/contributing.md).
 enum class MemoryStatus : uint8_t {
@@ -171,7 +171,7 @@ class MemoryContext {
   virtual const KvCacheContext* kv_for_layer(uint32_t il) const { return nullptr; }
   /// The recurrent-state context that governs recurrent layer il (conv / ssm state of the current
   /// ubatch's sequence), or nullptr when the memory holds no state for that layer.
-  virtual const RecurrentStateContext* rs_for_layer(uint32_t il) const { return nullptr; }
+  virtual const RecurrentMemoryContext* rs_for_layer(uint32_t il) const { return nullptr; }
 
  private:
   MemoryStatus status_;
@@ -291,9 +291,9 @@ class Memory {
   ///   SwaKvCache      stream, types, cells and free_cells of the base (full-attention) child,
   ///                   which bounds what a sequence can hold; bytes = the base child's plus the
   ///                   SWA child's, each counted as a KvCache counts them.
-  ///   RecurrentState  !has_kv; cells = 0; free_cells = kUnbounded; bytes = seq's own state slot
-  ///                   and its n_checkpoints checkpoint slots (preallocated, so the same for
-  ///                   every sequence, empty or not; over all sequences they sum to
+  ///   RecurrentMemory !has_kv; cells = 0 (no K/V cells); free_cells = kUnbounded; bytes = seq's
+  ///                   own state cell and its n_checkpoints checkpoint cells (preallocated, so
+  ///                   the same for every sequence, empty or not; over all sequences they sum to
   ///                   breakdown().tensor_bytes).
   ///   HybridMemory    the KV child's answer, with bytes = the KV child's + the recurrent
   ///                   child's.

@@ -57,7 +57,7 @@ inline constexpr uint32_t kTagKvCells = make_tag('K', 'V', 'C', 'L');
 inline constexpr uint32_t kTagKvLayer = make_tag('K', 'V', 'L', 'Y');
 inline constexpr uint32_t kTagTokens = make_tag('T', 'O', 'K', 'N');
 inline constexpr uint32_t kTagDone = make_tag('D', 'O', 'N', 'E');
-// Tags starting with 'R' are reserved for recurrent-state parts (RecurrentState, HybridMemory).
+// Tags starting with 'R' are reserved for recurrent-state parts (RecurrentMemory, HybridMemory).
 
 /// HEAD.scope: what the state holds.
 enum class Scope : uint32_t {
@@ -70,7 +70,7 @@ enum class MemoryKindId : uint32_t {
   kNone = 0,       // never stored: a memory that cannot save its state (Memory's default)
   kAttention = 1,  // KvCache: one KVPT part, role kv
   kSwa = 2,        // SwaKvCache: parts kv_base then kv_swa
-  kRecurrent = 3,  // RecurrentState (parts defined by its implementation, 'R' tags)
+  kRecurrent = 3,  // RecurrentMemory (parts defined by its implementation, 'R' tags)
   kHybrid = 4,     // HybridMemory
 };
 

@@ -6,11 +6,8 @@
 #include <thread>
 
 #include "base/buffer.h"
-#include "context/recurrent_memory.h"
-#include "memory/kv_cache.h"
-#include "memory/kv_rotation.h"
-#include "memory/kv_storage.h"
-#include "memory/swa_kv_cache.h"
+#include "context/memory_params.h"
+#include "memory/make_memory.h"
 #include "mnemo/model_fingerprint.h"
 #include "mnemo/ubatch.h"
 #include "model/forward.h"
@@ -67,49 +64,8 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
   ctx->pool_ = std::make_unique<ThreadPool>(n_threads);
 
   ctx->n_ctx_seq_ = params.kv_unified ? params.n_ctx : params.n_ctx / params.n_seq_max;
-  // KV rotation: per head, when the head size is a power of two.
-  const uint32_t rotation_dim =
-      params.kv_rotation && is_valid_kv_rotation(hp.head_dim_k) ? hp.head_dim_k : 0;
-  std::vector<uint32_t> n_embd_k(hp.n_layer, hp.n_embd_k_gqa());
-  std::vector<uint32_t> n_embd_v(hp.n_layer, hp.n_embd_v_gqa());
-  if (hp.has_recurrent_layers()) {  // mamba2 / granitehybrid
-    auto mem = make_recurrent_memory(hp, params, ctx->n_ctx_seq_, ctx->pool_.get());
-    if (!mem.ok()) return mem.status();
-    ctx->memory_ = std::move(mem).value();
-  } else if (hp.n_swa > 0 && hp.swa_type != SwaType::kNone) {
-    SwaKvCacheConfig c;
-    c.n_ctx = ctx->n_ctx_seq_;
-    c.n_seq_max = params.n_seq_max;
-    c.unified = params.kv_unified;
-    c.k_type = params.type_k;
-    c.v_type = params.type_v;
-    c.n_embd_k_gqa = n_embd_k;
-    c.n_embd_v_gqa = n_embd_v;
-    c.is_swa_layer = [hp](uint32_t il) { return hp.is_swa_layer(il); };
-    c.swa_type = hp.swa_type;
-    c.n_swa = hp.n_swa;
-    c.n_ubatch = params.n_ubatch;
-    c.swa_full = params.swa_full;
-    c.rotation_dim = rotation_dim;
-    c.pool = ctx->pool_.get();
-    auto mem = SwaKvCache::create(std::move(c));
-    if (!mem.ok()) return mem.status();
-    ctx->memory_ = std::move(mem).value();
-  } else {
-    KvCacheConfig c;
-    c.n_ctx = ctx->n_ctx_seq_;
-    c.n_seq_max = params.n_seq_max;
-    c.unified = params.kv_unified;
-    c.k_type = params.type_k;
-    c.v_type = params.type_v;
-    c.n_embd_k_gqa = n_embd_k;
-    c.n_embd_v_gqa = n_embd_v;
-    c.rotation_dim = rotation_dim;
-    c.pool = ctx->pool_.get();
-    auto mem = KvCache::create(std::move(c));
-    if (!mem.ok()) return mem.status();
-    ctx->memory_ = std::move(mem).value();
-  }
+  MNEMO_ASSIGN_OR_RETURN(ctx->memory_,
+                         make_memory(memory_params(hp, params, ctx->n_ctx_seq_, ctx->pool_.get())));
   // The forward pass's scratch grows with n_ubatch (rows of n_embd, attention and feed-forward
   // widths): a huge -ub is an error to report, not a crash. Checked against the physical memory
   // first (an overcommitting kernel would hand out the address space and kill the process when

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "memory/hybrid_memory.h"
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 #include "mnemo/context.h"
 #include "mnemo/model.h"
 #include "mnemo/state.h"
@@ -225,7 +225,7 @@ TEST_P(RollbackTest, AbortedDecodeLeavesMemoryUnchanged) {
   ASSERT_TRUE(ctx->decode(b0).ok());
   auto snap = [&] {
     if (auto* h = dynamic_cast<const HybridMemory*>(&ctx->memory())) return testing::snapshot(*h);
-    return testing::snapshot(dynamic_cast<const RecurrentState&>(ctx->memory()));
+    return testing::snapshot(dynamic_cast<const RecurrentMemory&>(ctx->memory()));
   };
   const std::string before = snap();
   int calls = 0;

@@ -1,4 +1,4 @@
-// HybridMemory: a KvCache and a RecurrentState under one transaction. Contract:
+// HybridMemory: a KvCache and a RecurrentMemory under one transaction. Contract:
 // src/memory/hybrid_memory.h.
 
 #include "memory/hybrid_memory.h"
@@ -7,47 +7,18 @@
 #include <string>
 #include <utility>
 
+#include "memory/composite.h"
+
 namespace mnemo {
-namespace {
-
-template <class T>
-std::unique_ptr<T> downcast(std::unique_ptr<MemoryContext> c) {
-  return std::unique_ptr<T>(static_cast<T*>(c.release()));
-}
-
-}  // namespace
 
 // --- context -----------------------------------------------------------------------------------
 
-HybridMemoryContext::HybridMemoryContext(MemoryStatus status, std::unique_ptr<KvCacheContext> kv,
-                                         std::unique_ptr<RecurrentStateContext> rs)
-    : MemoryContext(status, {}), kv_(std::move(kv)), rs_(std::move(rs)) {}
-
-bool HybridMemoryContext::next() {
-  const bool a = kv_->next();
-  const bool b = rs_->next();
-  CHECK(a == b) << "hybrid children out of step";
-  return a;
-}
-
-Status HybridMemoryContext::apply() {
-  if (!ok()) return MemoryContext::apply();
-  // An update context's KV child may have nothing to do (kNoUpdate): skip it.
-  if (kv_->ok()) MNEMO_RETURN_IF_ERROR(kv_->apply());
-  return rs_->apply();
-}
-
-void HybridMemoryContext::rollback() {
-  rs_->rollback();
-  kv_->rollback();
-}
-
 const KvCacheContext* HybridMemoryContext::kv_for_layer(uint32_t il) const {
-  return kv_->cache().holds_layer(il) ? kv_.get() : nullptr;
+  return kv().cache().holds_layer(il) ? &kv() : nullptr;
 }
 
-const RecurrentStateContext* HybridMemoryContext::rs_for_layer(uint32_t il) const {
-  return rs_->state().holds_layer(il) ? rs_.get() : nullptr;
+const RecurrentMemoryContext* HybridMemoryContext::rs_for_layer(uint32_t il) const {
+  return rs().state().holds_layer(il) ? &rs() : nullptr;
 }
 
 // --- memory ------------------------------------------------------------------------------------
@@ -79,7 +50,7 @@ Result<std::unique_ptr<HybridMemory>> HybridMemory::create(HybridMemoryConfig co
   }
   Result<std::unique_ptr<KvCache>> kv = KvCache::create(std::move(config.kv));
   if (!kv.ok()) return kv.status().with_context("HybridMemory attention layers");
-  Result<std::unique_ptr<RecurrentState>> rs = RecurrentState::create(std::move(config.rs));
+  Result<std::unique_ptr<RecurrentMemory>> rs = RecurrentMemory::create(std::move(config.rs));
   if (!rs.ok()) return rs.status().with_context("HybridMemory recurrent layers");
   return std::unique_ptr<HybridMemory>(
       new HybridMemory(std::move(kv).value(), std::move(rs).value()));
@@ -87,53 +58,26 @@ Result<std::unique_ptr<HybridMemory>> HybridMemory::create(HybridMemoryConfig co
 
 Result<std::unique_ptr<HybridMemory>> HybridMemory::copy() const {
   MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, kv_->copy());
-  MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<RecurrentState> rs, rs_->copy());
+  MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<RecurrentMemory> rs, rs_->copy());
   return std::unique_ptr<HybridMemory>(new HybridMemory(std::move(kv), std::move(rs)));
 }
 
 std::unique_ptr<MemoryContext> HybridMemory::init_batch(const Batch& batch, uint32_t n_ubatch,
                                                         const BatchLimits& limits) {
-  Result<PreparedBatch> pb = prepare_batch(batch, rs_->batch_limits(kv_->batch_limits(limits)),
-                                           [this](SeqId s) { return seq_pos_max(s); });
-  if (!pb.ok()) {
-    return std::make_unique<MemoryContext>(MemoryStatus::kInvalidBatch, pb.status().message());
-  }
-  Result<std::vector<Ubatch>> ubs = rs_->split(*pb, n_ubatch);
-  if (!ubs.ok()) {
-    return std::make_unique<MemoryContext>(MemoryStatus::kInvalidBatch, ubs.status().message());
-  }
-  auto shared = std::make_shared<const std::vector<Ubatch>>(std::move(ubs).value());
-  // Plan both before either changes (planning leaves each child as it was).
-  std::unique_ptr<KvCacheContext> kv = kv_->prepare(shared);
-  if (!kv->ok()) {
-    return std::make_unique<MemoryContext>(kv->status(), "attention layers: " + kv->message());
-  }
-  std::unique_ptr<RecurrentStateContext> rs = rs_->prepare(shared);
-  if (!rs->ok()) {
-    return std::make_unique<MemoryContext>(rs->status(), "recurrent layers: " + rs->message());
-  }
-  return std::unique_ptr<MemoryContext>(
-      new HybridMemoryContext(MemoryStatus::kSuccess, std::move(kv), std::move(rs)));
-}
-
-std::unique_ptr<MemoryContext> HybridMemory::init_full() {
-  return std::unique_ptr<MemoryContext>(
-      new HybridMemoryContext(MemoryStatus::kSuccess, downcast<KvCacheContext>(kv_->init_full()),
-                              downcast<RecurrentStateContext>(rs_->init_full())));
+  return plan_batch(batch, rs_->batch_limits(kv_->batch_limits(limits)),
+                    [&](const PreparedBatch& pb) { return rs_->split(pb, n_ubatch); });
 }
 
 std::unique_ptr<MemoryContext> HybridMemory::init_update() {
   // KvCache::init_update always returns a KvCacheContext (kSuccess or kNoUpdate); the recurrent
   // child takes part as a no-op (full-mode) context.
-  std::unique_ptr<KvCacheContext> kv = downcast<KvCacheContext>(kv_->init_update());
+  std::unique_ptr<MemoryContext> kv = kv_->init_update();
   const MemoryStatus st = kv->status();
-  return std::unique_ptr<MemoryContext>(new HybridMemoryContext(
-      st, std::move(kv), downcast<RecurrentStateContext>(rs_->init_full())));
+  return pair(st, rs_->init_full(), std::move(kv));
 }
 
 Status HybridMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
-  MNEMO_RETURN_IF_ERROR(rs_->check_seq_rm(seq, p0, p1));
-  MNEMO_RETURN_IF_ERROR(kv_->check_seq_rm(seq, p0, p1));
+  MNEMO_RETURN_IF_ERROR(composite::check_all(composite::SeqRm{seq, p0, p1}, *rs_, *kv_));
   CHECK(rs_->seq_rm(seq, p0, p1).ok());
   // The recurrent child may have been cut back further (to a checkpoint) or emptied: the KV
   // child is cut to the same end, so both hold the same positions.
@@ -160,34 +104,6 @@ Status HybridMemory::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   return Status();
 }
 
-Status HybridMemory::seq_keep(SeqId seq) {
-  MNEMO_RETURN_IF_ERROR(rs_->check_seq_keep(seq));
-  MNEMO_RETURN_IF_ERROR(kv_->check_seq_keep(seq));
-  CHECK(rs_->seq_keep(seq).ok());
-  CHECK(kv_->seq_keep(seq).ok());
-  return Status();
-}
-
-Status HybridMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
-  MNEMO_RETURN_IF_ERROR(rs_->check_seq_add(seq, p0, p1, delta));
-  MNEMO_RETURN_IF_ERROR(kv_->check_seq_add(seq, p0, p1, delta));
-  CHECK(rs_->seq_add(seq, p0, p1, delta).ok());
-  CHECK(kv_->seq_add(seq, p0, p1, delta).ok());
-  return Status();
-}
-
-Status HybridMemory::seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) {
-  MNEMO_RETURN_IF_ERROR(rs_->check_seq_div(seq, p0, p1, d));
-  MNEMO_RETURN_IF_ERROR(kv_->check_seq_div(seq, p0, p1, d));
-  CHECK(rs_->seq_div(seq, p0, p1, d).ok());
-  CHECK(kv_->seq_div(seq, p0, p1, d).ok());
-  return Status();
-}
-
-Pos HybridMemory::seq_pos_min(SeqId seq) const {
-  return std::max(kv_->seq_pos_min(seq), rs_->seq_pos_min(seq));
-}
-
 Pos HybridMemory::seq_pos_max(SeqId seq) const {
   const Pos p = rs_->seq_pos_max(seq);
   DCHECK(p == kv_->seq_pos_max(seq)) << "hybrid children disagree on seq " << seq;
@@ -198,26 +114,14 @@ Result<TruncatePlan> HybridMemory::plan_truncate(SeqId seq, Pos p) const {
   return rs_->plan_truncate(seq, p);
 }
 
-void HybridMemory::clear() {
-  kv_->clear();
-  rs_->clear();
-}
-
 MemoryBreakdown HybridMemory::breakdown() const {
   MemoryBreakdown out = kv_->breakdown();
-  MemoryBreakdown r = rs_->breakdown();
-  for (auto& t : r.tensors) out.tensors.push_back(std::move(t));
-  for (auto& s : r.streams) out.streams.push_back(std::move(s));
-  out.tensor_bytes += r.tensor_bytes;
-  out.mapped_bytes += r.mapped_bytes;
+  composite::append_breakdown(out, rs_->breakdown());
   return out;
 }
 
 Result<SeqMemoryInfo> HybridMemory::seq_info(SeqId seq) const {
-  MNEMO_ASSIGN_OR_RETURN(SeqMemoryInfo info, kv_->seq_info(seq));
-  MNEMO_ASSIGN_OR_RETURN(const SeqMemoryInfo rs, rs_->seq_info(seq));
-  info.bytes += rs.bytes;
-  return info;
+  return composite::seq_info_of(*kv_, *rs_, seq);
 }
 
 }  // namespace mnemo

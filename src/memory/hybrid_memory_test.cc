@@ -123,9 +123,9 @@ TEST(HybridMemoryTest, ContextAppliesAndRollsBackBoth) {
 }
 
 // seq_info: the KV child's stream, types and cells; bytes of the sequence's K/V (its stream, or
-// its share of the unified one) plus its own recurrent slot and checkpoints.
+// its share of the unified one) plus its own recurrent cell and checkpoints.
 TEST(HybridMemoryTest, SeqInfoCountsBothChildren) {
-  // Layer 1: 32-wide f16 K and V per cell. Layers 0, 2, 3: 12 + 20 floats per state, one slot
+  // Layer 1: 32-wide f16 K and V per cell. Layers 0, 2, 3: 12 + 20 floats per state, one cell
   // and 3 checkpoints per sequence.
   const size_t kv_per_cell = 2 * row_size(GgmlType::F16, 32);
   const size_t rs_per_seq = (1 + 3) * 3 * (12 + 20) * sizeof(float);

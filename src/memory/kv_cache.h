@@ -56,6 +56,7 @@ namespace mnemo {
 
 struct KvJournal;
 class KvCache;
+class KvPartReader;  // kv_cache_io.cc: state restore of one KVPT part
 
 struct KvCacheConfig {
   uint32_t n_ctx = 0;      // cells per stream
@@ -246,7 +247,7 @@ class KvCache final : public Memory {
   Status check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const;
   Status check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const;
 
-  // State save / restore (kv_cache_state.cc) and requantization (kv_requantize.cc); contracts
+  // State save / restore (kv_cache_io.cc) and requantization (kv_requantize.cc); contracts
   // in memory.h, byte layout in docs/formats/state.md.
   state_format::MemoryKindId state_kind() const override {
     return state_format::MemoryKindId::kAttention;
@@ -317,6 +318,7 @@ class KvCache final : public Memory {
 
  private:
   friend class KvCacheContext;
+  friend class KvPartReader;
   KvCache(KvCacheConfig config, KvStorage storage, std::vector<int32_t> layer_index);
 
   Status check_seq(SeqId seq, const char* op, const char* what) const;

@@ -316,15 +316,16 @@ TEST(StateTest, RotationIsConvertedOnRestore) {
 
 SwaKvCacheConfig swa_config(uint32_t n_seq_max, bool unified) {
   SwaKvCacheConfig c;
-  c.n_ctx = 64;
-  c.n_seq_max = n_seq_max;
-  c.unified = unified;
-  c.n_embd_k_gqa = {64, 128};
-  c.n_embd_v_gqa = {64, 64};
+  c.kv.n_ctx = 64;
+  c.kv.n_seq_max = n_seq_max;
+  c.kv.unified = unified;
+  c.kv.n_embd_k_gqa = {64, 128};
+  c.kv.n_embd_v_gqa = {64, 64};
   c.is_swa_layer = [](uint32_t il) { return il == 0; };
-  c.n_swa = 8;
+  c.kv.swa_type = SwaType::kStandard;
+  c.kv.n_swa = 8;
   c.n_ubatch = 16;
-  c.n_pad = 8;
+  c.kv.n_pad = 8;
   return c;
 }
 
@@ -524,9 +525,9 @@ std::unique_ptr<Memory> fixture_memory(int which, bool fill_it) {
     return m;
   }
   SwaKvCacheConfig c = swa_config(2, true);
-  c.k_type = c.v_type = GgmlType::Q8_0;
-  c.rotation_dim = 32;
-  c.n_ctx = 24;
+  c.kv.k_type = c.kv.v_type = GgmlType::Q8_0;
+  c.kv.rotation_dim = 32;
+  c.kv.n_ctx = 24;
   auto m = make_swa(c);
   if (fill_it) {
     fill(*m, 0, 12, 2, false);

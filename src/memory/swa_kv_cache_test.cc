@@ -19,16 +19,16 @@ constexpr uint32_t kLayers = 12;  // Gemma 3 pattern: layers 5 and 11 global, th
 
 SwaKvCacheConfig gemma_like(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
   SwaKvCacheConfig c;
-  c.n_ctx = n_ctx;
-  c.n_seq_max = n_seq_max;
-  c.unified = unified;
-  c.n_embd_k_gqa.assign(kLayers, 32);
-  c.n_embd_v_gqa.assign(kLayers, 32);
+  c.kv.n_ctx = n_ctx;
+  c.kv.n_seq_max = n_seq_max;
+  c.kv.unified = unified;
+  c.kv.n_embd_k_gqa.assign(kLayers, 32);
+  c.kv.n_embd_v_gqa.assign(kLayers, 32);
   c.is_swa_layer = [](uint32_t il) { return il % 6 != 5; };
-  c.swa_type = SwaType::kStandard;
-  c.n_swa = 16;
+  c.kv.swa_type = SwaType::kStandard;
+  c.kv.n_swa = 16;
   c.n_ubatch = 8;
-  c.n_pad = 8;
+  c.kv.n_pad = 8;
   return c;
 }
 
@@ -88,13 +88,13 @@ TEST(SwaKvCacheTest, Sizing) {
   c.is_swa_layer = nullptr;
   EXPECT_FALSE(SwaKvCache::create(c).ok());
   c = gemma_like(64, 1, false);
-  c.n_swa = 0;
+  c.kv.n_swa = 0;
   EXPECT_FALSE(SwaKvCache::create(c).ok());
   // A window wider than any position (int32) is refused: its arithmetic would overflow.
   c = gemma_like(64, 1, false);
-  c.n_swa = 0x80000000u;
+  c.kv.n_swa = 0x80000000u;
   EXPECT_FALSE(SwaKvCache::create(c).ok());
-  c.n_swa = 0x7FFFFFFEu;  // the largest position: a window that hides nothing
+  c.kv.n_swa = 0x7FFFFFFEu;  // the largest position: a window that hides nothing
   EXPECT_TRUE(SwaKvCache::create(c).ok());
 }
 

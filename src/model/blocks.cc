@@ -1,4 +1,4 @@
-// Sub-blocks shared by the attention architectures (llama.cc, gemma3.cc, granite_hybrid.cc): the
+// Sub-blocks shared by the attention architectures (llama.cc, gemma3.cc, hybrid.cc): the
 // attention sub-layer (projections, optional biases and QK-norm, RoPE, cache store, attention,
 // output projection), the gated feed-forward and the mixture of experts. What differs per
 // architecture (pre / post norms, residual scaling, the gate activation) stays in the

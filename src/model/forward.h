@@ -8,7 +8,7 @@
 //
 // Architectures: llama/qwen2/qwen3/qwen3moe blocks (src/model/llama.cc), gemma3 blocks
 // (src/model/gemma3.cc); shared pieces in src/model/forward.cc. Recurrent architectures:
-// mamba2 (src/model/mamba2.cc) and granitehybrid (src/model/granite_hybrid.cc), whose Mamba-2
+// mamba2 (src/model/mamba2.cc) and granitehybrid (src/model/hybrid.cc), whose Mamba-2
 // blocks read and write the recurrent state of the memory context (rs_for_layer), and qwen35 /
 // qwen35moe (src/model/qwen35.cc), whose Gated DeltaNet blocks do the same.
 //
@@ -68,10 +68,10 @@ class Forward {
   // [T x n_embd], the state of rs's sequence updated. out may alias in.
   void ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
   void hybrid_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub);
-  void mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in, float* out);
+  void mamba2_mixer(uint32_t il, const RecurrentMemoryContext& rs, const float* in, float* out);
   // qwen35 / qwen35moe (src/model/qwen35.cc): the Gated DeltaNet mixer and the gated
   // attention; in [T x n_embd] (normed) -> out [T x n_embd], out may alias in.
-  void delta_net_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in, float* out);
+  void delta_net_mixer(uint32_t il, const RecurrentMemoryContext& rs, const float* in, float* out);
   void gated_attention(uint32_t il, const KvCacheContext& kv, const Ubatch& ub, const float* in,
                        float* out);
 

@@ -10,17 +10,17 @@
 //   out    = W_out · y
 //
 // One ubatch holds one sequence (split_seq), so the mixer reads and writes that sequence's conv
-// and ssm state in place through the memory context (RecurrentStateContext). State layouts (per
+// and ssm state in place through the memory context (RecurrentMemoryContext). State layouts (per
 // layer, floats): conv [conv channels x (d_conv - 1)], oldest input first; ssm [H x head_dim x N]
 // (mnemo/ssm_kernels.h). A mamba2 model is a stack of such blocks with a residual:
 //   x += mixer(rms_norm(x) * w_attn_norm)
 #include "kernels/ssm_kernels.h"
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 #include "model/forward.h"
 
 namespace mnemo {
 
-void Forward::mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in,
+void Forward::mamba2_mixer(uint32_t il, const RecurrentMemoryContext& rs, const float* in,
                            float* out) {
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;
@@ -63,12 +63,12 @@ void Forward::mamba2_mixer(uint32_t il, const RecurrentStateContext& rs, const f
 
 void Forward::ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
   if (hp_.arch != Arch::kMamba2) {  // granitehybrid, qwen35, qwen35moe
-    hybrid_layer(il, mctx, ub);     // src/model/granite_hybrid.cc
+    hybrid_layer(il, mctx, ub);     // src/model/hybrid.cc
     return;
   }
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;
-  const RecurrentStateContext* rs = mctx.rs_for_layer(il);
+  const RecurrentMemoryContext* rs = mctx.rs_for_layer(il);
   CHECK(rs != nullptr) << "no recurrent state for layer " << il;
   kernels::rms_norm(x_.data(), L.attn_norm.f32(), hp_.rms_eps, T, hp_.n_embd, h_.data());
   mamba2_mixer(il, *rs, h_.data(), h_.data());

@@ -1,5 +1,5 @@
 // The mixers of qwen35 / qwen35moe (Qwen3.5), as llama.cpp's qwen35 graphs compute them. Pre-norm
-// residual blocks (Forward::hybrid_layer, src/model/granite_hybrid.cc) whose mixer is Gated
+// residual blocks (Forward::hybrid_layer, src/model/hybrid.cc) whose mixer is Gated
 // DeltaNet (three layers in four) or gated attention:
 //
 //   x += mixer(rms_norm(x) * w_attn_norm)
@@ -22,12 +22,12 @@
 #include <cmath>
 
 #include "kernels/ssm_kernels.h"
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 #include "model/forward.h"
 
 namespace mnemo {
 
-void Forward::delta_net_mixer(uint32_t il, const RecurrentStateContext& rs, const float* in,
+void Forward::delta_net_mixer(uint32_t il, const RecurrentMemoryContext& rs, const float* in,
                               float* out) {
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;

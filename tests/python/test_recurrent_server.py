@@ -136,7 +136,7 @@ def test_concurrent_requests_equal_requests_alone(binary, tiny, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_slots_report_each_slots_own_memory(binary, tiny, arch):
-    # Every slot owns its recurrent state (slot and checkpoints, preallocated) and, for the
+    # Every slot owns its recurrent state (cell and checkpoints, preallocated) and, for the
     # hybrid, its K/V stream: each reports the same nonzero bytes, busy or not. A mamba2 slot
     # holds no K/V at all: its K/V types are null.
     srv = Server(binary, tiny[arch], "--parallel", "4", "-c", "1024")

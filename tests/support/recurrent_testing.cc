@@ -30,7 +30,7 @@ void fold(float* state, uint32_t n, int32_t token, uint32_t il, char kind) {
 void fake_rs_forward(const MemoryContext& ctx, uint32_t n_layer) {
   const Ubatch& ub = ctx.ubatch();
   for (uint32_t il = 0; il < n_layer; ++il) {
-    const RecurrentStateContext* rs = ctx.rs_for_layer(il);
+    const RecurrentMemoryContext* rs = ctx.rs_for_layer(il);
     if (rs == nullptr) continue;
     for (uint32_t r = 0; r < ub.n_tokens(); ++r) {
       fold(rs->conv_state(il), rs->state().n_embd_r(il), ub.token[r], il, 'R');
@@ -39,7 +39,7 @@ void fake_rs_forward(const MemoryContext& ctx, uint32_t n_layer) {
   }
 }
 
-std::vector<float> ref_rs_state(const RecurrentState& m, const std::vector<int32_t>& tokens,
+std::vector<float> ref_rs_state(const RecurrentMemory& m, const std::vector<int32_t>& tokens,
                                 uint32_t n_layer) {
   std::vector<float> out;
   for (uint32_t il = 0; il < n_layer; ++il) {
@@ -53,7 +53,7 @@ std::vector<float> ref_rs_state(const RecurrentState& m, const std::vector<int32
   return out;
 }
 
-std::string snapshot(const RecurrentState& m) {
+std::string snapshot(const RecurrentMemory& m) {
   std::string out;
   auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
   for (SeqId s = 0; s < static_cast<SeqId>(m.n_seq_max()); ++s) {
@@ -63,7 +63,7 @@ std::string snapshot(const RecurrentState& m) {
     const std::vector<Pos> ck = m.checkpoints(s);
     const uint32_t n = static_cast<uint32_t>(ck.size());
     put(&n, sizeof n);
-    if (hi >= 0) put(m.slot(s).data(), m.slot(s).size_bytes());
+    if (hi >= 0) put(m.cell(s).data(), m.cell(s).size_bytes());
     for (Pos c : ck) {
       put(&c, sizeof c);
       put(m.checkpoint(s, c).data(), m.checkpoint(s, c).size_bytes());

@@ -1,6 +1,6 @@
 // Test helpers for recurrent memory (linked into tests only): a fake recurrent "model" that folds
 // every token into every word of a layer's states, its independent reference, and byte
-// snapshots of a RecurrentState / HybridMemory.
+// snapshots of a RecurrentMemory / HybridMemory.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "memory/hybrid_memory.h"
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 #include "mnemo/memory.h"
 
 namespace mnemo::testing {
@@ -22,15 +22,15 @@ uint32_t fake_rs_step(uint32_t word, int32_t token, uint32_t il, char kind, uint
 /// order, into the conv and ssm states of every recurrent layer in [0, n_layer).
 void fake_rs_forward(const MemoryContext& ctx, uint32_t n_layer);
 
-/// The reference: the whole-state floats (RecurrentState::slot layout) of a sequence that read
+/// The reference: the whole-state floats (RecurrentMemory::cell layout) of a sequence that read
 /// `tokens` from the zero state, computed from the token list alone.
-std::vector<float> ref_rs_state(const RecurrentState& m, const std::vector<int32_t>& tokens,
+std::vector<float> ref_rs_state(const RecurrentMemory& m, const std::vector<int32_t>& tokens,
                                 uint32_t n_layer);
 
 /// Everything observable about a recurrent state, as bytes: per sequence pos_min, pos_max,
-/// checkpoint positions, the slot bytes of non-empty sequences and the bytes of every live
+/// checkpoint positions, the cell bytes of non-empty sequences and the bytes of every live
 /// checkpoint. Equal snapshots = equal memories.
-std::string snapshot(const RecurrentState& m);
+std::string snapshot(const RecurrentMemory& m);
 /// Both children of a hybrid memory (KV snapshot of memory_testing.h + the recurrent one).
 std::string snapshot(const HybridMemory& m);
 

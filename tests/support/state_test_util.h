@@ -258,15 +258,16 @@ struct FuzzMemories {
 
 inline SwaKvCacheConfig fuzz_swa_config() {
   SwaKvCacheConfig c;
-  c.n_ctx = 32;
-  c.n_seq_max = 2;
-  c.unified = true;
-  c.n_embd_k_gqa = {64, 128};
-  c.n_embd_v_gqa = {64, 64};
+  c.kv.n_ctx = 32;
+  c.kv.n_seq_max = 2;
+  c.kv.unified = true;
+  c.kv.n_embd_k_gqa = {64, 128};
+  c.kv.n_embd_v_gqa = {64, 64};
   c.is_swa_layer = [](uint32_t il) { return il == 0; };
-  c.n_swa = 8;
+  c.kv.swa_type = SwaType::kStandard;
+  c.kv.n_swa = 8;
   c.n_ubatch = 16;
-  c.n_pad = 8;
+  c.kv.n_pad = 8;
   return c;
 }
 

@@ -1,5 +1,5 @@
-// State save / restore of RecurrentState and HybridMemory (protocol: memory.h; bytes:
-// docs/formats/state_recurrent.md, constants: src/memory/recurrent_state_format.h).
+// State save / restore of RecurrentMemory (protocol: memory.h; bytes:
+// docs/formats/state_recurrent.md, constants: src/memory/recurrent_memory_format.h).
 //
 // Reading is done twice by state.cc (state.h): the dry run parses and validates every field
 // (and, through end_section, every checksum) and changes nothing; the apply run parses the same
@@ -9,10 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "memory/hybrid_memory.h"
 #include "memory/pos_range.h"
-#include "memory/recurrent_state.h"
-#include "memory/recurrent_state_format.h"
+#include "memory/recurrent_memory.h"
+#include "memory/recurrent_memory_format.h"
 #include "mnemo/state_io.h"
 
 namespace mnemo {
@@ -43,9 +42,7 @@ Status read_floats(StateReader& r, float* dst, size_t n_bytes) {
 
 }  // namespace
 
-// --- RecurrentState ----------------------------------------------------------------------------
-
-Status RecurrentState::state_write(StateWriter& w, const StateWriteSpec& spec) const {
+Status RecurrentMemory::state_write(StateWriter& w, const StateWriteSpec& spec) const {
   std::vector<SeqId> seqs;
   if (spec.scope == sf::Scope::kSequence) {
     CHECK(spec.seq >= 0 && uint32_t(spec.seq) < config_.n_seq_max);
@@ -90,16 +87,16 @@ Status RecurrentState::state_write(StateWriter& w, const StateWriteSpec& spec) c
     if (w.counts_only()) {
       MNEMO_RETURN_IF_ERROR(w.skip((1 + m.ckpts.size()) * state_bytes));
     } else {
-      MNEMO_RETURN_IF_ERROR(w.put(slot_ptr(s), state_bytes));
+      MNEMO_RETURN_IF_ERROR(w.put(cell_ptr(s), state_bytes));
       for (const Checkpoint& c : m.ckpts)
-        MNEMO_RETURN_IF_ERROR(w.put(ckpt_ptr(c.slot), state_bytes));
+        MNEMO_RETURN_IF_ERROR(w.put(ckpt_ptr(c.cell), state_bytes));
     }
     MNEMO_RETURN_IF_ERROR(w.end_section());
   }
   return Status();
 }
 
-Status RecurrentState::state_read(StateReader& r, const StateReadSpec& spec) {
+Status RecurrentMemory::state_read(StateReader& r, const StateReadSpec& spec) {
   const bool seq_scope = spec.scope == sf::Scope::kSequence;
   const bool apply = !spec.dry_run;
   auto mismatch = [&](const std::string& what) {
@@ -216,52 +213,22 @@ Status RecurrentState::state_read(StateReader& r, const StateReadSpec& spec) {
     }
     const SeqId dst = seq_scope ? spec.dst_seq : seq;
     const uint32_t n_keep = std::min(n_ckpt, config_.n_checkpoints);
-    MNEMO_RETURN_IF_ERROR(fail(read_floats(r, apply ? slot_ptr(dst) : nullptr, state_bytes)));
+    MNEMO_RETURN_IF_ERROR(fail(read_floats(r, apply ? cell_ptr(dst) : nullptr, state_bytes)));
     SeqMeta m;
     m.pos_min = pos_min;
     m.pos_max = pos_max;
     for (uint32_t k = 0; k < n_ckpt; ++k) {
       const bool keep = k >= n_ckpt - n_keep;
-      const uint32_t slot = uint32_t(dst) * config_.n_checkpoints + uint32_t(m.ckpts.size());
+      const uint32_t cell = uint32_t(dst) * config_.n_checkpoints + uint32_t(m.ckpts.size());
       MNEMO_RETURN_IF_ERROR(
-          fail(read_floats(r, apply && keep ? ckpt_ptr(slot) : nullptr, state_bytes)));
-      if (keep) m.ckpts.push_back({ckpt[k], slot});
+          fail(read_floats(r, apply && keep ? ckpt_ptr(cell) : nullptr, state_bytes)));
+      if (keep) m.ckpts.push_back({ckpt[k], cell});
     }
     MNEMO_RETURN_IF_ERROR(fail(r.end_section()));
     if (apply) seqs_[dst] = std::move(m);
   }
   if (apply) ++epoch_;
   return Status();
-}
-
-// --- HybridMemory ------------------------------------------------------------------------------
-
-Status HybridMemory::state_write(StateWriter& w, const StateWriteSpec& spec) const {
-  MNEMO_RETURN_IF_ERROR(kv_->state_write_part(w, spec, sf::PartRole::kKv));
-  return rs_->state_write(w, spec);
-}
-
-Status HybridMemory::state_read(StateReader& r, const StateReadSpec& spec) {
-  // Dry run: both parts validate before state.cc lets either apply. Apply: if the recurrent part
-  // fails (the source changed between the passes) the KV part was applied already: empty it too.
-  MNEMO_RETURN_IF_ERROR(kv_->state_read_part(r, spec, sf::PartRole::kKv));
-  Status st = rs_->state_read(r, spec);
-  if (!st.ok() && !spec.dry_run) {
-    if (spec.scope == sf::Scope::kSequence) {
-      CHECK(kv_->seq_rm(spec.dst_seq, -1, -1).ok());
-    } else {
-      kv_->clear();
-    }
-  }
-  return st;
-}
-
-Status HybridMemory::requantize(GgmlType k_type, GgmlType v_type) {
-  return kv_->requantize(k_type, v_type);
-}
-
-Status HybridMemory::requantize_seq(SeqId seq, GgmlType k_type, GgmlType v_type) {
-  return kv_->requantize_seq(seq, k_type, v_type);
 }
 
 }  // namespace mnemo

@@ -1,7 +1,7 @@
-// State save / restore of RecurrentState and HybridMemory at the memory level (no model): a
+// State save / restore of RecurrentMemory and HybridMemory at the memory level (no model): a
 // sequence restored into another seq_id of another memory continues exactly like the original
 // (checkpoints included, so it can still be cut back), whole-memory round trips, fewer
-// checkpoint slots at the destination, layer mismatches, and damaged states (every flipped byte
+// checkpoint cells at the destination, layer mismatches, and damaged states (every flipped byte
 // and every truncation) that must change nothing.
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "memory/hybrid_memory.h"
-#include "memory/recurrent_state.h"
-#include "memory/recurrent_state_format.h"
+#include "memory/recurrent_memory.h"
+#include "memory/recurrent_memory_format.h"
 #include "mnemo/state.h"
 #include "support/memory_testing.h"
 #include "support/recurrent_testing.h"
@@ -36,8 +36,8 @@ ModelFingerprint fingerprint() {
   return fp;
 }
 
-RecurrentStateConfig rs_config(uint32_t n_seq, uint32_t n_ckpt = 3, uint32_t n_embd_s = 16) {
-  RecurrentStateConfig c;
+RecurrentMemoryConfig rs_config(uint32_t n_seq, uint32_t n_ckpt = 3, uint32_t n_embd_s = 16) {
+  RecurrentMemoryConfig c;
   c.n_seq_max = n_seq;
   c.n_embd_r = {6, 0, 9};
   c.n_embd_s = {n_embd_s, 0, 8};
@@ -47,8 +47,8 @@ RecurrentStateConfig rs_config(uint32_t n_seq, uint32_t n_ckpt = 3, uint32_t n_e
   return c;
 }
 
-std::unique_ptr<RecurrentState> make_rs(RecurrentStateConfig c) {
-  auto r = RecurrentState::create(std::move(c));
+std::unique_ptr<RecurrentMemory> make_rs(RecurrentMemoryConfig c) {
+  auto r = RecurrentMemory::create(std::move(c));
   CHECK(r.ok()) << r.status().to_string();
   return std::move(r).value();
 }
@@ -109,7 +109,7 @@ std::vector<int32_t> random_tokens(uint32_t seed, int n) {
   return t;
 }
 
-TEST(RecurrentStateIoTest, SequenceIntoAnotherSeqIdContinuesAndCanBeCutBack) {
+TEST(RecurrentMemoryIoTest, SequenceIntoAnotherSeqIdContinuesAndCanBeCutBack) {
   const auto t = random_tokens(1, 40), other = random_tokens(2, 40);
   auto src = make_rs(rs_config(3));
   decode(*src, 0, other, 0, 7);
@@ -120,25 +120,25 @@ TEST(RecurrentStateIoTest, SequenceIntoAnotherSeqIdContinuesAndCanBeCutBack) {
   auto dst = make_rs(rs_config(4));
   decode(*dst, 3, other, 0, 30);  // replaced by the restore
   decode(*dst, 0, other, 0, 5);   // untouched
-  const std::vector<float> seq0(dst->slot(0).begin(), dst->slot(0).end());
+  const std::vector<float> seq0(dst->cell(0).begin(), dst->cell(0).end());
   ASSERT_TRUE(state_seq_set_data(*dst, fingerprint(), state, 3).ok());
-  EXPECT_TRUE(same_floats(dst->slot(3), src->slot(1)));
+  EXPECT_TRUE(same_floats(dst->cell(3), src->cell(1)));
   EXPECT_EQ(dst->seq_pos_max(3), 22);
   EXPECT_EQ(dst->seq_pos_min(3), 0);
   EXPECT_EQ(dst->checkpoints(3), src->checkpoints(1));
   for (Pos c : dst->checkpoints(3))
     EXPECT_TRUE(same_floats(dst->checkpoint(3, c), src->checkpoint(1, c)));
-  EXPECT_TRUE(same_floats(dst->slot(0), seq0));
+  EXPECT_TRUE(same_floats(dst->cell(0), seq0));
   EXPECT_EQ(dst->seq_pos_max(0), 4);
 
   // Both continue identically, and the restored one can be cut back to its checkpoints.
   decode(*src, 1, t, 23, 30);
   decode(*dst, 3, t, 23, 30);
-  EXPECT_TRUE(same_floats(dst->slot(3), src->slot(1)));
+  EXPECT_TRUE(same_floats(dst->cell(3), src->cell(1)));
   EXPECT_EQ(dst->checkpoints(3), (std::vector<Pos>{19, 23, 27}));
   ASSERT_TRUE(dst->seq_rm(3, 22, -1).ok());
   EXPECT_EQ(dst->seq_pos_max(3), 19);
-  EXPECT_TRUE(same_floats(dst->slot(3), ref_rs_state(*dst, {t.begin(), t.begin() + 20}, kLayers)));
+  EXPECT_TRUE(same_floats(dst->cell(3), ref_rs_state(*dst, {t.begin(), t.begin() + 20}, kLayers)));
 
   // An empty sequence saves as a valid state of no blocks; restoring it empties the destination.
   const std::vector<uint8_t> empty = save_seq(*src, 2);
@@ -146,7 +146,7 @@ TEST(RecurrentStateIoTest, SequenceIntoAnotherSeqIdContinuesAndCanBeCutBack) {
   EXPECT_EQ(dst->seq_pos_max(3), -1);
 }
 
-TEST(RecurrentStateIoTest, WholeMemoryRoundTripAndFewerCheckpointSlots) {
+TEST(RecurrentMemoryIoTest, WholeMemoryRoundTripAndFewerCheckpointCells) {
   const auto t = random_tokens(3, 40), u = random_tokens(33, 40);
   auto src = make_rs(rs_config(3));
   decode(*src, 0, t, 0, 9);
@@ -157,15 +157,15 @@ TEST(RecurrentStateIoTest, WholeMemoryRoundTripAndFewerCheckpointSlots) {
   ASSERT_TRUE(state_set_data(*dst, fingerprint(), state).ok());
   EXPECT_EQ(snapshot(*dst), snapshot(*src));
 
-  // One checkpoint slot per sequence: the newest checkpoint survives.
+  // One checkpoint cell per sequence: the newest checkpoint survives.
   auto small = make_rs(rs_config(3, 1));
   ASSERT_TRUE(state_set_data(*small, fingerprint(), state).ok());
   EXPECT_EQ(small->checkpoints(2), std::vector<Pos>{23});
   EXPECT_TRUE(same_floats(small->checkpoint(2, 23), src->checkpoint(2, 23)));
-  EXPECT_TRUE(same_floats(small->slot(2), src->slot(2)));
+  EXPECT_TRUE(same_floats(small->cell(2), src->cell(2)));
 }
 
-TEST(RecurrentStateIoTest, MismatchesAndDamageChangeNothing) {
+TEST(RecurrentMemoryIoTest, MismatchesAndDamageChangeNothing) {
   const auto t = random_tokens(4, 40);
   auto src = make_rs(rs_config(3));
   decode(*src, 1, t, 0, 13);
@@ -203,7 +203,7 @@ TEST(RecurrentStateIoTest, MismatchesAndDamageChangeNothing) {
   }
 }
 
-TEST(RecurrentStateIoTest, HybridSequenceRoundTripAndDamage) {
+TEST(RecurrentMemoryIoTest, HybridSequenceRoundTripAndDamage) {
   for (bool unified : {false, true}) {
     const auto t = random_tokens(5, 40);
     auto src = make_hybrid(2, unified);
@@ -223,14 +223,14 @@ TEST(RecurrentStateIoTest, HybridSequenceRoundTripAndDamage) {
     EXPECT_EQ(dst->kv().seq_pos_max(0), 17);
     EXPECT_EQ(dst->rs().seq_pos_max(0), 17);
     EXPECT_EQ(dst->kv().seq_pos_min(0), 0);
-    EXPECT_TRUE(same_floats(dst->rs().slot(0), src->rs().slot(0)));
+    EXPECT_TRUE(same_floats(dst->rs().cell(0), src->rs().cell(0)));
     EXPECT_EQ(dst->rs().checkpoints(0), src->rs().checkpoints(0));
     EXPECT_EQ(dst->seq_pos_max(1), 2);
     // The restored sequence continues and cuts back like the original.
     decode(*src, 0, t, 18, 25, 11);
     decode(*dst, 0, t, 18, 25, 11);
     EXPECT_TRUE(src->rs().checkpoints(0) == dst->rs().checkpoints(0));
-    EXPECT_TRUE(same_floats(dst->rs().slot(0), src->rs().slot(0)));
+    EXPECT_TRUE(same_floats(dst->rs().cell(0), src->rs().cell(0)));
     ASSERT_TRUE(dst->seq_rm(0, 18, -1).ok());  // checkpoints 15, 19, 23: back to 15
     EXPECT_EQ(dst->kv().seq_pos_max(0), 15);
     EXPECT_EQ(dst->rs().seq_pos_max(0), 15);

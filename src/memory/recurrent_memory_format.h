@@ -1,4 +1,4 @@
-// Constants of the recurrent part of a mnemo state file: the sections RecurrentState writes
+// Constants of the recurrent part of a mnemo state file: the sections RecurrentMemory writes
 // between HEAD and TOKN (HybridMemory: after its KV part). Byte layout, field by field:
 // docs/formats/state_recurrent.md; the framing (section header, XXH3-64 checksum, HEAD, TOKN,
 // DONE) is docs/formats/state.md / include/mnemo/state_format.h.

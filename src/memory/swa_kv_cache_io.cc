@@ -16,15 +16,8 @@ Status SwaKvCache::state_read(StateReader& r, const StateReadSpec& spec) {
   // Dry run: both parts validate before state.cc lets either apply. Apply: if the swa part fails
   // (a source changed between the passes) the base part was applied already: empty it too.
   MNEMO_RETURN_IF_ERROR(base_->state_read_part(r, spec, sf::PartRole::kKvBase));
-  Status st = swa_->state_read_part(r, spec, sf::PartRole::kKvSwa);
-  if (!st.ok() && !spec.dry_run) {
-    if (spec.scope == sf::Scope::kSequence) {
-      CHECK(base_->seq_rm(spec.dst_seq, -1, -1).ok());
-    } else {
-      base_->clear();
-    }
-  }
-  return st;
+  return composite::empty_if_apply_failed(swa_->state_read_part(r, spec, sf::PartRole::kKvSwa),
+                                          spec, *base_);
 }
 
 Status SwaKvCache::requantize(GgmlType k_type, GgmlType v_type) {
@@ -38,8 +31,8 @@ Status SwaKvCache::requantize(GgmlType k_type, GgmlType v_type) {
   if (!swa.ok()) return swa.status().with_context("sliding-window layers");
   base_->commit_requantize(std::move(base));
   swa_->commit_requantize(std::move(*swa));
-  config_.k_type = k_type;
-  config_.v_type = v_type;
+  config_.kv.k_type = k_type;
+  config_.kv.v_type = v_type;
   return Status();
 }
 

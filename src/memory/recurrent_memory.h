@@ -1,5 +1,5 @@
-// RecurrentState: the memory of recurrent layers (Mamba-style state-space models;
-// docs/design.md §3.4), and RecurrentStateContext, its per-batch transaction. Semantics of the
+// RecurrentMemory: the memory of recurrent layers (Mamba-style state-space models;
+// docs/design.md §3.4), and RecurrentMemoryContext, its per-batch transaction. Semantics of the
 // sequence operations: include/mnemo/memory.h ("recurrent memory" block).
 //
 // What a recurrent layer remembers. A Mamba block (Gu & Dao 2023, "Mamba: Linear-Time Sequence
@@ -12,14 +12,15 @@
 // only stores floats). Their layout inside the n_embd_r / n_embd_s floats is the model's
 // business (src/model/mamba2.cc documents it).
 //
-// Slots. Sequence s owns state slot s (n_seq_max slots, allocated once). A slot holds the state
-// after positions [pos_min, pos_max] of its sequence; an empty sequence (pos_max == -1) holds no
-// data: the first ubatch of a sequence starts from zeros (apply() clears the slot).
+// Cells. Sequence s owns cell s (n_seq_max cells, allocated once): one row of state holding every
+// held layer's conv and ssm state. A cell holds the state after positions [pos_min, pos_max] of
+// its sequence; an empty sequence (pos_max == -1) holds no data: the first ubatch of a sequence
+// starts from zeros (apply() clears the cell). ("Slot" in this project means a server slot.)
 //
 // Checkpoints. With checkpoint_interval = N > 0, the state of a sequence is snapshotted after
 // positions N - 1, 2N - 1, ...: init_batch cuts ubatches so that one starts at every multiple of
-// N, and apply() of a ubatch starting at p (p % N == 0) copies the slot (the state after p - 1)
-// into one of the sequence's n_checkpoints checkpoint slots, replacing the oldest when all are
+// N, and apply() of a ubatch starting at p (p % N == 0) copies the cell (the state after p - 1)
+// into one of the sequence's n_checkpoints checkpoint cells, replacing the oldest when all are
 // taken. Memory is bounded: n_seq_max * n_checkpoints snapshots, allocated up front.
 //
 // Sequence operations (every one checks its arguments first and changes nothing on error):
@@ -45,11 +46,11 @@
 // Transactions (invariants 1 and 2 of memory.h). init_batch validates (one sequence per row),
 // splits with split_seq (one sequence per ubatch, cut at checkpoint boundaries) and always fits:
 // states are preallocated. apply() of a ubatch saves, the first time the transaction touches a
-// sequence, its slot bytes and metadata, and the bytes of any occupied checkpoint slot before it
-// is replaced; rollback() restores them, so slot bytes, checkpoint bytes of every live checkpoint
-// and metadata come back byte-equal. The forward pass writes the slot in place after apply().
+// sequence, its cell bytes and metadata, and the bytes of any occupied checkpoint cell before it
+// is replaced; rollback() restores them, so cell bytes, checkpoint bytes of every live checkpoint
+// and metadata come back byte-equal. The forward pass writes the cell in place after apply().
 //
-// Lifetime: created by RecurrentState::create as a std::unique_ptr; neither copyable nor movable
+// Lifetime: created by RecurrentMemory::create as a std::unique_ptr; neither copyable nor movable
 // (contexts keep a pointer); copy() deep-copies. Single-threaded (the server loop owns it).
 #pragma once
 
@@ -68,11 +69,11 @@
 
 namespace mnemo {
 
-class RecurrentState;
+class RecurrentMemory;
 struct RsJournal;
 
-struct RecurrentStateConfig {
-  uint32_t n_seq_max = 1;          // sequences [0, n_seq_max), <= kMaxSeq; one slot each
+struct RecurrentMemoryConfig {
+  uint32_t n_seq_max = 1;          // sequences [0, n_seq_max), <= kMaxSeq; one cell each
   std::vector<uint32_t> n_embd_r;  // [n_layer] conv state floats per sequence of each layer
   std::vector<uint32_t> n_embd_s;  // [n_layer] ssm state floats per sequence of each layer
   /// Which model layers are recurrent (null: all). Held layers need n_embd_r + n_embd_s > 0.
@@ -84,13 +85,13 @@ struct RecurrentStateConfig {
   uint32_t n_checkpoints = 0;
 };
 
-/// The transaction returned by RecurrentState::init_batch / init_full (see MemoryContext for the
+/// The transaction returned by RecurrentMemory::init_batch / init_full (see MemoryContext for the
 /// protocol). Between apply() and the next apply() / rollback(), the forward pass reads and
 /// writes the state of the current ubatch's sequence through conv_state() / ssm_state().
-class RecurrentStateContext final : public MemoryContext {
+class RecurrentMemoryContext final : public MemoryContext {
  public:
   enum class Mode : uint8_t { kBatch, kFull };
-  ~RecurrentStateContext() override;
+  ~RecurrentMemoryContext() override;
 
   // MemoryContext.
   std::span<const Ubatch> ubatches() const override;
@@ -99,10 +100,10 @@ class RecurrentStateContext final : public MemoryContext {
   bool next() override;
   Status apply() override;
   void rollback() override;
-  const RecurrentStateContext* rs_for_layer(uint32_t il) const override;
+  const RecurrentMemoryContext* rs_for_layer(uint32_t il) const override;
 
   Mode mode() const { return mode_; }
-  const RecurrentState& state() const { return *state_; }
+  const RecurrentMemory& state() const { return *state_; }
   /// The sequence of the current ubatch (split_seq: one per ubatch).
   SeqId seq() const;
   /// The current sequence's conv state of layer il: [n_embd_r(il)] floats, read and written in
@@ -112,11 +113,11 @@ class RecurrentStateContext final : public MemoryContext {
   float* ssm_state(uint32_t il) const;
 
  private:
-  friend class RecurrentState;
-  RecurrentStateContext(RecurrentState* state, Mode mode,
-                        MemoryStatus status = MemoryStatus::kSuccess, std::string message = {});
+  friend class RecurrentMemory;
+  RecurrentMemoryContext(RecurrentMemory* state, Mode mode,
+                         MemoryStatus status = MemoryStatus::kSuccess, std::string message = {});
 
-  RecurrentState* state_;
+  RecurrentMemory* state_;
   Mode mode_;
   std::shared_ptr<const std::vector<Ubatch>> ubatches_;
   std::unique_ptr<RsJournal> journal_;
@@ -126,15 +127,15 @@ class RecurrentStateContext final : public MemoryContext {
   bool spent_ = false;
 };
 
-class RecurrentState final : public Memory {
+class RecurrentMemory final : public Memory {
  public:
   /// Validates `config` (kInvalidArgument naming the field: n_seq_max outside [1, 256],
   /// mismatched layer vectors, a held layer with no state, no held layer, checkpoint_interval
-  /// without n_checkpoints or the reverse) and allocates the slots (kNoSpace when the OS refuses).
-  static Result<std::unique_ptr<RecurrentState>> create(RecurrentStateConfig config);
-  /// Deep copy: metadata, slots, checkpoints.
-  Result<std::unique_ptr<RecurrentState>> copy() const;
-  ~RecurrentState() override;
+  /// without n_checkpoints or the reverse) and allocates the cells (kNoSpace when the OS refuses).
+  static Result<std::unique_ptr<RecurrentMemory>> create(RecurrentMemoryConfig config);
+  /// Deep copy: metadata, cells, checkpoints.
+  Result<std::unique_ptr<RecurrentMemory>> copy() const;
+  ~RecurrentMemory() override;
 
   // Memory (semantics in the header comment).
   using Memory::init_batch;
@@ -157,12 +158,12 @@ class RecurrentState final : public Memory {
   /// "rs"; checkpoints as part "rs_ckpt" with n_seq_max * n_checkpoints rows. One stream per
   /// part; used = sequences (or checkpoints) holding data.
   MemoryBreakdown breakdown() const override;
-  /// No K/V and no cells (free_cells kUnbounded); bytes = seq's slot and its n_checkpoints
-  /// checkpoint slots: (1 + n_checkpoints) * n_floats_per_seq() * 4 (see Memory::seq_info).
+  /// No K/V cells (cells = 0, free_cells kUnbounded); bytes = seq's cell and its n_checkpoints
+  /// checkpoint cells: (1 + n_checkpoints) * n_floats_per_seq() * 4 (see Memory::seq_info).
   Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
 
-  // State save / restore (recurrent_state_io.cc; protocol in memory.h, bytes in
+  // State save / restore (recurrent_memory_io.cc; protocol in memory.h, bytes in
   // docs/formats/state_recurrent.md): one RSPT part, then per non-empty sequence its RSSQ record
   // and RSDT data, checkpoints included, so a restored sequence can still be cut back. Restore
   // requires the same recurrent layers and state sizes; it keeps the newest min(saved, own
@@ -179,7 +180,7 @@ class RecurrentState final : public Memory {
   /// ... the split (split_seq, cut so a ubatch starts at every checkpoint boundary) ...
   Result<std::vector<Ubatch>> split(const PreparedBatch& batch, uint32_t n_ubatch) const;
   /// ... and the context for already split ubatches (every ubatch one sequence; CHECKed).
-  std::unique_ptr<RecurrentStateContext> prepare(
+  std::unique_ptr<RecurrentMemoryContext> prepare(
       std::shared_ptr<const std::vector<Ubatch>> ubatches);
 
   /// The Status each sequence operation would return, without doing it.
@@ -189,30 +190,30 @@ class RecurrentState final : public Memory {
   Status check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const;
   Status check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const;
 
-  const RecurrentStateConfig& config() const { return config_; }
+  const RecurrentMemoryConfig& config() const { return config_; }
   bool holds_layer(uint32_t il) const { return il < layer_off_r_.size() && layer_off_r_[il] >= 0; }
   uint32_t n_embd_r(uint32_t il) const { return config_.n_embd_r[il]; }
   uint32_t n_embd_s(uint32_t il) const { return config_.n_embd_s[il]; }
   /// Floats of one sequence's whole state (all held layers, conv and ssm).
   size_t n_floats_per_seq() const { return n_floats_; }
-  /// Sequence seq's conv / ssm state of held layer il (see RecurrentStateContext).
+  /// Sequence seq's conv / ssm state of held layer il (see RecurrentMemoryContext).
   float* conv_state(uint32_t il, SeqId seq) const;
   float* ssm_state(uint32_t il, SeqId seq) const;
   /// Positions of seq's checkpoints, ascending (each: the state after that position).
   std::vector<Pos> checkpoints(SeqId seq) const;
-  /// Whole-state bytes of seq's slot ([n_floats_per_seq()] floats: held layers in order, conv
+  /// Whole-state bytes of seq's cell ([n_floats_per_seq()] floats: held layers in order, conv
   /// then ssm) and of its checkpoint at position `pos` (empty span when there is none).
-  std::span<const float> slot(SeqId seq) const;
+  std::span<const float> cell(SeqId seq) const;
   std::span<const float> checkpoint(SeqId seq, Pos pos) const;
   /// Changes on every mutation (contexts check it to catch interleaved use).
   uint64_t epoch() const { return epoch_; }
 
  private:
-  friend class RecurrentStateContext;
+  friend class RecurrentMemoryContext;
   friend struct RsJournal;
   struct Checkpoint {
     Pos pos = -1;
-    uint32_t slot = 0;  // index into the checkpoint pool
+    uint32_t cell = 0;  // index into the checkpoint pool
   };
   struct SeqMeta {
     Pos pos_min = -1;
@@ -220,26 +221,26 @@ class RecurrentState final : public Memory {
     std::vector<Checkpoint> ckpts;  // ascending pos
   };
 
-  RecurrentState(RecurrentStateConfig config, std::vector<int64_t> off_r,
-                 std::vector<int64_t> off_s, size_t n_floats, AlignedBuffer slots,
-                 AlignedBuffer ckpt_pool);
+  RecurrentMemory(RecurrentMemoryConfig config, std::vector<int64_t> off_r,
+                  std::vector<int64_t> off_s, size_t n_floats, AlignedBuffer cells,
+                  AlignedBuffer ckpt_pool);
 
   Status check_seq(SeqId seq, const char* op, const char* what) const;
-  float* slot_ptr(SeqId seq) const;
-  float* ckpt_ptr(uint32_t pool_slot) const;
+  float* cell_ptr(SeqId seq) const;
+  float* ckpt_ptr(uint32_t pool_cell) const;
   // The newest checkpoint of seq at or before pos, or nullptr.
   const Checkpoint* find_checkpoint(SeqId seq, Pos pos) const;
-  // Empties seq (metadata only; slot bytes are left as they are).
+  // Empties seq (metadata only; cell bytes are left as they are).
   void reset_seq(SeqId seq);
   // One ubatch's commit (journaled): see the header comment.
   void apply_ubatch(const Ubatch& ub, RsJournal* journal);
   void undo(RsJournal* journal);
 
-  RecurrentStateConfig config_;
+  RecurrentMemoryConfig config_;
   std::vector<int64_t> layer_off_r_;  // [n_layer] float offset of layer il's conv state, -1
   std::vector<int64_t> layer_off_s_;  // [n_layer] float offset of layer il's ssm state, -1
   size_t n_floats_ = 0;               // floats per sequence state
-  AlignedBuffer slots_;               // [n_seq_max x n_floats] f32
+  AlignedBuffer cells_;               // [n_seq_max x n_floats] f32
   AlignedBuffer ckpt_pool_;           // [n_seq_max * n_checkpoints x n_floats] f32
   std::vector<SeqMeta> seqs_;         // [n_seq_max]
   uint64_t epoch_ = 0;

@@ -14,9 +14,9 @@
 //
 // Attention: scores scaled by attention.scale (1/sqrt(head_dim) when absent); Granite 4.0-H uses
 // no positional encoding at all (rope_dim 0), Bamba RoPE "norm" (adjacent pairs). The model
-// needs a HybridMemory: a KvCache for the attention layers, a RecurrentState for the others.
+// needs a HybridMemory: a KvCache for the attention layers, a RecurrentMemory for the others.
 // Sources: IBM Granite 4.0 model cards; Dao & Gu 2024 (Mamba-2); Shazeer 2020 (SwiGLU).
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 #include "model/forward.h"
 
 namespace mnemo {
@@ -30,7 +30,7 @@ void Forward::hybrid_layer(uint32_t il, const MemoryContext& mctx, const Ubatch&
 
   kernels::rms_norm(x_.data(), L.attn_norm.f32(), eps, T, n_embd, h_.data());
   if (hp_.is_recurrent_layer(il)) {
-    const RecurrentStateContext* rs = mctx.rs_for_layer(il);
+    const RecurrentMemoryContext* rs = mctx.rs_for_layer(il);
     CHECK(rs != nullptr) << "no recurrent state for layer " << il;
     if (qwen35) {
       delta_net_mixer(il, *rs, h_.data(), h_.data());

@@ -1,8 +1,8 @@
-// RecurrentState: creation, the split at checkpoint boundaries, the journaled commit of a
+// RecurrentMemory: creation, the split at checkpoint boundaries, the journaled commit of a
 // ubatch, sequence operations with checkpoints, accounting. Contract:
-// src/memory/recurrent_state.h.
+// src/memory/recurrent_memory.h.
 
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 
 #include <algorithm>
 #include <cstring>
@@ -17,11 +17,11 @@ namespace mnemo {
 struct RsJournal {
   struct SeqSave {
     SeqId seq = 0;
-    RecurrentState::SeqMeta meta;
-    std::vector<float> slot;  // [n_floats] the slot before the forward pass wrote it
+    RecurrentMemory::SeqMeta meta;
+    std::vector<float> cell;  // [n_floats] the cell before the forward pass wrote it
   };
   struct PoolSave {
-    uint32_t slot = 0;
+    uint32_t cell = 0;
     std::vector<float> bytes;  // [n_floats] a live checkpoint before it was replaced
   };
   std::vector<SeqSave> seqs;
@@ -67,32 +67,32 @@ std::string pos_list(const std::vector<Pos>& v) {
 
 // --- context -----------------------------------------------------------------------------------
 
-RecurrentStateContext::RecurrentStateContext(RecurrentState* state, Mode mode, MemoryStatus status,
-                                             std::string message)
+RecurrentMemoryContext::RecurrentMemoryContext(RecurrentMemory* state, Mode mode,
+                                               MemoryStatus status, std::string message)
     : MemoryContext(status, std::move(message)),
       state_(state),
       mode_(mode),
       journal_(std::make_unique<RsJournal>()) {}
 
-RecurrentStateContext::~RecurrentStateContext() = default;
+RecurrentMemoryContext::~RecurrentMemoryContext() = default;
 
-std::span<const Ubatch> RecurrentStateContext::ubatches() const {
+std::span<const Ubatch> RecurrentMemoryContext::ubatches() const {
   if (!ubatches_) return {};
   return {ubatches_->data(), ubatches_->size()};
 }
 
-const Ubatch& RecurrentStateContext::ubatch() const {
+const Ubatch& RecurrentMemoryContext::ubatch() const {
   if (!ubatches_ || ubatches_->empty()) return MemoryContext::ubatch();
   return (*ubatches_)[cur_];
 }
 
-bool RecurrentStateContext::next() {
+bool RecurrentMemoryContext::next() {
   if (!ubatches_ || cur_ + 1 >= ubatches_->size()) return false;
   ++cur_;
   return true;
 }
 
-Status RecurrentStateContext::apply() {
+Status RecurrentMemoryContext::apply() {
   if (!ok()) return MemoryContext::apply();
   CHECK(!spent_) << "apply() after rollback()";
   if (mode_ == Mode::kFull) return Status();
@@ -105,7 +105,7 @@ Status RecurrentStateContext::apply() {
   return Status();
 }
 
-void RecurrentStateContext::rollback() {
+void RecurrentMemoryContext::rollback() {
   if (!ok() || spent_) return;
   spent_ = true;
   if (journal_->empty()) return;
@@ -114,40 +114,40 @@ void RecurrentStateContext::rollback() {
   ++state_->epoch_;
 }
 
-const RecurrentStateContext* RecurrentStateContext::rs_for_layer(uint32_t il) const {
+const RecurrentMemoryContext* RecurrentMemoryContext::rs_for_layer(uint32_t il) const {
   return state_->holds_layer(il) ? this : nullptr;
 }
 
-SeqId RecurrentStateContext::seq() const {
+SeqId RecurrentMemoryContext::seq() const {
   const Ubatch& ub = ubatch();
   CHECK(ub.n_tokens() > 0) << "no current ubatch";
   return ub.seq_id(0);
 }
 
-float* RecurrentStateContext::conv_state(uint32_t il) const {
+float* RecurrentMemoryContext::conv_state(uint32_t il) const {
   return state_->conv_state(il, seq());
 }
 
-float* RecurrentStateContext::ssm_state(uint32_t il) const { return state_->ssm_state(il, seq()); }
+float* RecurrentMemoryContext::ssm_state(uint32_t il) const { return state_->ssm_state(il, seq()); }
 
 // --- creation ----------------------------------------------------------------------------------
 
-RecurrentState::RecurrentState(RecurrentStateConfig config, std::vector<int64_t> off_r,
-                               std::vector<int64_t> off_s, size_t n_floats, AlignedBuffer slots,
-                               AlignedBuffer ckpt_pool)
+RecurrentMemory::RecurrentMemory(RecurrentMemoryConfig config, std::vector<int64_t> off_r,
+                                 std::vector<int64_t> off_s, size_t n_floats, AlignedBuffer cells,
+                                 AlignedBuffer ckpt_pool)
     : config_(std::move(config)),
       layer_off_r_(std::move(off_r)),
       layer_off_s_(std::move(off_s)),
       n_floats_(n_floats),
-      slots_(std::move(slots)),
+      cells_(std::move(cells)),
       ckpt_pool_(std::move(ckpt_pool)),
       seqs_(config_.n_seq_max) {}
 
-RecurrentState::~RecurrentState() = default;
+RecurrentMemory::~RecurrentMemory() = default;
 
-Result<std::unique_ptr<RecurrentState>> RecurrentState::create(RecurrentStateConfig config) {
+Result<std::unique_ptr<RecurrentMemory>> RecurrentMemory::create(RecurrentMemoryConfig config) {
   const auto bad = [](const std::string& m) {
-    return Status::invalid_argument("RecurrentState: " + m);
+    return Status::invalid_argument("RecurrentMemory: " + m);
   };
   if (config.n_seq_max == 0 || config.n_seq_max > kMaxSeq) {
     return bad("n_seq_max = " + std::to_string(config.n_seq_max) + " is outside [1, " +
@@ -178,73 +178,73 @@ Result<std::unique_ptr<RecurrentState>> RecurrentState::create(RecurrentStateCon
   }
   if (n == 0) return bad("no recurrent layer");
   const uint64_t bytes_per_seq = uint64_t{n} * sizeof(float);
-  const uint64_t n_ckpt_slots = uint64_t{config.n_seq_max} * config.n_checkpoints;
-  if (bytes_per_seq * (config.n_seq_max + n_ckpt_slots) > (uint64_t{1} << 46)) {
+  const uint64_t n_ckpt_cells = uint64_t{config.n_seq_max} * config.n_checkpoints;
+  if (bytes_per_seq * (config.n_seq_max + n_ckpt_cells) > (uint64_t{1} << 46)) {
     return Status::no_space(
-        "RecurrentState: " + std::to_string(bytes_per_seq) + " bytes per state times " +
-        std::to_string(config.n_seq_max + n_ckpt_slots) + " states is too large");
+        "RecurrentMemory: " + std::to_string(bytes_per_seq) + " bytes per state times " +
+        std::to_string(config.n_seq_max + n_ckpt_cells) + " states is too large");
   }
-  Result<AlignedBuffer> slots = AlignedBuffer::allocate(bytes_per_seq * config.n_seq_max);
-  if (!slots.ok()) return slots.status().with_context("RecurrentState slots");
-  Result<AlignedBuffer> pool = AlignedBuffer::allocate(bytes_per_seq * n_ckpt_slots);
-  if (!pool.ok()) return pool.status().with_context("RecurrentState checkpoints");
-  return std::unique_ptr<RecurrentState>(
-      new RecurrentState(std::move(config), std::move(off_r), std::move(off_s), n,
-                         std::move(slots).value(), std::move(pool).value()));
+  Result<AlignedBuffer> cells = AlignedBuffer::allocate(bytes_per_seq * config.n_seq_max);
+  if (!cells.ok()) return cells.status().with_context("RecurrentMemory cells");
+  Result<AlignedBuffer> pool = AlignedBuffer::allocate(bytes_per_seq * n_ckpt_cells);
+  if (!pool.ok()) return pool.status().with_context("RecurrentMemory checkpoints");
+  return std::unique_ptr<RecurrentMemory>(
+      new RecurrentMemory(std::move(config), std::move(off_r), std::move(off_s), n,
+                          std::move(cells).value(), std::move(pool).value()));
 }
 
-Result<std::unique_ptr<RecurrentState>> RecurrentState::copy() const {
-  MNEMO_ASSIGN_OR_RETURN(AlignedBuffer slots, slots_.copy());
+Result<std::unique_ptr<RecurrentMemory>> RecurrentMemory::copy() const {
+  MNEMO_ASSIGN_OR_RETURN(AlignedBuffer cells, cells_.copy());
   MNEMO_ASSIGN_OR_RETURN(AlignedBuffer pool, ckpt_pool_.copy());
-  std::unique_ptr<RecurrentState> c(new RecurrentState(
-      config_, layer_off_r_, layer_off_s_, n_floats_, std::move(slots), std::move(pool)));
+  std::unique_ptr<RecurrentMemory> c(new RecurrentMemory(
+      config_, layer_off_r_, layer_off_s_, n_floats_, std::move(cells), std::move(pool)));
   c->seqs_ = seqs_;
   return c;
 }
 
 // --- storage access ----------------------------------------------------------------------------
 
-float* RecurrentState::slot_ptr(SeqId seq) const {
+float* RecurrentMemory::cell_ptr(SeqId seq) const {
   CHECK(seq >= 0 && static_cast<uint32_t>(seq) < config_.n_seq_max) << "seq_id " << seq;
   // The buffer is owned by this object; the const accessors hand out the bytes the forward pass
   // writes, as KvCache's views do.
-  return reinterpret_cast<float*>(const_cast<uint8_t*>(slots_.data())) + size_t(seq) * n_floats_;
+  return reinterpret_cast<float*>(const_cast<uint8_t*>(cells_.data())) + size_t(seq) * n_floats_;
 }
 
-float* RecurrentState::ckpt_ptr(uint32_t pool_slot) const {
-  CHECK_LT(pool_slot, config_.n_seq_max * config_.n_checkpoints);
+float* RecurrentMemory::ckpt_ptr(uint32_t pool_cell) const {
+  CHECK_LT(pool_cell, config_.n_seq_max * config_.n_checkpoints);
   return reinterpret_cast<float*>(const_cast<uint8_t*>(ckpt_pool_.data())) +
-         size_t(pool_slot) * n_floats_;
+         size_t(pool_cell) * n_floats_;
 }
 
-float* RecurrentState::conv_state(uint32_t il, SeqId seq) const {
+float* RecurrentMemory::conv_state(uint32_t il, SeqId seq) const {
   CHECK(holds_layer(il)) << "model layer " << il << " is not recurrent";
-  return slot_ptr(seq) + layer_off_r_[il];
+  return cell_ptr(seq) + layer_off_r_[il];
 }
 
-float* RecurrentState::ssm_state(uint32_t il, SeqId seq) const {
+float* RecurrentMemory::ssm_state(uint32_t il, SeqId seq) const {
   CHECK(holds_layer(il)) << "model layer " << il << " is not recurrent";
-  return slot_ptr(seq) + layer_off_s_[il];
+  return cell_ptr(seq) + layer_off_s_[il];
 }
 
-std::vector<Pos> RecurrentState::checkpoints(SeqId seq) const {
+std::vector<Pos> RecurrentMemory::checkpoints(SeqId seq) const {
   std::vector<Pos> out;
   if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return out;
   for (const Checkpoint& c : seqs_[seq].ckpts) out.push_back(c.pos);
   return out;
 }
 
-std::span<const float> RecurrentState::slot(SeqId seq) const { return {slot_ptr(seq), n_floats_}; }
+std::span<const float> RecurrentMemory::cell(SeqId seq) const { return {cell_ptr(seq), n_floats_}; }
 
-std::span<const float> RecurrentState::checkpoint(SeqId seq, Pos pos) const {
+std::span<const float> RecurrentMemory::checkpoint(SeqId seq, Pos pos) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return {};
   for (const Checkpoint& c : seqs_[seq].ckpts) {
-    if (c.pos == pos) return {ckpt_ptr(c.slot), n_floats_};
+    if (c.pos == pos) return {ckpt_ptr(c.cell), n_floats_};
   }
   return {};
 }
 
-const RecurrentState::Checkpoint* RecurrentState::find_checkpoint(SeqId seq, Pos pos) const {
+const RecurrentMemory::Checkpoint* RecurrentMemory::find_checkpoint(SeqId seq, Pos pos) const {
   const Checkpoint* best = nullptr;
   for (const Checkpoint& c : seqs_[seq].ckpts) {
     if (c.pos <= pos) best = &c;
@@ -252,19 +252,19 @@ const RecurrentState::Checkpoint* RecurrentState::find_checkpoint(SeqId seq, Pos
   return best;
 }
 
-void RecurrentState::reset_seq(SeqId seq) { seqs_[seq] = SeqMeta{}; }
+void RecurrentMemory::reset_seq(SeqId seq) { seqs_[seq] = SeqMeta{}; }
 
 // --- contexts ----------------------------------------------------------------------------------
 
-BatchLimits RecurrentState::batch_limits(const BatchLimits& base) const {
+BatchLimits RecurrentMemory::batch_limits(const BatchLimits& base) const {
   BatchLimits l = base;
   l.n_seq_max = config_.n_seq_max;
   l.allow_multi_seq_rows = false;  // one state per sequence: share a prefix with seq_cp
   return l;
 }
 
-Result<std::vector<Ubatch>> RecurrentState::split(const PreparedBatch& batch,
-                                                  uint32_t n_ubatch) const {
+Result<std::vector<Ubatch>> RecurrentMemory::split(const PreparedBatch& batch,
+                                                   uint32_t n_ubatch) const {
   MNEMO_ASSIGN_OR_RETURN(std::vector<Ubatch> ubs,
                          split_batch(batch, SplitStrategy::kSeq, n_ubatch));
   const uint32_t n = config_.checkpoint_interval;
@@ -290,7 +290,7 @@ Result<std::vector<Ubatch>> RecurrentState::split(const PreparedBatch& batch,
   return out;
 }
 
-std::unique_ptr<RecurrentStateContext> RecurrentState::prepare(
+std::unique_ptr<RecurrentMemoryContext> RecurrentMemory::prepare(
     std::shared_ptr<const std::vector<Ubatch>> ubatches) {
   CHECK(ubatches != nullptr);
   for (const Ubatch& ub : *ubatches) {  // prepare() takes validated, split ubatches
@@ -299,15 +299,15 @@ std::unique_ptr<RecurrentStateContext> RecurrentState::prepare(
       CHECK(ub.seq_ids(r).size() == 1 && ub.seq_id(r) == ub.seqs[0] && ub.pos[r] >= 0);
     }
   }
-  std::unique_ptr<RecurrentStateContext> ctx(
-      new RecurrentStateContext(this, RecurrentStateContext::Mode::kBatch));
+  std::unique_ptr<RecurrentMemoryContext> ctx(
+      new RecurrentMemoryContext(this, RecurrentMemoryContext::Mode::kBatch));
   ctx->ubatches_ = std::move(ubatches);
   ctx->epoch_ = epoch_;
   return ctx;
 }
 
-std::unique_ptr<MemoryContext> RecurrentState::init_batch(const Batch& batch, uint32_t n_ubatch,
-                                                          const BatchLimits& limits) {
+std::unique_ptr<MemoryContext> RecurrentMemory::init_batch(const Batch& batch, uint32_t n_ubatch,
+                                                           const BatchLimits& limits) {
   Result<PreparedBatch> pb =
       prepare_batch(batch, batch_limits(limits), [this](SeqId s) { return seq_pos_max(s); });
   if (!pb.ok()) {
@@ -320,19 +320,19 @@ std::unique_ptr<MemoryContext> RecurrentState::init_batch(const Batch& batch, ui
   return prepare(std::make_shared<const std::vector<Ubatch>>(std::move(ubs).value()));
 }
 
-std::unique_ptr<MemoryContext> RecurrentState::init_full() {
-  std::unique_ptr<RecurrentStateContext> ctx(
-      new RecurrentStateContext(this, RecurrentStateContext::Mode::kFull));
+std::unique_ptr<MemoryContext> RecurrentMemory::init_full() {
+  std::unique_ptr<RecurrentMemoryContext> ctx(
+      new RecurrentMemoryContext(this, RecurrentMemoryContext::Mode::kFull));
   ctx->epoch_ = epoch_;
   return ctx;
 }
 
-std::unique_ptr<MemoryContext> RecurrentState::init_update() {
+std::unique_ptr<MemoryContext> RecurrentMemory::init_update() {
   return std::make_unique<MemoryContext>(MemoryStatus::kNoUpdate,
                                          "recurrent state has no pending shifts");
 }
 
-void RecurrentState::apply_ubatch(const Ubatch& ub, RsJournal* journal) {
+void RecurrentMemory::apply_ubatch(const Ubatch& ub, RsJournal* journal) {
   const SeqId s = ub.seqs[0];
   SeqMeta& m = seqs_[s];
   const size_t bytes = n_floats_ * sizeof(float);
@@ -345,54 +345,54 @@ void RecurrentState::apply_ubatch(const Ubatch& ub, RsJournal* journal) {
     RsJournal::SeqSave& save = journal->seqs.emplace_back();
     save.seq = s;
     save.meta = m;
-    save.slot.assign(slot_ptr(s), slot_ptr(s) + n_floats_);
+    save.cell.assign(cell_ptr(s), cell_ptr(s) + n_floats_);
   }
   const Pos p = ub.pos[0];
   CHECK(p == m.pos_max + 1) << "seq_id " << s << " continues at " << p << ", holds up to "
                             << m.pos_max;
   if (m.pos_max < 0) {
-    std::memset(slot_ptr(s), 0, bytes);  // a new sequence starts from the zero state
+    std::memset(cell_ptr(s), 0, bytes);  // a new sequence starts from the zero state
     m.pos_min = p;
   }
   const uint32_t n = config_.checkpoint_interval;
   if (n > 0 && p > 0 && p % static_cast<Pos>(n) == 0 &&
       (m.ckpts.empty() || m.ckpts.back().pos != p - 1)) {
-    // Snapshot the state after p - 1 (the slot, before this ubatch's forward pass writes it).
+    // Snapshot the state after p - 1 (the cell, before this ubatch's forward pass writes it).
     const uint32_t first = static_cast<uint32_t>(s) * config_.n_checkpoints;
-    uint32_t slot = first;
+    uint32_t cell = first;
     if (m.ckpts.size() < config_.n_checkpoints) {
       std::vector<uint8_t> used(config_.n_checkpoints, 0);
-      for (const Checkpoint& c : m.ckpts) used[c.slot - first] = 1;
-      while (used[slot - first]) ++slot;
+      for (const Checkpoint& c : m.ckpts) used[c.cell - first] = 1;
+      while (used[cell - first]) ++cell;
     } else {
-      slot = m.ckpts.front().slot;  // the oldest goes
+      cell = m.ckpts.front().cell;  // the oldest goes
       m.ckpts.erase(m.ckpts.begin());
-      if (!journal->pool_saved[slot]) {
-        journal->pool_saved[slot] = 1;
+      if (!journal->pool_saved[cell]) {
+        journal->pool_saved[cell] = 1;
         journal->pool.push_back(
-            {slot, std::vector<float>(ckpt_ptr(slot), ckpt_ptr(slot) + n_floats_)});
+            {cell, std::vector<float>(ckpt_ptr(cell), ckpt_ptr(cell) + n_floats_)});
       }
     }
-    std::memcpy(ckpt_ptr(slot), slot_ptr(s), bytes);
-    m.ckpts.push_back({p - 1, slot});
+    std::memcpy(ckpt_ptr(cell), cell_ptr(s), bytes);
+    m.ckpts.push_back({p - 1, cell});
   }
   m.pos_max = ub.pos.back();
 }
 
-void RecurrentState::undo(RsJournal* journal) {
+void RecurrentMemory::undo(RsJournal* journal) {
   for (auto it = journal->pool.rbegin(); it != journal->pool.rend(); ++it) {
-    std::memcpy(ckpt_ptr(it->slot), it->bytes.data(), n_floats_ * sizeof(float));
+    std::memcpy(ckpt_ptr(it->cell), it->bytes.data(), n_floats_ * sizeof(float));
   }
   for (auto it = journal->seqs.rbegin(); it != journal->seqs.rend(); ++it) {
     seqs_[it->seq] = it->meta;
-    std::memcpy(slot_ptr(it->seq), it->slot.data(), n_floats_ * sizeof(float));
+    std::memcpy(cell_ptr(it->seq), it->cell.data(), n_floats_ * sizeof(float));
   }
   *journal = RsJournal{};
 }
 
 // --- sequence operations -----------------------------------------------------------------------
 
-Status RecurrentState::check_seq(SeqId seq, const char* op, const char* what) const {
+Status RecurrentMemory::check_seq(SeqId seq, const char* op, const char* what) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) {
     return Status::invalid_argument(
         std::string(op) + ": " + what + " " + std::to_string(seq) +
@@ -401,7 +401,7 @@ Status RecurrentState::check_seq(SeqId seq, const char* op, const char* what) co
   return Status();
 }
 
-Status RecurrentState::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
+Status RecurrentMemory::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
   if (seq < 0) {
     for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) {
       MNEMO_RETURN_IF_ERROR(check_seq_rm(s, p0, p1));
@@ -430,7 +430,7 @@ Status RecurrentState::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
   return Status();
 }
 
-Status RecurrentState::seq_rm(SeqId seq, Pos p0, Pos p1) {
+Status RecurrentMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
   MNEMO_RETURN_IF_ERROR(check_seq_rm(seq, p0, p1));
   const PosRange r = open_range(p0, p1);
   auto rm_one = [&](SeqId s) {
@@ -443,7 +443,7 @@ Status RecurrentState::seq_rm(SeqId seq, Pos p0, Pos p1) {
     const Checkpoint* c = find_checkpoint(s, r.lo - 1);
     CHECK(c != nullptr);
     const Pos keep = c->pos;
-    std::memcpy(slot_ptr(s), ckpt_ptr(c->slot), n_floats_ * sizeof(float));
+    std::memcpy(cell_ptr(s), ckpt_ptr(c->cell), n_floats_ * sizeof(float));
     m.pos_max = keep;
     m.ckpts.erase(std::remove_if(m.ckpts.begin(), m.ckpts.end(),
                                  [keep](const Checkpoint& k) { return k.pos > keep; }),
@@ -458,7 +458,7 @@ Status RecurrentState::seq_rm(SeqId seq, Pos p0, Pos p1) {
   return Status();
 }
 
-Status RecurrentState::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const {
+Status RecurrentMemory::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const {
   MNEMO_RETURN_IF_ERROR(check_seq(src, "seq_cp", "source seq_id"));
   MNEMO_RETURN_IF_ERROR(check_seq(dst, "seq_cp", "destination seq_id"));
   const SeqMeta& m = seqs_[src];
@@ -480,7 +480,7 @@ Status RecurrentState::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const 
   return Status();
 }
 
-Status RecurrentState::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
+Status RecurrentMemory::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   MNEMO_RETURN_IF_ERROR(check_seq_cp(src, dst, p0, p1));
   const SeqMeta& m = seqs_[src];
   const PosRange r = open_range(p0, p1);
@@ -492,29 +492,29 @@ Status RecurrentState::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   d.pos_min = m.pos_min;
   if (r.hi > m.pos_max) {
     d.pos_max = m.pos_max;
-    std::memcpy(slot_ptr(dst), slot_ptr(src), bytes);
+    std::memcpy(cell_ptr(dst), cell_ptr(src), bytes);
   } else {
     const Checkpoint* c = find_checkpoint(src, r.hi - 1);
     d.pos_max = c->pos;
-    std::memcpy(slot_ptr(dst), ckpt_ptr(c->slot), bytes);
+    std::memcpy(cell_ptr(dst), ckpt_ptr(c->cell), bytes);
   }
   const uint32_t first = static_cast<uint32_t>(dst) * config_.n_checkpoints;
   for (const Checkpoint& c : m.ckpts) {
     if (c.pos > d.pos_max) break;
-    const uint32_t slot = first + static_cast<uint32_t>(d.ckpts.size());
-    std::memcpy(ckpt_ptr(slot), ckpt_ptr(c.slot), bytes);
-    d.ckpts.push_back({c.pos, slot});
+    const uint32_t cell = first + static_cast<uint32_t>(d.ckpts.size());
+    std::memcpy(ckpt_ptr(cell), ckpt_ptr(c.cell), bytes);
+    d.ckpts.push_back({c.pos, cell});
   }
   seqs_[dst] = std::move(d);
   ++epoch_;
   return Status();
 }
 
-Status RecurrentState::check_seq_keep(SeqId seq) const {
+Status RecurrentMemory::check_seq_keep(SeqId seq) const {
   return check_seq(seq, "seq_keep", "seq_id");
 }
 
-Status RecurrentState::seq_keep(SeqId seq) {
+Status RecurrentMemory::seq_keep(SeqId seq) {
   MNEMO_RETURN_IF_ERROR(check_seq_keep(seq));
   for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) {
     if (s != seq) reset_seq(s);
@@ -523,7 +523,7 @@ Status RecurrentState::seq_keep(SeqId seq) {
   return Status();
 }
 
-Status RecurrentState::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const {
+Status RecurrentMemory::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const {
   MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_add", "seq_id"));
   const SeqMeta& m = seqs_[seq];
   const PosRange r = open_range(p0, p1);
@@ -546,7 +546,7 @@ Status RecurrentState::check_seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) const
   return Status();
 }
 
-Status RecurrentState::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
+Status RecurrentMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   MNEMO_RETURN_IF_ERROR(check_seq_add(seq, p0, p1, delta));
   SeqMeta& m = seqs_[seq];
   const PosRange r = open_range(p0, p1);
@@ -560,7 +560,7 @@ Status RecurrentState::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   return Status();
 }
 
-Status RecurrentState::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const {
+Status RecurrentMemory::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const {
   MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_div", "seq_id"));
   if (d < 1) return Status::invalid_argument("seq_div: divisor " + std::to_string(d) + " < 1");
   const SeqMeta& m = seqs_[seq];
@@ -577,7 +577,7 @@ Status RecurrentState::check_seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) const
   return Status();
 }
 
-Status RecurrentState::seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) {
+Status RecurrentMemory::seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) {
   MNEMO_RETURN_IF_ERROR(check_seq_div(seq, p0, p1, d));
   SeqMeta& m = seqs_[seq];
   const PosRange r = open_range(p0, p1);
@@ -598,17 +598,17 @@ Status RecurrentState::seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) {
   return Status();
 }
 
-Pos RecurrentState::seq_pos_min(SeqId seq) const {
+Pos RecurrentMemory::seq_pos_min(SeqId seq) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return -1;
   return seqs_[seq].pos_min;
 }
 
-Pos RecurrentState::seq_pos_max(SeqId seq) const {
+Pos RecurrentMemory::seq_pos_max(SeqId seq) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return -1;
   return seqs_[seq].pos_max;
 }
 
-Result<TruncatePlan> RecurrentState::plan_truncate(SeqId seq, Pos p) const {
+Result<TruncatePlan> RecurrentMemory::plan_truncate(SeqId seq, Pos p) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max || p < 0) {
     return Status::invalid_argument("plan_truncate: seq_id " + std::to_string(seq) +
                                     " or position " + std::to_string(p) + " is out of range");
@@ -624,12 +624,12 @@ Result<TruncatePlan> RecurrentState::plan_truncate(SeqId seq, Pos p) const {
   return TruncatePlan{keep, static_cast<uint32_t>(p - keep)};
 }
 
-void RecurrentState::clear() {
+void RecurrentMemory::clear() {
   for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) reset_seq(s);
   ++epoch_;
 }
 
-MemoryBreakdown RecurrentState::breakdown() const {
+MemoryBreakdown RecurrentMemory::breakdown() const {
   MemoryBreakdown b;
   const uint32_t n_ckpt_rows = config_.n_seq_max * config_.n_checkpoints;
   for (const char* part : {"rs", "rs_ckpt"}) {
@@ -643,7 +643,7 @@ MemoryBreakdown RecurrentState::breakdown() const {
     st.free = rows - st.used;
     st.k_type = GgmlType::F32;
     st.v_type = GgmlType::F32;
-    st.mapped_bytes = ckpt ? ckpt_pool_.mapped_bytes() : slots_.mapped_bytes();
+    st.mapped_bytes = ckpt ? ckpt_pool_.mapped_bytes() : cells_.mapped_bytes();
     for (uint32_t il = 0; il < layer_off_r_.size(); ++il) {
       if (!holds_layer(il)) continue;
       for (char kind : {'R', 'S'}) {
@@ -664,11 +664,11 @@ MemoryBreakdown RecurrentState::breakdown() const {
   return b;
 }
 
-Result<SeqMemoryInfo> RecurrentState::seq_info(SeqId seq) const {
+Result<SeqMemoryInfo> RecurrentMemory::seq_info(SeqId seq) const {
   MNEMO_RETURN_IF_ERROR(check_seq(seq, "seq_info", "seq_id"));
   SeqMemoryInfo info;
   info.seq_id = seq;
-  // Sequence s owns slot s and checkpoint slots [s * n_checkpoints, (s + 1) * n_checkpoints),
+  // Sequence s owns cell s and checkpoint cells [s * n_checkpoints, (s + 1) * n_checkpoints),
   // all allocated at create(): they serve s whether it holds data or not.
   info.bytes = (size_t{1} + config_.n_checkpoints) * n_floats_ * sizeof(float);
   return info;

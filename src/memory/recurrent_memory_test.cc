@@ -1,4 +1,4 @@
-// RecurrentState: configuration errors, exact accounting, per-sequence isolation of interleaved
+// RecurrentMemory: configuration errors, exact accounting, per-sequence isolation of interleaved
 // batches, checkpoints (placement, bound, content), seq_rm / seq_cp through checkpoints,
 // plan_truncate, byte-equal rollback, and a randomized run against a reference model.
 //
@@ -7,7 +7,7 @@
 // patterns). The reference recomputes a state from a sequence's token list alone, so a state
 // that mixed two sequences, lost a token or saw one twice differs.
 
-#include "memory/recurrent_state.h"
+#include "memory/recurrent_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -29,8 +29,8 @@ using testing::snapshot;
 
 constexpr uint32_t kLayers = 3;  // layers 0 and 2 recurrent, layer 1 not held
 
-RecurrentStateConfig config(uint32_t n_seq_max, uint32_t interval = 0, uint32_t n_ckpt = 0) {
-  RecurrentStateConfig c;
+RecurrentMemoryConfig config(uint32_t n_seq_max, uint32_t interval = 0, uint32_t n_ckpt = 0) {
+  RecurrentMemoryConfig c;
   c.n_seq_max = n_seq_max;
   c.n_embd_r = {6, 0, 9};
   c.n_embd_s = {16, 0, 8};
@@ -40,14 +40,14 @@ RecurrentStateConfig config(uint32_t n_seq_max, uint32_t interval = 0, uint32_t 
   return c;
 }
 
-std::unique_ptr<RecurrentState> make(RecurrentStateConfig c) {
-  auto r = RecurrentState::create(std::move(c));
+std::unique_ptr<RecurrentMemory> make(RecurrentMemoryConfig c) {
+  auto r = RecurrentMemory::create(std::move(c));
   CHECK(r.ok()) << r.status().to_string();
   return std::move(r).value();
 }
 
 // Decodes `b`, running the fake forward pass after each apply().
-void decode(RecurrentState& m, const Batch& b, uint32_t n_ubatch) {
+void decode(RecurrentMemory& m, const Batch& b, uint32_t n_ubatch) {
   auto ctx = m.init_batch(b, n_ubatch);
   ASSERT_TRUE(ctx->ok()) << ctx->message();
   do {
@@ -68,30 +68,30 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
 }
 
 // The reference state of `toks[0, n)` as the memory stores it.
-std::vector<float> ref(const RecurrentState& m, const std::vector<int32_t>& toks, int n) {
+std::vector<float> ref(const RecurrentMemory& m, const std::vector<int32_t>& toks, int n) {
   return ref_rs_state(m, std::vector<int32_t>(toks.begin(), toks.begin() + n), kLayers);
 }
 
-bool slot_is(const RecurrentState& m, SeqId s, const std::vector<float>& want) {
-  auto got = m.slot(s);
+bool cell_is(const RecurrentMemory& m, SeqId s, const std::vector<float>& want) {
+  auto got = m.cell(s);
   return got.size() == want.size() &&
          std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0;
 }
 
-TEST(RecurrentStateTest, ConfigErrorsAndAccounting) {
-  RecurrentStateConfig c = config(0);
-  EXPECT_EQ(RecurrentState::create(c).status().code(), StatusCode::kInvalidArgument);
+TEST(RecurrentMemoryTest, ConfigErrorsAndAccounting) {
+  RecurrentMemoryConfig c = config(0);
+  EXPECT_EQ(RecurrentMemory::create(c).status().code(), StatusCode::kInvalidArgument);
   c = config(2);
   c.n_embd_s.pop_back();
-  EXPECT_FALSE(RecurrentState::create(c).ok());
+  EXPECT_FALSE(RecurrentMemory::create(c).ok());
   c = config(2);
   c.layer_filter = nullptr;  // layer 1 would be held with no state
-  EXPECT_NE(RecurrentState::create(c).status().message().find("layer 1"), std::string::npos);
+  EXPECT_NE(RecurrentMemory::create(c).status().message().find("layer 1"), std::string::npos);
   c = config(2, 4, 0);
-  EXPECT_FALSE(RecurrentState::create(c).ok());
+  EXPECT_FALSE(RecurrentMemory::create(c).ok());
   c = config(2);
   c.layer_filter = [](uint32_t) { return false; };
-  EXPECT_FALSE(RecurrentState::create(c).ok());
+  EXPECT_FALSE(RecurrentMemory::create(c).ok());
 
   auto m = make(config(3, 8, 2));
   EXPECT_TRUE(m->holds_layer(0) && m->holds_layer(2));
@@ -102,7 +102,7 @@ TEST(RecurrentStateTest, ConfigErrorsAndAccounting) {
   EXPECT_EQ(b.streams[0].part, "rs");
   EXPECT_EQ(b.streams[0].n_cells, 3u);
   EXPECT_EQ(b.streams[1].n_cells, 6u);
-  ASSERT_EQ(b.tensors.size(), 8u);  // 2 layers x {R, S} x {slots, checkpoints}
+  ASSERT_EQ(b.tensors.size(), 8u);  // 2 layers x {R, S} x {cells, checkpoints}
   EXPECT_EQ(b.tensor_bytes, (3u + 6u) * 39 * sizeof(float));
   EXPECT_EQ(b.tensors[0].kind, 'R');
   EXPECT_EQ(b.tensors[0].n_embd, 6u);
@@ -115,9 +115,9 @@ TEST(RecurrentStateTest, ConfigErrorsAndAccounting) {
   EXPECT_TRUE(full->apply().ok());
 }
 
-// seq_info: no K/V, no cells, and each sequence's own preallocated slot and checkpoints, the
+// seq_info: no K/V cells, and each sequence's own preallocated cell and checkpoints, the
 // same for every sequence whatever it holds.
-TEST(RecurrentStateTest, SeqInfoIsTheSequencesSlotAndCheckpoints) {
+TEST(RecurrentMemoryTest, SeqInfoIsTheSequencesCellAndCheckpoints) {
   auto m = make(config(3, 4, 2));
   Batch b;
   add_rows(&b, 1, std::vector<int32_t>(11, 7), 0, 11);
@@ -132,7 +132,7 @@ TEST(RecurrentStateTest, SeqInfoIsTheSequencesSlotAndCheckpoints) {
     EXPECT_FALSE(info->has_kv);
     EXPECT_EQ(info->cells, 0u);
     EXPECT_EQ(info->free_cells, SeqMemoryInfo::kUnbounded);
-    // (1 slot + 2 checkpoints) x (6 + 16 + 9 + 8) floats.
+    // (1 cell + 2 checkpoints) x (6 + 16 + 9 + 8) floats.
     EXPECT_EQ(info->bytes, 3u * 39 * sizeof(float)) << "seq " << s;
     sum += info->bytes;
   }
@@ -142,7 +142,7 @@ TEST(RecurrentStateTest, SeqInfoIsTheSequencesSlotAndCheckpoints) {
 
 // The multi-user bug of seed 001: sequences interleaved in one batch must each see only their
 // own tokens, whatever the ubatch size.
-TEST(RecurrentStateTest, InterleavedSequencesStayIsolated) {
+TEST(RecurrentMemoryTest, InterleavedSequencesStayIsolated) {
   std::mt19937 rng(5);
   for (uint32_t n_ubatch : {1u, 3u, 64u}) {
     auto m = make(config(4, 5, 2));
@@ -164,13 +164,13 @@ TEST(RecurrentStateTest, InterleavedSequencesStayIsolated) {
     for (SeqId s = 0; s < 4; ++s) {
       EXPECT_EQ(m->seq_pos_min(s), 0);
       EXPECT_EQ(m->seq_pos_max(s), 22);
-      EXPECT_TRUE(slot_is(*m, s, ref(*m, toks[s], 23))) << "seq " << s << " ub " << n_ubatch;
+      EXPECT_TRUE(cell_is(*m, s, ref(*m, toks[s], 23))) << "seq " << s << " ub " << n_ubatch;
       EXPECT_EQ(m->checkpoints(s), (std::vector<Pos>{14, 19}));
     }
   }
 }
 
-TEST(RecurrentStateTest, UbatchesAreCutAtCheckpointBoundaries) {
+TEST(RecurrentMemoryTest, UbatchesAreCutAtCheckpointBoundaries) {
   auto m = make(config(2, 4, 8));
   Batch b;
   std::vector<int32_t> t(11, 7);
@@ -192,7 +192,7 @@ TEST(RecurrentStateTest, UbatchesAreCutAtCheckpointBoundaries) {
   EXPECT_EQ(m->init_batch(shared, 4)->status(), MemoryStatus::kInvalidBatch);
 }
 
-TEST(RecurrentStateTest, CheckpointsAreBoundedAndHoldTheStateAfterTheirPosition) {
+TEST(RecurrentMemoryTest, CheckpointsAreBoundedAndHoldTheStateAfterTheirPosition) {
   std::mt19937 rng(9);
   auto m = make(config(2, 4, 3));
   const std::vector<int32_t> t = random_tokens(rng, 40);
@@ -214,7 +214,7 @@ TEST(RecurrentStateTest, CheckpointsAreBoundedAndHoldTheStateAfterTheirPosition)
   EXPECT_EQ(m->breakdown().streams[1].used, 3u);
 }
 
-TEST(RecurrentStateTest, TailRemovalRestoresACheckpointOrFailsWithoutChange) {
+TEST(RecurrentMemoryTest, TailRemovalRestoresACheckpointOrFailsWithoutChange) {
   std::mt19937 rng(11);
   auto m = make(config(3, 4, 3));
   const std::vector<int32_t> t = random_tokens(rng, 30);
@@ -260,13 +260,13 @@ TEST(RecurrentStateTest, TailRemovalRestoresACheckpointOrFailsWithoutChange) {
   ASSERT_TRUE(m->seq_rm(0, 22, -1).ok());
   EXPECT_EQ(m->seq_pos_max(0), 19);
   EXPECT_EQ(m->checkpoints(0), (std::vector<Pos>{15, 19}));
-  EXPECT_TRUE(slot_is(*m, 0, ref(*m, t, 20)));
+  EXPECT_TRUE(cell_is(*m, 0, ref(*m, t, 20)));
   std::vector<int32_t> t2 = t;
   t2[22] = 999;  // a different continuation after the kept prefix
   Batch redo;
   add_rows(&redo, 0, t2, 20, 30);
   decode(*m, redo, 3);
-  EXPECT_TRUE(slot_is(*m, 0, ref(*m, t2, 30)));
+  EXPECT_TRUE(cell_is(*m, 0, ref(*m, t2, 30)));
   EXPECT_EQ(m->checkpoints(0), (std::vector<Pos>{19, 23, 27}));
 
   // Removing the whole sequence always works.
@@ -275,7 +275,7 @@ TEST(RecurrentStateTest, TailRemovalRestoresACheckpointOrFailsWithoutChange) {
   EXPECT_TRUE(m->checkpoints(0).empty());
 }
 
-TEST(RecurrentStateTest, CopyKeepAddDiv) {
+TEST(RecurrentMemoryTest, CopyKeepAddDiv) {
   std::mt19937 rng(13);
   auto m = make(config(4, 4, 4));
   const std::vector<int32_t> t = random_tokens(rng, 20);
@@ -284,12 +284,12 @@ TEST(RecurrentStateTest, CopyKeepAddDiv) {
   decode(*m, b, 4);  // checkpoints 3, 7, 11, 15
 
   ASSERT_TRUE(m->seq_cp(0, 1, -1, -1).ok());
-  EXPECT_TRUE(slot_is(*m, 1, ref(*m, t, 18)));
+  EXPECT_TRUE(cell_is(*m, 1, ref(*m, t, 18)));
   EXPECT_EQ(m->checkpoints(1), m->checkpoints(0));
   // A prefix ending inside the sequence copies a checkpoint: [0, 10) -> the state after 7.
   ASSERT_TRUE(m->seq_cp(0, 2, 0, 10).ok());
   EXPECT_EQ(m->seq_pos_max(2), 7);
-  EXPECT_TRUE(slot_is(*m, 2, ref(*m, t, 8)));
+  EXPECT_TRUE(cell_is(*m, 2, ref(*m, t, 8)));
   EXPECT_EQ(m->checkpoints(2), (std::vector<Pos>{3, 7}));
   EXPECT_EQ(m->seq_cp(0, 3, 0, 2).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(m->seq_cp(0, 3, 5, -1).code(), StatusCode::kNotSupported);
@@ -298,8 +298,8 @@ TEST(RecurrentStateTest, CopyKeepAddDiv) {
   Batch more;
   add_rows(&more, 1, t, 18, 20);
   decode(*m, more, 4);
-  EXPECT_TRUE(slot_is(*m, 1, ref(*m, t, 20)));
-  EXPECT_TRUE(slot_is(*m, 0, ref(*m, t, 18)));
+  EXPECT_TRUE(cell_is(*m, 1, ref(*m, t, 20)));
+  EXPECT_TRUE(cell_is(*m, 0, ref(*m, t, 18)));
 
   // Positions move only as a whole.
   EXPECT_EQ(m->seq_add(0, 5, -1, 3).code(), StatusCode::kNotSupported);
@@ -311,7 +311,7 @@ TEST(RecurrentStateTest, CopyKeepAddDiv) {
   ASSERT_TRUE(m->seq_div(0, -1, -1, 2).ok());
   EXPECT_EQ(m->seq_pos_max(0), 13);
   EXPECT_EQ(m->checkpoints(0), (std::vector<Pos>{6, 8, 10, 12}));
-  EXPECT_TRUE(slot_is(*m, 0, ref(*m, t, 18)));  // the state itself is untouched
+  EXPECT_TRUE(cell_is(*m, 0, ref(*m, t, 18)));  // the state itself is untouched
 
   ASSERT_TRUE(m->seq_keep(1).ok());
   for (SeqId s : {0, 2, 3}) EXPECT_EQ(m->seq_pos_max(s), -1);
@@ -320,7 +320,7 @@ TEST(RecurrentStateTest, CopyKeepAddDiv) {
   EXPECT_EQ(m->seq_pos_max(1), -1);
 }
 
-TEST(RecurrentStateTest, RollbackRestoresSlotsCheckpointsAndMetadata) {
+TEST(RecurrentMemoryTest, RollbackRestoresCellsCheckpointsAndMetadata) {
   std::mt19937 rng(17);
   auto m = make(config(3, 4, 2));
   const std::vector<int32_t> t = random_tokens(rng, 60);
@@ -355,9 +355,9 @@ TEST(RecurrentStateTest, RollbackRestoresSlotsCheckpointsAndMetadata) {
   }
   // The copy was never touched, and the original still decodes correctly.
   decode(*m, big, 5);
-  EXPECT_TRUE(slot_is(*m, 0, ref(*m, t, 40)));
-  EXPECT_TRUE(slot_is(*m, 2, ref(*m, t, 9)));
-  EXPECT_TRUE(slot_is(*m, 1, ref(*m, t, 6)));
+  EXPECT_TRUE(cell_is(*m, 0, ref(*m, t, 40)));
+  EXPECT_TRUE(cell_is(*m, 2, ref(*m, t, 9)));
+  EXPECT_TRUE(cell_is(*m, 1, ref(*m, t, 6)));
   EXPECT_EQ(snapshot(**copy), before);
   // A failed context changes nothing and refuses to apply.
   Batch gap;
@@ -369,7 +369,7 @@ TEST(RecurrentStateTest, RollbackRestoresSlotsCheckpointsAndMetadata) {
 
 // Random decodes (some rolled back), tail removals, copies, keeps and clears against a reference
 // that keeps each sequence's token list and checkpoint positions by the documented policy.
-TEST(RecurrentStateTest, RandomOperationsMatchReference) {
+TEST(RecurrentMemoryTest, RandomOperationsMatchReference) {
   constexpr uint32_t kSeqs = 4, kInterval = 3, kCkpt = 3;
   struct RefSeq {
     std::vector<int32_t> toks;
@@ -458,7 +458,7 @@ TEST(RecurrentStateTest, RandomOperationsMatchReference) {
       ASSERT_EQ(m->seq_pos_min(q), n_toks > 0 ? 0 : -1);
       ASSERT_EQ(m->checkpoints(q), rq.ckpts) << "step " << step << " seq " << q;
       if (n_toks > 0) {
-        ASSERT_TRUE(slot_is(*m, q, ref_rs_state(*m, rq.toks, kLayers))) << "step " << step;
+        ASSERT_TRUE(cell_is(*m, q, ref_rs_state(*m, rq.toks, kLayers))) << "step " << step;
       }
       for (Pos c : rq.ckpts) {
         const auto want = ref_rs_state(
