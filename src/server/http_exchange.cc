@@ -37,7 +37,7 @@ const char* outcome_name(FinishReason r) {
 }
 
 // Writes events; false when the client went away.
-bool send(httplib::DataSink& sink, const std::vector<SseEvent>& events) {
+bool send_events(httplib::DataSink& sink, const std::vector<SseEvent>& events) {
   for (const SseEvent& e : events) {
     const std::string s = e.wire();
     if (!sink.write(s.data(), s.size())) return false;
@@ -88,7 +88,7 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
   const ParsedCompletion& p = ex.parsed;
   if (!ex.begun) {
     ex.begun = true;
-    if (!send(sink, api.stream_begin(p, defaults_, ex.ids))) return false;
+    if (!send_events(sink, api.stream_begin(p, defaults_, ex.ids))) return false;
   }
   auto last_write = Clock::now();
   while (true) {
@@ -115,7 +115,7 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
     } else if (e.kind == CompletionEvent::Kind::kError) {
       out = api.stream_error({e.error_kind, e.error, std::nullopt});
     }
-    if (!send(sink, out)) return false;
+    if (!send_events(sink, out)) return false;
     if (!out.empty()) last_write = Clock::now();
     if (last) {
       sink.done();
@@ -416,7 +416,7 @@ bool Front::multi_json(MultiExchange& m, DataSink& sink) {
 bool Front::multi_sse(MultiExchange& m, DataSink& sink) {
   const WireApi& api = *m.api;
   for (const auto& e : m.ex) {
-    if (!send(sink, api.stream_begin(e->parsed, defaults_, m.ids))) return false;
+    if (!send_events(sink, api.stream_begin(e->parsed, defaults_, m.ids))) return false;
   }
   auto last_write = Clock::now();
   while (!m.all_finished() && !m.failed) {
@@ -425,9 +425,9 @@ bool Front::multi_sse(MultiExchange& m, DataSink& sink) {
       const Exchange& e = *m.ex[i];
       bool ok = true;
       if (ev.kind == CompletionEvent::Kind::kText) {
-        ok = send(sink, api.stream_delta(e.parsed, ev, e.id_slot, defaults_, m.ids));
+        ok = send_events(sink, api.stream_delta(e.parsed, ev, e.id_slot, defaults_, m.ids));
       } else if (ev.kind == CompletionEvent::Kind::kDone) {
-        ok = send(sink, api.stream_end(e.parsed, e.result, defaults_, m.ids));
+        ok = send_events(sink, api.stream_end(e.parsed, e.result, defaults_, m.ids));
       }
       if (ok) last_write = Clock::now();
       return ok;
@@ -448,10 +448,10 @@ bool Front::multi_sse(MultiExchange& m, DataSink& sink) {
   const CompletionStats usage = m.usage();
   if (m.failed) {
     m.cancel_all();
-    if (!send(sink, api.stream_error(m.wire_error()))) return false;
+    if (!send_events(sink, api.stream_error(m.wire_error()))) return false;
   }
-  if (!send(sink, api.stream_close(m.ex.front()->parsed, m.failed ? nullptr : &usage, defaults_,
-                                   m.ids))) {
+  if (!send_events(sink, api.stream_close(m.ex.front()->parsed, m.failed ? nullptr : &usage,
+                                          defaults_, m.ids))) {
     return false;
   }
   sink.done();

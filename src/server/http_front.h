@@ -99,6 +99,7 @@ class Front {
   /// read until the client closes. A body over --max-body is a 413.
   httplib::Server::HandlerWithContentReader wrap_post(Handler h);
   httplib::Server::HandlerWithContentReader wrap_post(Method m) { return wrap_post(bind(m)); }
+  /// A member handler as a Handler.
   Handler bind(Method m) {
     return [this, m](const Request& req, Response& res, RequestLog& log) {
       (this->*m)(req, res, log);
@@ -113,6 +114,7 @@ class Front {
   /// API key (pre-routing), CORS headers and preflights, JSON bodies for httplib's own errors.
   void install_guards(httplib::Server& svr);
 
+  /// Answers `j` with `status` (application/json).
   void reply_json(Response& res, const Json& j, int status = 200);
   /// count: false for errors the engine reported (it counted them already).
   void reply_error(Response& res, ErrorKind kind, const std::string& msg, bool count = true);
@@ -124,10 +126,13 @@ class Front {
   bool run_control(ControlRequest creq, Response& res, ControlReply* out);
   /// CORS response headers for a request from a web page of an allowed origin (none otherwise).
   void cors_headers(const Request& req, Response& res) const;
+  /// Whether --allowed-origins ("*" or a comma-separated list) names `origin`.
   bool origin_allowed(const std::string& origin) const;
+  /// What /props and /v1/models report of this server.
   ServerFacts facts() const { return {model_, tok_, tmpl_, params_, defaults_.model_name}; }
 
-  // ---- http_control.cc: the control and utility endpoints.
+  // ---- http_control.cc: the control and utility endpoints, each answering the route of its
+  // name (the endpoint list of http.cc); bodies from api_control.h.
 
   void health(const Request&, Response& res, RequestLog&);
   /// The web page (src/server/webui/index.html, built in); public: it asks for the API key.

@@ -176,28 +176,26 @@ void prompt_cache_metrics(std::string* o, const Metrics& m, const ControlReply& 
 
 // The shared store (--cache-store), when there is one.
 void store_metrics(std::string* o, const ControlReply& snap) {
-  if (snap.store) {
-    const prompt_cache::StoreStats& st = *snap.store;
-    gauge(o, "prompt_cache_store_up", "1 while the shared store (--cache-store) is connected.",
-          st.connected ? 1.0 : 0.0);
-    counter(o, "prompt_cache_store_hits_total", "Store lookups that returned a verified entry.",
-            double(st.hits_total));
-    counter(o, "prompt_cache_store_misses_total",
-            "Store lookups without one (none, evicted, store unreachable).",
-            double(st.misses_total));
-    counter(o, "prompt_cache_store_ignored_total",
-            "Values fetched from the store and discarded: damaged, another model's, wrong tokens.",
-            double(st.ignored_total));
-    counter(o, "prompt_cache_store_writes_total", "Entries written to the store.",
-            double(st.writes_total));
-    counter(o, "prompt_cache_store_dropped_total",
-            "Entries not written: store down, slow or full, or too many queued.",
-            double(st.dropped_total));
-    counter(o, "prompt_cache_store_errors_total", "Failed store commands and connection attempts.",
-            double(st.errors_total));
-    gauge(o, "prompt_cache_store_pending", "Entries queued for the store, not yet written.",
-          double(st.pending));
-  }
+  if (!snap.store) return;
+  const prompt_cache::StoreStats& st = *snap.store;
+  gauge(o, "prompt_cache_store_up", "1 while the shared store (--cache-store) is connected.",
+        st.connected ? 1.0 : 0.0);
+  counter(o, "prompt_cache_store_hits_total", "Store lookups that returned a verified entry.",
+          double(st.hits_total));
+  counter(o, "prompt_cache_store_misses_total",
+          "Store lookups without one (none, evicted, store unreachable).", double(st.misses_total));
+  counter(o, "prompt_cache_store_ignored_total",
+          "Values fetched from the store and discarded: damaged, another model's, wrong tokens.",
+          double(st.ignored_total));
+  counter(o, "prompt_cache_store_writes_total", "Entries written to the store.",
+          double(st.writes_total));
+  counter(o, "prompt_cache_store_dropped_total",
+          "Entries not written: store down, slow or full, or too many queued.",
+          double(st.dropped_total));
+  counter(o, "prompt_cache_store_errors_total", "Failed store commands and connection attempts.",
+          double(st.errors_total));
+  gauge(o, "prompt_cache_store_pending", "Entries queued for the store, not yet written.",
+        double(st.pending));
 }
 
 // llama-server's names of the figures above.
