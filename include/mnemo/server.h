@@ -1,7 +1,8 @@
 // mnemo's HTTP server (`mnemo serve`): llama.cpp's and OpenAI's completion APIs over slots
 // with continuous batching, per-slot prompt caches, slot save / restore and live KV
 // requantization. Design: src/server/engine.h (the loop thread that owns the memory) and
-// src/server/http.cc (transport: routes, auth, SSE). Endpoints: docs in src/server/http.cc.
+// src/server/http_front.h (transport: auth, body limits, SSE), src/server/api.h (the wire
+// APIs). Endpoints: docs in src/server/http.cc.
 #pragma once
 
 #include <cstddef>

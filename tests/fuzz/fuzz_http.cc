@@ -195,7 +195,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     one(data[0], rest);
   } catch (const Json::exception&) {
-    // The HTTP front answers these with a 400 (http.cc, Front::wrap).
+    // The HTTP front answers these with a 400 (http_front.cc, Front::wrap).
   }
   return 0;
 }
