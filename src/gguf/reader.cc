@@ -292,6 +292,53 @@ void File::release_pages(const void* data, size_t n) const {
   (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+namespace {
+
+// The rest of one tensor info after its name (GGUF spec "gguf_tensor_info_t"): dimensions,
+// type and data offset, checked (shape, type, alignment); errors name the tensor and the offset.
+Status read_tensor_info(Cursor& c, uint64_t alignment, TensorInfo* out) {
+  TensorInfo& t = *out;
+  const std::string who = "tensor " + quoted(t.name);
+  const uint64_t dims_pos = c.pos();
+  uint32_t n_dims = 0;
+  MNEMO_RETURN_IF_ERROR(c.read(&n_dims, "tensor dimension count"));
+  if (n_dims > kMaxDims) {
+    return Status::corruption(who + " has " + std::to_string(n_dims) +
+                              " dimensions, more than the maximum " + std::to_string(kMaxDims) +
+                              at(dims_pos));
+  }
+  const uint64_t shape_pos = c.pos();
+  t.dims.resize(n_dims);
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    uint64_t ne = 0;
+    MNEMO_RETURN_IF_ERROR(c.read(&ne, "tensor dimension"));
+    // Stored as u64; ggml holds them as int64, so a value above INT64_MAX is negative there.
+    t.dims[d] = static_cast<int64_t>(ne);
+  }
+  const uint64_t type_pos = c.pos();
+  uint32_t type_id = 0;
+  MNEMO_RETURN_IF_ERROR(c.read(&type_id, "tensor type"));
+  const std::optional<TypeTraits> tt = type_traits(type_id);
+  if (!tt) {
+    return Status::not_supported(who + " has unknown ggml type id " + std::to_string(type_id) +
+                                 at(type_pos));
+  }
+  t.type = tt->type;
+  const uint64_t offset_pos = c.pos();
+  MNEMO_RETURN_IF_ERROR(c.read(&t.offset, "tensor data offset"));
+  if (auto err = internal::tensor_shape_error(t.dims, t.type, &t.n_bytes)) {
+    return Status::corruption(who + ": " + *err + at(shape_pos));
+  }
+  if (t.offset % alignment != 0) {
+    return Status::corruption(who + " data offset " + std::to_string(t.offset) +
+                              " is not a multiple of the alignment " + std::to_string(alignment) +
+                              at(offset_pos));
+  }
+  return Status();
+}
+
+}  // namespace
+
 Status File::parse() {
   Cursor c(bytes_);
 
@@ -384,42 +431,7 @@ Status File::parse() {
                                 " (first at byte offset " +
                                 std::to_string(info_offsets[it->second]) + ")");
     }
-    const std::string who = "tensor " + quoted(t.name);
-    const uint64_t dims_pos = c.pos();
-    uint32_t n_dims = 0;
-    MNEMO_RETURN_IF_ERROR(c.read(&n_dims, "tensor dimension count"));
-    if (n_dims > kMaxDims) {
-      return Status::corruption(who + " has " + std::to_string(n_dims) +
-                                " dimensions, more than the maximum " + std::to_string(kMaxDims) +
-                                at(dims_pos));
-    }
-    const uint64_t shape_pos = c.pos();
-    t.dims.resize(n_dims);
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      uint64_t ne = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&ne, "tensor dimension"));
-      // Stored as u64; ggml holds them as int64, so a value above INT64_MAX is negative there.
-      t.dims[d] = static_cast<int64_t>(ne);
-    }
-    const uint64_t type_pos = c.pos();
-    uint32_t type_id = 0;
-    MNEMO_RETURN_IF_ERROR(c.read(&type_id, "tensor type"));
-    const std::optional<TypeTraits> tt = type_traits(type_id);
-    if (!tt) {
-      return Status::not_supported(who + " has unknown ggml type id " + std::to_string(type_id) +
-                                   at(type_pos));
-    }
-    t.type = tt->type;
-    const uint64_t offset_pos = c.pos();
-    MNEMO_RETURN_IF_ERROR(c.read(&t.offset, "tensor data offset"));
-    if (auto err = internal::tensor_shape_error(t.dims, t.type, &t.n_bytes)) {
-      return Status::corruption(who + ": " + *err + at(shape_pos));
-    }
-    if (t.offset % alignment_ != 0) {
-      return Status::corruption(who + " data offset " + std::to_string(t.offset) +
-                                " is not a multiple of the alignment " +
-                                std::to_string(alignment_) + at(offset_pos));
-    }
+    MNEMO_RETURN_IF_ERROR(read_tensor_info(c, alignment_, &t));
     tensors_.push_back(std::move(t));
     info_offsets.push_back(start);
   }

@@ -137,6 +137,89 @@ std::string test_name(const TestResult& r) {
   return s;
 }
 
+// Prints the results as llama-bench's JSON fields or its markdown table; with --bandwidth also
+// the bytes read per generated token next to `read_bw` (bytes / s).
+void print_results(const BenchFlags& f, const Model& model, const ContextParams& cp, int n_threads,
+                   const std::vector<TestResult>& results, double read_bw) {
+  auto token_bytes = [&](const TestResult& r) {
+    // Token i of a tg test attends to depth + i cells (+1 for itself): the mean over the test.
+    return double(model.n_decode_bytes()) +
+           kv_bytes_per_token(model, cp, r.n_depth + (r.n_gen + 1) / 2.0);
+  };
+
+  const std::string model_type = model.describe();
+  const std::string ctk(type_name(cp.type_k)), ctv(type_name(cp.type_v));
+  if (f.output == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    char when[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    for (const TestResult& r : results) {
+      out.push_back({{"build_commit", "mnemo"},
+                     {"build_number", 0},
+                     {"cpu_info", kernels::simd_target()},
+                     {"gpu_info", ""},
+                     {"backends", "CPU"},
+                     {"model_filename", f.model.model_path},
+                     {"model_type", model_type},
+                     {"model_size", model.n_bytes()},
+                     {"model_n_params", model.n_params()},
+                     {"n_batch", cp.n_batch},
+                     {"n_ubatch", cp.n_ubatch},
+                     {"n_threads", n_threads},
+                     {"type_k", ctk},
+                     {"type_v", ctv},
+                     {"n_gpu_layers", 0},
+                     {"flash_attn", true},
+                     {"use_mmap", true},
+                     {"embeddings", false},
+                     {"n_prompt", r.n_prompt},
+                     {"n_gen", r.n_gen},
+                     {"n_depth", r.n_depth},
+                     {"test_time", when},
+                     {"avg_ns", uint64_t(r.avg_ns)},
+                     {"stddev_ns", uint64_t(r.stddev_ns)},
+                     {"avg_ts", r.avg_ts},
+                     {"stddev_ts", r.stddev_ts},
+                     {"samples_ns", r.samples_ns},
+                     {"samples_ts", r.samples_ts}});
+      if (f.bandwidth && r.n_gen > 0 && r.n_prompt == 0) {
+        out.back()["bytes_per_token"] = token_bytes(r);
+        out.back()["read_bytes_per_s"] = token_bytes(r) * r.avg_ts;
+        out.back()["bandwidth_bytes_per_s"] = read_bw;
+      }
+    }
+    fmt::print("{}\n", out.dump(2));
+  } else {
+    fmt::print(
+        "| model                          |       size |     params | backend    | threads "
+        "| type_k | type_v |            test |                  t/s |\n");
+    fmt::print(
+        "| ------------------------------ | ---------: | ---------: | ---------- | ------: "
+        "| -----: | -----: | --------------: | -------------------: |\n");
+    for (const TestResult& r : results) {
+      fmt::print(
+          "| {:<30} | {:>6.2f} MiB | {:>8.2f} M | {:<10} | {:>7} | {:>6} | {:>6} | {:>15} | "
+          "{:>20} |\n",
+          model_type.substr(0, 30), model.n_bytes() / 1048576.0, model.n_params() / 1e6, "CPU",
+          n_threads, ctk, ctv, test_name(r), fmt::format("{:.2f} ± {:.2f}", r.avg_ts, r.stddev_ts));
+    }
+    if (f.bandwidth) {
+      fmt::print("\nread bandwidth, {} threads: {:.2f} GB/s\n", n_threads, read_bw / 1e9);
+      for (const TestResult& r : results) {
+        if (r.n_gen == 0 || r.n_prompt > 0) continue;
+        const double b = token_bytes(r);
+        fmt::print(
+            "{}: {:.1f} MB per token (weights {:.1f}, K/V {:.1f}) x {:.2f} t/s = {:.2f} "
+            "GB/s, {:.0f}% of the read bandwidth\n",
+            test_name(r), b / 1e6, model.n_decode_bytes() / 1e6,
+            (b - double(model.n_decode_bytes())) / 1e6, r.avg_ts, b * r.avg_ts / 1e9,
+            100.0 * b * r.avg_ts / read_bw);
+      }
+    }
+  }
+}
+
 int bench_main(BenchFlags& f) {
   if (Status st = f.model.resolve(); !st.ok()) {
     fmt::print(stderr, "mnemo bench: {}\n", st.message());
@@ -210,88 +293,9 @@ int bench_main(BenchFlags& f) {
                r.stddev_ts);
   }
 
-  // Bytes per generated token and the machine's read bandwidth (--bandwidth).
-  double read_bw = 0;
-  if (f.bandwidth) read_bw = measure_read_bandwidth(ctx.params().n_threads);
-  auto token_bytes = [&](const TestResult& r) {
-    // Token i of a tg test attends to depth + i cells (+1 for itself): the mean over the test.
-    return double(model.n_decode_bytes()) +
-           kv_bytes_per_token(model, cp, r.n_depth + (r.n_gen + 1) / 2.0);
-  };
-
-  const std::string model_type = model.describe();
-  const std::string ctk(type_name(cp.type_k)), ctv(type_name(cp.type_v));
-  if (f.output == "json") {
-    nlohmann::json out = nlohmann::json::array();
-    char when[32];
-    std::time_t now = std::time(nullptr);
-    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    for (const TestResult& r : results) {
-      out.push_back({{"build_commit", "mnemo"},
-                     {"build_number", 0},
-                     {"cpu_info", kernels::simd_target()},
-                     {"gpu_info", ""},
-                     {"backends", "CPU"},
-                     {"model_filename", f.model.model_path},
-                     {"model_type", model_type},
-                     {"model_size", model.n_bytes()},
-                     {"model_n_params", model.n_params()},
-                     {"n_batch", cp.n_batch},
-                     {"n_ubatch", cp.n_ubatch},
-                     {"n_threads", ctx.params().n_threads},
-                     {"type_k", ctk},
-                     {"type_v", ctv},
-                     {"n_gpu_layers", 0},
-                     {"flash_attn", true},
-                     {"use_mmap", true},
-                     {"embeddings", false},
-                     {"n_prompt", r.n_prompt},
-                     {"n_gen", r.n_gen},
-                     {"n_depth", r.n_depth},
-                     {"test_time", when},
-                     {"avg_ns", uint64_t(r.avg_ns)},
-                     {"stddev_ns", uint64_t(r.stddev_ns)},
-                     {"avg_ts", r.avg_ts},
-                     {"stddev_ts", r.stddev_ts},
-                     {"samples_ns", r.samples_ns},
-                     {"samples_ts", r.samples_ts}});
-      if (f.bandwidth && r.n_gen > 0 && r.n_prompt == 0) {
-        out.back()["bytes_per_token"] = token_bytes(r);
-        out.back()["read_bytes_per_s"] = token_bytes(r) * r.avg_ts;
-        out.back()["bandwidth_bytes_per_s"] = read_bw;
-      }
-    }
-    fmt::print("{}\n", out.dump(2));
-  } else {
-    fmt::print(
-        "| model                          |       size |     params | backend    | threads "
-        "| type_k | type_v |            test |                  t/s |\n");
-    fmt::print(
-        "| ------------------------------ | ---------: | ---------: | ---------- | ------: "
-        "| -----: | -----: | --------------: | -------------------: |\n");
-    for (const TestResult& r : results) {
-      fmt::print(
-          "| {:<30} | {:>6.2f} MiB | {:>8.2f} M | {:<10} | {:>7} | {:>6} | {:>6} | {:>15} | "
-          "{:>20} |\n",
-          model_type.substr(0, 30), model.n_bytes() / 1048576.0, model.n_params() / 1e6, "CPU",
-          ctx.params().n_threads, ctk, ctv, test_name(r),
-          fmt::format("{:.2f} ± {:.2f}", r.avg_ts, r.stddev_ts));
-    }
-    if (f.bandwidth) {
-      fmt::print("\nread bandwidth, {} threads: {:.2f} GB/s\n", ctx.params().n_threads,
-                 read_bw / 1e9);
-      for (const TestResult& r : results) {
-        if (r.n_gen == 0 || r.n_prompt > 0) continue;
-        const double b = token_bytes(r);
-        fmt::print(
-            "{}: {:.1f} MB per token (weights {:.1f}, K/V {:.1f}) x {:.2f} t/s = {:.2f} "
-            "GB/s, {:.0f}% of the read bandwidth\n",
-            test_name(r), b / 1e6, model.n_decode_bytes() / 1e6,
-            (b - double(model.n_decode_bytes())) / 1e6, r.avg_ts, b * r.avg_ts / 1e9,
-            100.0 * b * r.avg_ts / read_bw);
-      }
-    }
-  }
+  // The machine's read bandwidth (--bandwidth), for the bytes per generated token.
+  const double read_bw = f.bandwidth ? measure_read_bandwidth(ctx.params().n_threads) : 0;
+  print_results(f, model, cp, ctx.params().n_threads, results, read_bw);
   return 0;
 }
 
