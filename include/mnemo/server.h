@@ -63,6 +63,13 @@ struct ServerParams {
   /// --chat-template-kwargs: a JSON object of extra template variables for every request (a
   /// request's own chat_template_kwargs add to and override them).
   std::string chat_template_kwargs;
+  /// --reasoning-format: "none" keeps a model's thinking in the answer's content; "deepseek" or
+  /// "auto" (the default) split it into reasoning_content (docs/api.md).
+  std::string reasoning_format = "auto";
+  /// --reasoning-budget: tokens a model may think before its end-of-thinking marker is generated
+  /// for it (-1: no limit; 0: the thinking ends at once). A request's reasoning_budget_tokens
+  /// overrides it.
+  int reasoning_budget = -1;
   bool metrics = false;  // --metrics: enables GET /metrics
   int timeout_s = 600;   // --timeout: socket read/write and queue-wait limit, seconds
   /// --read-timeout: the longest pause, in seconds, while a client sends a request (line,

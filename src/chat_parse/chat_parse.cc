@@ -26,6 +26,72 @@ ThinkTags think_tags(ChatFormat f) {
   }
 }
 
+FormatMarkers format_markers(ChatFormat f) {
+  const ThinkTags tags = think_tags(f);
+  FormatMarkers m;
+  m.think_open = tags.open;
+  m.think_close = tags.close;
+  auto add = [&](std::initializer_list<const char*> xs) {
+    for (const char* x : xs) m.markup.emplace_back(x);
+  };
+  if (!tags.open.empty()) add({m.think_open.c_str(), m.think_close.c_str()});
+  switch (f) {
+    case ChatFormat::kHermes:
+    case ChatFormat::kQwen3Coder:
+      add({"<tool_call>", "</tool_call>"});
+      break;
+    case ChatFormat::kSeedOss:
+      add({"<seed:tool_call>", "</seed:tool_call>"});
+      break;
+    case ChatFormat::kMiniMaxM2:
+      add({"<minimax:tool_call>", "</minimax:tool_call>"});
+      break;
+    case ChatFormat::kGlm45:
+      add({"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+           "</arg_value>"});
+      break;
+    case ChatFormat::kLlama3:
+    case ChatFormat::kFunctionaryV31:
+      add({"<|python_tag|>"});
+      break;
+    case ChatFormat::kMistralNemo:
+      add({"[TOOL_CALLS]"});
+      break;
+    case ChatFormat::kMistral:
+      add({"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"});
+      break;
+    case ChatFormat::kDeepSeekR1:
+    case ChatFormat::kDeepSeekV31:
+      add({"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+           "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"});
+      break;
+    case ChatFormat::kGranite:
+      add({"<|tool_call|>", "<response>", "</response>"});
+      break;
+    case ChatFormat::kKimiK2:
+      add({"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+           "<|tool_call_argument_begin|>", "<|tool_call_end|>"});
+      break;
+    case ChatFormat::kCommandR7B:
+      add({"<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+           "<|START_TEXT|>", "<|END_TEXT|>"});
+      break;
+    case ChatFormat::kApriel15:
+      add({"<tool_calls>", "</tool_calls>"});
+      break;
+    case ChatFormat::kNemotronV2:
+      add({"<TOOLCALL>", "</TOOLCALL>"});
+      break;
+    case ChatFormat::kGptOss:
+      add({"<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>", "<|call|>",
+           "<|return|>"});
+      break;
+    default:
+      break;
+  }
+  return m;
+}
+
 bool prompt_opens_thinking(ChatFormat format, std::string_view prompt) {
   const ThinkTags tags = think_tags(format);
   if (tags.open.empty()) return false;

@@ -75,7 +75,9 @@
 //   ```
 // With ParseOptions::bare_json_calls (the server sets it when the request declares tools and
 // tool_choice is auto), an answer that is, whole (whitespace and one ``` / ```json fence around
-// it allowed), one JSON object {"name": N, "arguments" | "parameters": {...}} becomes a call when N
+// it allowed), one JSON object {"name": N, "arguments" | "parameters": {...}} (or the same inside
+// one more pair of braces, {{...}}, as Qwen 2.5's rendered template shows its call format and
+// small models copy it) becomes a call when N
 // is a declared tool AND the arguments match that tool's parameters schema: the schema is turned
 // into a grammar (grammar::json_schema_to_gbnf) and the arguments' compact JSON text (keys put in
 // the schema's order) must be a sentence of it (grammar::Matcher). A schema that cannot be
@@ -212,6 +214,17 @@ ChatMsg parse_chat_output(std::string_view text, const ParseOptions& opt);
 /// R1 and V3.1 (thinking) and GLM 4.7 do; then set ParseOptions::thinking_forced_open. false for
 /// formats without think tags (gpt-oss's channels included).
 bool prompt_opens_thinking(ChatFormat format, std::string_view prompt);
+
+/// The marker strings of a format: its reasoning tags (empty for a format without them) and every
+/// piece of its markup (the tags, tool-call openers, closers and separators, gpt-oss's channel
+/// markers). A server renders the tokens whose text is one of `markup` as text even when they
+/// are control tokens, so the parser sees them (llama-server's "preserved tokens"), and ends a
+/// spent reasoning budget with think_close.
+struct FormatMarkers {
+  std::string think_open, think_close;
+  std::vector<std::string> markup;
+};
+FormatMarkers format_markers(ChatFormat format);
 
 /// A new piece of one tool call, for an OpenAI "tool_calls" delta.
 struct ToolCallDelta {

@@ -42,6 +42,9 @@ TEST(BareJsonCallsTest, FencedOrBareCallOfADeclaredTool) {
       o, msg("", "Weather tool.", {paris}));
   check("```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
         fallback(ChatFormat::kLlama3), msg("", "", {paris}));
+  // Qwen 2.5's template text writes the call in doubled braces; Qwen2.5-Coder-1.5B copies it.
+  check("{{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}", o,
+        msg("", "", {paris}));
   // The generic format asked for {"tool_call": ...}; a small model answered the bare call.
   check("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
         fallback(ChatFormat::kGeneric), msg("", "", {paris}));
@@ -61,6 +64,8 @@ TEST(BareJsonCallsTest, AnythingElseStaysContent) {
            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"why\": \"x\"}",
            "```python\nprint(1)\n```",
            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",
+           "{{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+           "{{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}}",
        }) {
     check(text, o, msg(text), /*stream=*/false);
   }

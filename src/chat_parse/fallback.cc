@@ -75,6 +75,13 @@ Verdict judge(const ParseOptions& opt, std::string_view c, ToolCall* call) {
   p = skip_ws(c, p);
   if (p >= c.size()) return partial && fenced ? Verdict::kHold : Verdict::kContent;
   if (c[p] != '{') return Verdict::kContent;
+  // Qwen 2.5's template shows the call as {{"name": ..., "arguments": ...}} (the doubled braces
+  // are in its rendered text) and small models copy it: one more pair of braces around the call.
+  bool doubled = false;
+  if (const size_t q = skip_ws(c, p + 1); q < c.size() && c[q] == '{') {
+    doubled = true;
+    p = q;
+  }
   const ObjectScan os = scan_object(c, p);
   if (os.status == Scan::kInvalid) return Verdict::kContent;
   for (const JsonMember& m : os.members) {
@@ -91,6 +98,13 @@ Verdict judge(const ParseOptions& opt, std::string_view c, ToolCall* call) {
   }
   if (os.status == Scan::kIncomplete) return partial ? Verdict::kHold : Verdict::kContent;
   size_t after = skip_ws(c, os.end);
+  if (doubled) {
+    if (after < c.size() && c[after] == '}') {
+      after = skip_ws(c, after + 1);
+    } else {
+      return partial && after == c.size() ? Verdict::kHold : Verdict::kContent;
+    }
+  }
   if (fenced && c.substr(after).starts_with("```")) {
     after = skip_ws(c, after + 3);
   } else if (fenced && partial && after < c.size() && prefix_of(c.substr(after), "```")) {

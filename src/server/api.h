@@ -100,13 +100,16 @@ class WireApi {
   virtual std::vector<SseEvent> stream_progress(const ParsedCompletion& p,
                                                 const CompletionEvent& ev, int32_t id_slot,
                                                 const ApiDefaults& d, const ResponseIds& ids) const;
-  /// A kText event: its text, tokens and probs, ev.stats so far. None when the event holds
-  /// nothing this API shows (a token whose text is held back, without log-probabilities).
+  /// A kText event: its text, tokens and probs, ev.stats so far; r holds everything so far
+  /// (ev included) and keeps what a stream has sent (r.chat, for the chat surfaces). None when
+  /// the event holds nothing this API shows (a token whose text is held back, without
+  /// log-probabilities).
   virtual std::vector<SseEvent> stream_delta(const ParsedCompletion& p, const CompletionEvent& ev,
-                                             int32_t id_slot, const ApiDefaults& d,
+                                             CompletionResult& r, int32_t id_slot,
+                                             const ApiDefaults& d,
                                              const ResponseIds& ids) const = 0;
   /// p's completion ended (kDone); r holds all of it.
-  virtual std::vector<SseEvent> stream_end(const ParsedCompletion& p, const CompletionResult& r,
+  virtual std::vector<SseEvent> stream_end(const ParsedCompletion& p, CompletionResult& r,
                                            const ApiDefaults& d, const ResponseIds& ids) const = 0;
   /// After the last completion ended: `first` is completion 0, `usage` the sums of them all (as
   /// response_multi's), or null when a stream of several completions ends with an error (a

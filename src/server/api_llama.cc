@@ -138,7 +138,7 @@ class LlamaCompletionApi final : public WireApi {
   // "completion_probabilities" when asked for; "timings" so far with timings_per_token. Sent
   // for tokens whose text is held back too (their ids are news).
   std::vector<SseEvent> stream_delta(const ParsedCompletion& p, const CompletionEvent& ev,
-                                     int32_t id_slot, const ApiDefaults& d,
+                                     CompletionResult& r, int32_t id_slot, const ApiDefaults& d,
                                      const ResponseIds&) const override {
     if (ev.text.empty() && !p.logprobs && ev.tokens.empty()) return {};
     Json j = {{"index", p.index},
@@ -155,7 +155,7 @@ class LlamaCompletionApi final : public WireApi {
 
   // The final object: the whole response (response_fields shape only the non-streamed answer)
   // with "stop": true and the timings, its content and tokens already sent.
-  std::vector<SseEvent> stream_end(const ParsedCompletion& p, const CompletionResult& r,
+  std::vector<SseEvent> stream_end(const ParsedCompletion& p, CompletionResult& r,
                                    const ApiDefaults& d, const ResponseIds&) const override {
     Json j = whole_response(p, r, d);
     j["content"] = "";

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "server/api.h"
+#include "server/chat_output.h"
 
 namespace mnemo::server {
 namespace {
@@ -43,8 +44,10 @@ class OpenAiApi final : public WireApi {
     if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
     ParsedCompletion p = new_completion(*this, d);
     CompletionRequest& q = p.req;
+    std::string prompt_text;
     if (chat_) {
-      MNEMO_RETURN_IF_ERROR(parse_chat_prompt(b, tok, tmpl, d, &q.prompt, &out->n_prompt_tokens));
+      MNEMO_RETURN_IF_ERROR(
+          parse_chat_prompt(b, tok, tmpl, d, &q.prompt, &out->n_prompt_tokens, &prompt_text));
     } else {
       MNEMO_RETURN_IF_ERROR(parse_text_prompt(b, prompt, tok, d, &q.prompt, &out->n_prompt_tokens));
     }
@@ -53,6 +56,7 @@ class OpenAiApi final : public WireApi {
     MNEMO_RETURN_IF_ERROR(get_int(b, "max_completion_tokens", 0, INT32_MAX, &n_predict));
     MNEMO_RETURN_IF_ERROR(set_n_predict(n_predict, "'max_tokens'", d, &q));
     MNEMO_RETURN_IF_ERROR(parse_sampling(b, tok, &q));
+    if (chat_) MNEMO_RETURN_IF_ERROR(parse_chat_output(b, prompt_text, d, &p));
     MNEMO_RETURN_IF_ERROR(parse_options(b, d, &p));
     int64_t n = 1;
     MNEMO_RETURN_IF_ERROR(get_int(b, "n", 1, kMaxChoices, &n));
@@ -87,11 +91,19 @@ class OpenAiApi final : public WireApi {
                 const ResponseIds& ids) const override {
     Json j = chunk(d, ids);
     if (chat_) {
+      std::vector<std::string> call_ids = r.chat.call_ids;
+      const chat_parse::ChatMsg msg = final_chat_message(p, r, &call_ids);
+      Json message = {{"role", "assistant"}, {"content", msg.content}};
+      if (msg.content.empty() && !msg.tool_calls.empty()) message["content"] = nullptr;
+      if (!msg.reasoning_content.empty()) message["reasoning_content"] = msg.reasoning_content;
+      if (!msg.tool_calls.empty()) message["tool_calls"] = tool_calls_json(msg, call_ids);
       j["object"] = "chat.completion";
-      j["choices"] = Json::array({{{"index", p.index},
-                                   {"message", {{"role", "assistant"}, {"content", r.text}}},
-                                   {"logprobs", p.logprobs ? probs_json(p, r.probs, d) : Json()},
-                                   {"finish_reason", finish_reason_name(r.finish)}}});
+      j["choices"] =
+          Json::array({{{"index", p.index},
+                        {"message", std::move(message)},
+                        {"logprobs", p.logprobs ? probs_json(p, r.probs, d) : Json()},
+                        {"finish_reason",
+                         msg.tool_calls.empty() ? finish_reason_name(r.finish) : "tool_calls"}}});
     } else {
       j["choices"] = Json::array({{{"index", p.index},
                                    {"text", r.text},
@@ -142,18 +154,21 @@ class OpenAiApi final : public WireApi {
     return {SseEvent::json(j)};
   }
 
-  // One text delta (chat: with "logprobs": {"content": [...]} when asked for; "timings" so far
-  // with timings_per_token).
-  std::vector<SseEvent> stream_delta(const ParsedCompletion& p, const CompletionEvent& ev, int32_t,
-                                     const ApiDefaults& d, const ResponseIds& ids) const override {
-    if (ev.text.empty() && !p.logprobs) return {};
+  // One delta (chat: the message's new content, reasoning_content and tool-call pieces, with
+  // "logprobs": {"content": [...]} when asked for; "timings" so far with timings_per_token).
+  std::vector<SseEvent> stream_delta(const ParsedCompletion& p, const CompletionEvent& ev,
+                                     CompletionResult& r, int32_t, const ApiDefaults& d,
+                                     const ResponseIds& ids) const override {
     Json j = chunk(d, ids);
     if (chat_) {
+      const chat_parse::ChatMsgDiff diff = next_chat_delta(p, r, /*done=*/false);
+      if (diff.empty() && !p.logprobs) return {};
       j["choices"] = Json::array({{{"index", p.index},
-                                   {"delta", {{"content", ev.text}}},
+                                   {"delta", delta_json(diff, /*always_content=*/true)},
                                    {"logprobs", p.logprobs ? probs_json(p, ev.probs, d) : Json()},
                                    {"finish_reason", nullptr}}});
     } else {
+      if (ev.text.empty()) return {};
       j["choices"] = Json::array({{{"index", p.index},
                                    {"text", ev.text},
                                    {"logprobs", nullptr},
@@ -164,14 +179,27 @@ class OpenAiApi final : public WireApi {
   }
 
   // The finish_reason chunk, with the timings.
-  std::vector<SseEvent> stream_end(const ParsedCompletion& p, const CompletionResult& r,
+  std::vector<SseEvent> stream_end(const ParsedCompletion& p, CompletionResult& r,
                                    const ApiDefaults& d, const ResponseIds& ids) const override {
+    std::vector<SseEvent> out;
     Json j = chunk(d, ids);
     if (chat_) {
-      j["choices"] = Json::array({{{"index", p.index},
-                                   {"delta", Json::object()},
-                                   {"logprobs", nullptr},
-                                   {"finish_reason", finish_reason_name(r.finish)}}});
+      // What the final parse adds (a call or text held back until the end).
+      const chat_parse::ChatMsgDiff diff = next_chat_delta(p, r, /*done=*/true);
+      if (!diff.empty()) {
+        Json last = chunk(d, ids);
+        last["choices"] = Json::array({{{"index", p.index},
+                                        {"delta", delta_json(diff, /*always_content=*/false)},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", nullptr}}});
+        out.push_back(SseEvent::json(last));
+      }
+      const bool calls = !r.chat.sent.tool_calls.empty();
+      j["choices"] =
+          Json::array({{{"index", p.index},
+                        {"delta", Json::object()},
+                        {"logprobs", nullptr},
+                        {"finish_reason", calls ? "tool_calls" : finish_reason_name(r.finish)}}});
     } else {
       j["choices"] = Json::array({{{"index", p.index},
                                    {"text", ""},
@@ -179,7 +207,8 @@ class OpenAiApi final : public WireApi {
                                    {"finish_reason", finish_reason_name(r.finish)}}});
     }
     j["timings"] = timings_json(r.stats);
-    return {SseEvent::json(j)};
+    out.push_back(SseEvent::json(j));
+    return out;
   }
 
   // With stream_options.include_usage, a chunk without choices holding the usage and timings
@@ -217,6 +246,32 @@ class OpenAiApi final : public WireApi {
           "/completion's n_probs)");
     }
     return Status();
+  }
+
+  // A chat delta: "content" (also when empty, as before tool calls existed, when
+  // always_content), "reasoning_content" and OpenAI's "tool_calls" pieces ({"index", then "id",
+  // "type" and "function.name" on a call's first piece, "function.arguments" fragments).
+  static Json delta_json(const chat_parse::ChatMsgDiff& diff, bool always_content) {
+    Json delta = Json::object();
+    if (always_content || !diff.content.empty()) delta["content"] = diff.content;
+    if (!diff.reasoning_content.empty()) delta["reasoning_content"] = diff.reasoning_content;
+    if (!diff.tool_calls.empty()) {
+      if (diff.content.empty() && delta.contains("content")) delta.erase("content");
+      Json calls = Json::array();
+      for (const chat_parse::ToolCallDelta& c : diff.tool_calls) {
+        Json call = {{"index", c.index}};
+        if (!c.name.empty()) {
+          call["id"] = c.id;
+          call["type"] = "function";
+          call["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+        } else {
+          call["function"] = {{"arguments", c.arguments}};
+        }
+        calls.push_back(std::move(call));
+      }
+      delta["tool_calls"] = std::move(calls);
+    }
+    return delta;
   }
 
   // The fields every object of a response or stream starts with.

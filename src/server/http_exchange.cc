@@ -106,7 +106,7 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
     if (e.kind == CompletionEvent::Kind::kProgress) {
       out = api.stream_progress(p, e, ex.id_slot, defaults_, ex.ids);
     } else if (e.kind == CompletionEvent::Kind::kText) {
-      out = api.stream_delta(p, e, ex.id_slot, defaults_, ex.ids);
+      out = api.stream_delta(p, e, ex.result, ex.id_slot, defaults_, ex.ids);
     } else if (e.kind == CompletionEvent::Kind::kDone) {
       out = api.stream_end(p, ex.result, defaults_, ex.ids);
       for (SseEvent& c : api.stream_close(p, &ex.result.stats, defaults_, ex.ids)) {
@@ -422,10 +422,11 @@ bool Front::multi_sse(MultiExchange& m, DataSink& sink) {
   while (!m.all_finished() && !m.failed) {
     if (!m.start_ready(engine_)) break;
     const bool alive = m.pump([&](size_t i, const CompletionEvent& ev) {
-      const Exchange& e = *m.ex[i];
+      Exchange& e = *m.ex[i];
       bool ok = true;
       if (ev.kind == CompletionEvent::Kind::kText) {
-        ok = send_events(sink, api.stream_delta(e.parsed, ev, e.id_slot, defaults_, m.ids));
+        ok = send_events(sink,
+                         api.stream_delta(e.parsed, ev, e.result, e.id_slot, defaults_, m.ids));
       } else if (ev.kind == CompletionEvent::Kind::kDone) {
         ok = send_events(sink, api.stream_end(e.parsed, e.result, defaults_, m.ids));
       }

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "mnemo/log.h"
+#include "server/chat_output.h"
 #include "server/http_front.h"
 
 namespace mnemo::server {
@@ -55,6 +56,13 @@ Front::Front(const Model& model, const Tokenizer& tok, Engine& engine, const Ser
   defaults_.model_name = params.model_alias.empty()
                              ? std::filesystem::path(params.model_path).filename().string()
                              : params.model_alias;
+  const chat_parse::ReasoningFormat reasoning =
+      params.reasoning_format == "none"       ? chat_parse::ReasoningFormat::kNone
+      : params.reasoning_format == "deepseek" ? chat_parse::ReasoningFormat::kDeepSeek
+                                              : chat_parse::ReasoningFormat::kAuto;
+  defaults_.chat = chat_defaults(tmpl_.source(), tok, reasoning, params.reasoning_budget);
+  MNEMO_LOG(kInfo) << "chat format: " << chat_parse::chat_format_name(defaults_.chat.format)
+                   << " (tool calls and reasoning, from the chat template)";
 }
 
 httplib::Server::Handler Front::wrap(Handler h) {

@@ -341,7 +341,8 @@ Status parse_text_prompt(const Json& b, const Json* prompt, const Tokenizer& tok
 }
 
 Status parse_chat_prompt(const Json& b, const Tokenizer& tok, const ChatTemplate& tmpl,
-                         const ApiDefaults& d, std::vector<TokenId>* ids, size_t* n_prompt_tokens) {
+                         const ApiDefaults& d, std::vector<TokenId>* ids, size_t* n_prompt_tokens,
+                         std::string* text_out) {
   std::vector<ChatMessage> msgs;
   MNEMO_RETURN_IF_ERROR(chat_messages(b, &msgs));
   size_t bytes = 0;
@@ -351,6 +352,7 @@ Status parse_chat_prompt(const Json& b, const Tokenizer& tok, const ChatTemplate
   MNEMO_RETURN_IF_ERROR(render_chat_prompt(b, tmpl, d, &text));
   *ids = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/true);
   if (ids->empty()) return Status::invalid_argument("the prompt is empty");
+  if (text_out != nullptr) *text_out = std::move(text);
   return Status();
 }
 
@@ -459,7 +461,55 @@ Status expand_completions(const Json& b, int64_t n, bool prompt_lists, const Par
   return Status();
 }
 
+namespace {
+
+// An assistant message's tool_calls (OpenAI's shape: {"id", "type": "function", "function":
+// {"name", "arguments": JSON text or object}}), whose ids go into *ids; a tool message's
+// tool_call_id must be one of the ids of an earlier call.
+Status check_tool_calls(const Json& m, size_t i, std::vector<std::string>* ids) {
+  const std::string& role = m["role"].get_ref<const std::string&>();
+  if (role == "tool") {
+    auto id = m.find("tool_call_id");
+    if (id == m.end() || !id->is_string()) {
+      return Status::invalid_argument(fmt::format("messages[{}].tool_call_id must be a string", i));
+    }
+    if (std::find(ids->begin(), ids->end(), id->get<std::string>()) == ids->end()) {
+      return Status::invalid_argument(
+          fmt::format("messages[{}].tool_call_id '{}' answers no tool call of an earlier "
+                      "assistant message",
+                      i, id->get<std::string>().substr(0, 64)));
+    }
+    return Status();
+  }
+  auto calls = m.find("tool_calls");
+  if (calls == m.end() || calls->is_null()) return Status();
+  if (role != "assistant" || !calls->is_array()) {
+    return Status::invalid_argument(
+        fmt::format("messages[{}].tool_calls must be an array of an assistant message", i));
+  }
+  for (size_t k = 0; k < calls->size(); ++k) {
+    const Json& c = (*calls)[k];
+    const Json* fn = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
+    const bool ok = fn != nullptr && c.contains("id") && c["id"].is_string() && fn->is_object() &&
+                    fn->contains("name") && (*fn)["name"].is_string() &&
+                    !(*fn)["name"].get_ref<const std::string&>().empty() &&
+                    (!fn->contains("arguments") || (*fn)["arguments"].is_string() ||
+                     (*fn)["arguments"].is_object());
+    if (!ok) {
+      return Status::invalid_argument(fmt::format(
+          "messages[{}].tool_calls[{}] must be {{\"id\": string, \"type\": \"function\", "
+          "\"function\": {{\"name\": string, \"arguments\": JSON text}}}}",
+          i, k));
+    }
+    ids->push_back(c["id"].get<std::string>());
+  }
+  return Status();
+}
+
+}  // namespace
+
 Status chat_messages(const Json& b, std::vector<ChatMessage>* out) {
+  std::vector<std::string> call_ids;
   auto it = b.find("messages");
   if (it == b.end() || !it->is_array() || it->empty()) {
     return Status::invalid_argument("'messages' must be a non-empty array");
@@ -495,12 +545,20 @@ Status chat_messages(const Json& b, std::vector<ChatMessage>* out) {
       return Status::invalid_argument(
           fmt::format("messages[{}].content must be a string or an array of parts", i));
     }
+    MNEMO_RETURN_IF_ERROR(check_tool_calls(m, i, &call_ids));
     out->push_back(std::move(msg));
   }
-  // As llama-server: one trailing assistant message is a reply to continue; two are a mistake.
+  // As llama-server: one trailing assistant message is a reply to continue; two are a mistake,
+  // and so is continuing a tool-call turn.
   if (out->size() >= 2 && (*out)[out->size() - 1].role == "assistant" &&
       (*out)[out->size() - 2].role == "assistant") {
     return Status::invalid_argument("'messages' ends with two assistant messages");
+  }
+  if (const Json& last = it->back(); last["role"] == "assistant" && last.contains("tool_calls") &&
+                                     last["tool_calls"].is_array() && !last["tool_calls"].empty()) {
+    return Status::invalid_argument(
+        "'messages' ends with an assistant message with tool_calls: send their results "
+        "(role \"tool\") first");
   }
   return Status();
 }

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat_parse/chat_parse.h"
 #include "mnemo/chat.h"
 #include "mnemo/sampling.h"
 #include "mnemo/status.h"
@@ -31,6 +32,22 @@ namespace mnemo::server {
 using Json = nlohmann::ordered_json;
 
 class WireApi;  // api.h: one API surface (its parser and its response builders)
+
+/// The server's chat output settings (chat_output.h): how a chat model's text becomes an
+/// assistant message (content, reasoning, tool calls).
+struct ChatDefaults {
+  /// The tool-call and reasoning markup of the server's chat template (detect_chat_format).
+  chat_parse::ChatFormat format = chat_parse::ChatFormat::kGeneric;
+  /// --reasoning-format: none keeps the thinking in content; deepseek / auto split it.
+  chat_parse::ReasoningFormat reasoning = chat_parse::ReasoningFormat::kAuto;
+  /// --reasoning-budget: tokens of thinking before the end marker is forced (-1: no limit).
+  int32_t reasoning_budget = -1;
+  /// The format's markers; think_close's tokens (parse_special), for the budget.
+  chat_parse::FormatMarkers markers;
+  std::vector<TokenId> think_close_tokens;
+  /// Control tokens whose text is one of markers.markup: generated as text (preserved tokens).
+  std::vector<TokenId> preserved_tokens;
+};
 
 /// Server-wide settings the API layer needs.
 struct ApiDefaults {
@@ -50,6 +67,22 @@ struct ApiDefaults {
   const Tokenizer* tok = nullptr;  // token texts of log-probabilities (must be set)
   /// --chat-template-kwargs: template variables for every chat request (a JSON object).
   Json chat_template_kwargs = Json::object();
+  ChatDefaults chat;
+};
+
+/// How a chat completion's text becomes an assistant message (chat_output.h).
+struct ChatOutput {
+  /// Parse the text into content, reasoning and tool calls; false: the text is the content.
+  bool parse = false;
+  chat_parse::ParseOptions opt;
+};
+
+/// A chat stream's progress (chat_output.h's next_chat_delta): the message the deltas sent so
+/// far add up to, and the ids given to its tool calls.
+struct ChatStreamState {
+  chat_parse::ChatMsg sent;
+  std::vector<std::string> call_ids;
+  bool broken = false;  // a parse did not extend the previous one: no more deltas but content
 };
 
 /// A completion request as parsed from JSON. The options beyond `req` are what the surfaces'
@@ -75,6 +108,8 @@ struct ParsedCompletion {
   /// reuses it (another slot's prefix, seq_cp) instead of reading it again.
   int32_t index = 0;
   int32_t copy_of = -1;
+  /// Chat surfaces: how the text becomes a message (tool calls, reasoning).
+  ChatOutput chat;
 };
 
 /// What the HTTP thread collected from a completion's events.
@@ -85,6 +120,8 @@ struct CompletionResult {
   FinishReason finish = FinishReason::kNone;
   std::string stop_word;
   CompletionStats stats;
+  /// Chat surfaces while streaming: what was sent of the message.
+  ChatStreamState chat;
 };
 
 /// Identity of one response (shared by all chunks of a stream).
@@ -131,10 +168,12 @@ ParsedCompletion new_completion(const WireApi& wire, const ApiDefaults& d);
 Status parse_text_prompt(const Json& b, const Json* prompt, const Tokenizer& tok,
                          const ApiDefaults& d, std::vector<TokenId>* ids, size_t* n_prompt_tokens);
 /// The prompt of a chat completion: the body's "messages" rendered by render_chat_prompt and
-/// tokenized into *ids (special tokens and BOS as the template's text says). Errors: those of
+/// tokenized into *ids (special tokens and BOS as the template's text says); the rendered text
+/// into *text when not null. Errors: those of
 /// render_chat_prompt, OutOfRange as parse_text_prompt's, InvalidArgument for an empty prompt.
 Status parse_chat_prompt(const Json& b, const Tokenizer& tok, const ChatTemplate& tmpl,
-                         const ApiDefaults& d, std::vector<TokenId>* ids, size_t* n_prompt_tokens);
+                         const ApiDefaults& d, std::vector<TokenId>* ids, size_t* n_prompt_tokens,
+                         std::string* text = nullptr);
 /// Tokens to generate: `n` as read from the field named `field` (< 0: absent, then -n or
 /// n_predict_max). Errors: InvalidArgument naming `field` past n_predict_max.
 Status set_n_predict(int64_t n, const char* field, const ApiDefaults& d, CompletionRequest* q);

@@ -102,6 +102,13 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--chat-template-kwargs", s.chat_template_kwargs,
                  "JSON object of extra chat template variables, e.g. '{\"enable_thinking\": "
                  "false}'");
+  app.add_option("--reasoning-format", s.reasoning_format,
+                 "none: a model's thinking stays in the content; deepseek or auto (default): it "
+                 "goes to reasoning_content")
+      ->check(CLI::IsMember({"none", "deepseek", "auto"}));
+  app.add_option("--reasoning-budget", s.reasoning_budget,
+                 "tokens of thinking before the end-of-thinking marker is forced (-1: no limit)")
+      ->check(CLI::Range(-1, INT32_MAX));
   app.add_flag("--metrics", s.metrics, "enable GET /metrics (Prometheus text)");
   app.add_option("--timeout", s.timeout_s,
                  "seconds for socket reads/writes and for waiting for a free slot");
