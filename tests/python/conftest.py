@@ -1,4 +1,4 @@
-"""Shared pytest fixtures for mnemo's Python tests (run by scripts/test).
+"""Shared pytest fixtures and the `kernels` marker for mnemo's Python tests (run by scripts/test).
 
 Binaries come from the build directory named by MNEMO_BUILD_DIR (default: <repo>/build); real
 models from <repo>/models (scripts/fetch-model). Code shared by several test modules lives in the
@@ -17,6 +17,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers.paths import REPO_ROOT, SMOLLM2  # noqa: E402
 from helpers.tiny_models import make_tiny_models  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "kernels: the module's results depend on the SIMD kernels (llama.cpp bounds, bit-identical "
+        "answers, cached and shared prompts); scripts/test runs `pytest -m kernels` again under "
+        "every SIMD target of the CPU below its best (MNEMO_SIMD)")
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,8 @@ from helpers.paths import FIXTURES_DIR, GEMMA3, SMOLLM2, tool
 from helpers.reference import forward, logits_tool
 from helpers.tiny_models import make_tiny_models
 
+pytestmark = pytest.mark.kernels
+
 # Largest margin (nats) between llama.cpp's top-1 and runner-up at which our top-1 may differ:
 # just above the 0.253 at which llama.cpp's repacked path differs from its plain one (docstring).
 NEAR_TIE = 0.26

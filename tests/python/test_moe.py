@@ -27,6 +27,8 @@ import pytest
 from helpers.reference import check_against_llama_cpp, check_ubatch_invariance, full_logits
 from helpers.tiny_models import make_tiny_model
 
+pytestmark = pytest.mark.kernels
+
 FIXTURES = {"qwen3moe_f32": 5e-3, "qwen3moe": 0.3}
 
 

@@ -30,6 +30,8 @@ from helpers.server import Server, metric, stop
 
 BLOCK = 64
 
+pytestmark = pytest.mark.kernels
+
 
 def smol_server(binary, model, *args, **kw):
     return Server(binary, model, "-c", 4096, "--metrics", *args, **kw)

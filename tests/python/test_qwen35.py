@@ -30,6 +30,8 @@ from helpers.paths import tool
 from helpers.reference import check_against_llama_cpp, check_ubatch_invariance, full_logits
 from helpers.tiny_models import make_tiny_model
 
+pytestmark = pytest.mark.kernels
+
 FIXTURES = {"qwen35_f32": 2e-3, "qwen35": 0.6, "qwen35moe_f32": 1e-3, "qwen35moe": 0.5}
 
 

@@ -21,6 +21,8 @@ import pytest
 from helpers.reference import check_against_llama_cpp, full_logits, mamba2
 from helpers.tiny_models import make_tiny_model
 
+pytestmark = pytest.mark.kernels
+
 TOKENS = [5, 17, 200, 3, 99, 511, 42, 42, 7, 300, 1, 2, 250, 128, 64, 33, 400, 12, 9, 77, 123,
           321, 45, 46, 8, 8, 8, 100]
 

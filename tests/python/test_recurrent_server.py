@@ -22,6 +22,8 @@ import requests
 
 from helpers.server import Server
 
+pytestmark = pytest.mark.kernels
+
 
 ARCHS = ["mamba2", "granitehybrid", "qwen35"]  # conftest.py's tiny_recurrent models (seed 11)
 CKPT_EVERY = 64

@@ -29,8 +29,9 @@ from helpers.server import Server, metric, stop
 
 BLOCK = 64
 
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
-                                reason="redis-server missing: run scripts/setup")
+pytestmark = [pytest.mark.kernels,
+              pytest.mark.skipif(shutil.which("redis-server") is None,
+                                 reason="redis-server missing: run scripts/setup")]
 
 
 def free_port():

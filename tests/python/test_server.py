@@ -26,6 +26,8 @@ from helpers.server import Server, metric
 
 SLOTS = 4
 
+pytestmark = pytest.mark.kernels
+
 
 @pytest.fixture(scope="module")
 def save_dir(tmp_path_factory):
