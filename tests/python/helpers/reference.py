@@ -13,8 +13,9 @@ import numpy as np
 from helpers.paths import FIXTURES_DIR, REFERENCE_DIR, tool
 from helpers.tiny_models import make_tiny_model
 
-# The references stay in tests/reference/ beside the fixture scripts that use them too; mamba2.py
-# imports forward.py as a top-level module, so the folder goes on sys.path (once, here).
+# The references stay in tests/reference/ (they also run as scripts: python forward.py MODEL
+# TOKEN...); mamba2.py imports forward.py as a top-level module, so the folder goes on sys.path,
+# once, here.
 if str(REFERENCE_DIR) not in sys.path:
     sys.path.insert(0, str(REFERENCE_DIR))
 import forward  # noqa: E402
