@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "memory/kv_cache.h"
-#include "tiny_model.h"
+#include "support/tiny_model.h"
 
 namespace mnemo {
 namespace {
@@ -36,7 +36,7 @@ std::string tiny_model_path(const std::string& arch, bool all_f32) {
   const fs::path p =
       fs::temp_directory_path() / ("mnemo_context_test_" + std::to_string(::getpid()) + "_" + arch +
                                    (all_f32 ? "_f32" : "") + ".gguf");
-  Status st = testing::write_tiny_model(arch, p.string(), 11, all_f32);
+  Status st = testing::write_tiny_model(arch, p.string(), {.seed = 11, .all_f32 = all_f32});
   EXPECT_TRUE(st.ok()) << st.to_string();
   // Removed when the process ends (loaded models keep their mappings until then).
   static struct Cleanup {

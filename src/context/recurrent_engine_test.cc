@@ -1,5 +1,5 @@
 // The recurrent architectures end to end on tiny random-weight models (mamba2, granitehybrid,
-// qwen35, qwen35moe; written by tests/tools/tiny_ssm_model.cc): the multi-user property (sequences
+// qwen35, qwen35moe; written by write_tiny_model): the multi-user property (sequences
 // decoded interleaved in one batch give the logits of separate runs, for every ubatch size and both
 // KV modes), checkpoint rollback + re-decoding equals a fresh run, and an aborted decode leaves the
 // memory byte-equal. The numerical reference (numpy) is tests/python/test_recurrent.py.
@@ -23,7 +23,7 @@
 #include "mnemo/model.h"
 #include "mnemo/state.h"
 #include "support/recurrent_testing.h"
-#include "tools/tiny_ssm_model.h"
+#include "support/tiny_model.h"
 
 namespace mnemo {
 namespace {
@@ -36,13 +36,8 @@ const Model& tiny(const std::string& arch) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("mnemo_rec_" + std::to_string(getpid()) + "_" + arch + ".gguf"))
                                .string();
-  std::vector<std::string> args = {"make_tiny_model", arch, path, "--seed", "7"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  const bool qwen35 = arch.rfind("qwen35", 0) == 0;
-  CHECK_EQ(qwen35 ? tools::write_tiny_qwen35_model(int(argv.size()), argv.data())
-                  : tools::write_tiny_ssm_model(int(argv.size()), argv.data()),
-           0);
+  const Status st = testing::write_tiny_model(arch, path, {.seed = 7});
+  CHECK(st.ok()) << st.to_string();
   auto m = Model::load(path);
   CHECK(m.ok()) << m.status().to_string();
   std::filesystem::remove(path);  // the mapping stays valid

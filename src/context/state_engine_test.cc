@@ -1,6 +1,6 @@
 // Engine-level state and requantization tests: the next-token logits after a restore (or a
 // requantization) against an uninterrupted run, on the real SmolLM2-135M model (skipped when
-// models/ has not been fetched) and on tiny synthetic llama / gemma3 models (make_tiny_model).
+// models/ has not been fetched) and on tiny synthetic llama / gemma3 models (write_tiny_model).
 //
 // Exactness: a restore of the same K/V type reproduces the uninterrupted run bit for bit
 // (same positions, cell order and n_kv, so the same arithmetic). A converted type is compared
@@ -21,6 +21,7 @@
 #include "mnemo/model.h"
 #include "mnemo/model_fingerprint.h"
 #include "mnemo/state.h"
+#include "support/tiny_model.h"
 
 namespace mnemo {
 namespace {
@@ -45,8 +46,8 @@ const Model* tiny(const std::string& arch) {
   if (it != cache.end()) return it->second.get();
   const std::string path = ::testing::TempDir() + "/mnemo_state_tiny_" + arch + "_" +
                            std::to_string(::getpid()) + ".gguf";
-  const std::string cmd = std::string(MNEMO_MAKE_TINY_MODEL) + " " + arch + " " + path;
-  CHECK(std::system(cmd.c_str()) == 0) << cmd;
+  const Status st = testing::write_tiny_model(arch, path);
+  CHECK(st.ok()) << st.to_string();
   auto r = Model::load(path);
   CHECK(r.ok()) << r.status().to_string();
   std::remove(path.c_str());  // the mapping stays valid

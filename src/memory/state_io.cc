@@ -19,7 +19,7 @@ namespace {
 
 constexpr size_t kFileBuffer = size_t{1} << 20;
 
-// Fuzzing builds (tests/fuzz/CMakeLists.txt) accept wrong checksums, so that mutated inputs reach
+// Fuzzing builds (src/memory/CMakeLists.txt) accept wrong checksums, so that mutated inputs reach
 // the validation behind them instead of all stopping at the first checksum.
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
 constexpr bool kEnforceChecksums = false;

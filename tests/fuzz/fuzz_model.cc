@@ -3,7 +3,7 @@
 //
 // The input is an edit script over one of the tiny models our writer makes (every architecture
 // mnemo loads: llama, qwen2, qwen3, qwen3moe, gemma3, mamba2, granitehybrid, qwen35, qwen35moe;
-// written once per process by tests/tools' writer). Bytes are read in order, 0 once exhausted:
+// written once per process by write_tiny_model). Bytes are read in order, 0 once exhausted:
 //   byte 0      which model
 //   byte 1      context: bit 0 kv_unified, bit 1 swa_full, bits 2-3 K/V type (f16, q8_0, q4_0,
 //               f32), bits 4-5 n_ubatch (1, 2, 3, 8), bit 6 two sequences, bit 7 no repacking
@@ -42,8 +42,7 @@
 #include "mnemo/quant.h"
 #include "mnemo/state.h"
 #include "mnemo/tokenizer.h"
-#include "tiny_model.h"
-#include "tiny_ssm_model.h"
+#include "support/tiny_model.h"
 
 namespace {
 
@@ -84,19 +83,7 @@ bool read_file(const std::string& path, std::vector<uint8_t>* out) {
 
 // Writes one base model with the test writer; false when it could not be made or parsed.
 bool add_base(const std::string& arch, const std::string& path) {
-  int rc = 0;
-  if (arch == "mamba2" || arch == "granitehybrid") {
-    std::string a = "make_tiny_model", b = arch, c = path;
-    char* argv[] = {a.data(), b.data(), c.data(), nullptr};
-    rc = tools::write_tiny_ssm_model(3, argv);
-  } else if (arch == "qwen35" || arch == "qwen35moe") {
-    std::string a = "make_tiny_model", b = arch, c = path;
-    char* argv[] = {a.data(), b.data(), c.data(), nullptr};
-    rc = tools::write_tiny_qwen35_model(3, argv);
-  } else {
-    rc = testing::write_tiny_model(arch, path, 1, false).ok() ? 0 : 1;
-  }
-  if (rc != 0) return false;
+  if (!testing::write_tiny_model(arch, path).ok()) return false;
   Base base;
   if (!read_file(path, &base.bytes)) return false;
   std::remove(path.c_str());

@@ -1,14 +1,30 @@
-"""Shared pytest fixtures for mnemo's Python tests (run by scripts/test).
+"""Shared pytest fixtures and the `kernels` marker for mnemo's Python tests (run by scripts/test).
 
 Binaries come from the build directory named by MNEMO_BUILD_DIR (default: <repo>/build); real
-models from <repo>/models (scripts/fetch-model).
+models from <repo>/models (scripts/fetch-model). Code shared by several test modules lives in the
+`helpers` package beside this file (helpers/__init__.py lists its modules); test modules never
+import one another.
 """
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# `import helpers...` works whatever pytest's import mode and working directory.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers.paths import REPO_ROOT, SMOLLM2  # noqa: E402
+from helpers.tiny_models import make_tiny_models  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "kernels: the module's results depend on the SIMD kernels (llama.cpp bounds, bit-identical "
+        "answers, cached and shared prompts); scripts/test runs `pytest -m kernels` again under "
+        "every SIMD target of the CPU below its best (MNEMO_SIMD)")
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +60,34 @@ def binary(build_dir) -> Path:
 @pytest.fixture(scope="session")
 def smollm2_model(models_dir) -> Path:
     """The default real model (skips the test when it has not been fetched)."""
-    m = models_dir / "SmolLM2-135M-Instruct-Q4_1.gguf"
+    m = models_dir / SMOLLM2
     if not m.exists():
         pytest.skip(f"{m} missing: run scripts/fetch-model")
     return m
+
+
+@pytest.fixture(scope="session")
+def model(smollm2_model) -> Path:
+    """The model the server tests serve (SmolLM2, helpers.paths.SMOLLM2, the name they expect in
+    /v1/models and /props); skips when it has not been fetched."""
+    assert smollm2_model.name == SMOLLM2
+    return smollm2_model
+
+
+@pytest.fixture(scope="session")
+def tiny_recurrent(build_dir, tmp_path_factory) -> dict:
+    """{arch: path} of tiny mamba2, granitehybrid and qwen35 models (seed 11), which carry a small
+    SentencePiece vocabulary so that `mnemo serve` loads them (test_recurrent_server.py,
+    test_prompt_cache.py)."""
+    return make_tiny_models(build_dir, tmp_path_factory.mktemp("tiny_recurrent"),
+                            ["mamba2", "granitehybrid", "qwen35"], "--seed", "11")
+
+
+@pytest.fixture(scope="module")
+def template_cli(binary):
+    """The mnemo binary, once it is known to have the `template` subcommand."""
+    proc = subprocess.run([str(binary), "template", "--help"], capture_output=True, timeout=60)
+    if proc.returncode != 0:
+        pytest.fail("`mnemo template` is not available (`mnemo template --help` exited "
+                    f"{proc.returncode}):\n{proc.stderr.decode(errors='replace')[-2000:]}")
+    return binary

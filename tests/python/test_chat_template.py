@@ -8,7 +8,6 @@ default-system idiom spelled with escapes) is checked the same way. Gemma 3 270M
 mnemo warns and falls back to chatml. The gemma and llama3 families are compared with
 hand-written prompts (also in src/tokenizer/chat_test.cc).
 """
-import functools
 import json
 import subprocess
 
@@ -17,8 +16,8 @@ import pytest
 jinja2 = pytest.importorskip("jinja2")
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 
-SMOLLM2 = "SmolLM2-135M-Instruct-Q4_1.gguf"
-GEMMA3 = "gemma-3-270m-Q4_K_M.gguf"
+from helpers.chat_templates import gguf_template  # noqa: E402
+from helpers.paths import GEMMA3, SMOLLM2  # noqa: E402
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hello!"}],
@@ -48,47 +47,6 @@ OWN_CHATML = (
     "{%- endfor %}\n"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-
-
-# Sizes of the fixed-width GGUF metadata value types (GGUF spec "gguf_metadata_value_type").
-_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
-@functools.lru_cache(maxsize=None)
-def _gguf_template(path):
-    """tokenizer.chat_template of a GGUF file, or None: a minimal metadata scan written here from
-    the GGUF spec (independent of mnemo's reader, and much faster than gguf-py on a 262k vocab)."""
-    import struct
-
-    with open(path, "rb") as f:
-        magic, version, _n_tensors, n_kv = struct.unpack("<IIQQ", f.read(24))
-        assert magic == 0x46554747 and version in (2, 3)
-
-        def read_str():
-            (n,) = struct.unpack("<Q", f.read(8))
-            return f.read(n)
-
-        def skip(vtype):
-            if vtype == 8:
-                (n,) = struct.unpack("<Q", f.read(8))
-                f.seek(n, 1)
-            elif vtype == 9:
-                etype, count = struct.unpack("<IQ", f.read(12))
-                if etype in _SCALAR:
-                    f.seek(_SCALAR[etype] * count, 1)
-                else:
-                    for _ in range(count):
-                        skip(etype)
-            else:
-                f.seek(_SCALAR[vtype], 1)
-
-        for _ in range(n_kv):
-            key = read_str().decode("utf-8")
-            (vtype,) = struct.unpack("<I", f.read(4))
-            if key == "tokenizer.chat_template" and vtype == 8:
-                return read_str().decode("utf-8")
-            skip(vtype)
-    return None
 
 
 def _jinja(template, messages, add_generation_prompt):
@@ -128,7 +86,7 @@ def _model(models_dir, name):
 @pytest.mark.parametrize("conv", range(len(CONVERSATIONS)))
 def test_smollm2_template_matches_jinja2(build_dir, models_dir, conv, add_gen):
     model = _model(models_dir, SMOLLM2)
-    template = _gguf_template(model)
+    template = gguf_template(model)
     assert template and "<|im_start|>" in template
     messages = CONVERSATIONS[conv]
     ours, _ = _ours(build_dir, [str(model)], messages, add_gen)
@@ -150,7 +108,7 @@ def test_own_chatml_template_matches_jinja2(build_dir, tmp_path, conv, add_gen):
 
 def test_missing_template_warns_and_uses_chatml(build_dir, models_dir):
     model = _model(models_dir, GEMMA3)
-    assert _gguf_template(model) is None
+    assert gguf_template(model) is None
     ours, err = _ours(build_dir, [str(model)], CONVERSATIONS[0], True)
     assert ours["family"] == "chatml" and not ours["recognized"]
     assert "no tokenizer.chat_template" in err

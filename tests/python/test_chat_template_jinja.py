@@ -1,7 +1,7 @@
 """mnemo's Jinja engine (`mnemo template`) against Python's jinja2, byte for byte.
 
 The reference is jinja2 configured as Hugging Face transformers renders chat templates
-(chat_template_reference.py). Templates are tests/fixtures/chat_templates/*.jinja, written for
+(helpers/chat_templates.py, which also holds the harness shared with the real templates' tests). Templates are tests/fixtures/chat_templates/*.jinja, written for
 these tests: a few in the shape of a model family's format, and "torture" templates for the
 rest of the language. (Real models' own templates are checked by test_chat_template_real.py,
 from files fetched at test time.) Conversations are the named cases of
@@ -29,24 +29,20 @@ conversations through every template.
 import fnmatch
 import functools
 import json
-import random
 import re
 import subprocess
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 jinja2 = pytest.importorskip("jinja2")
-from chat_template_reference import render_reference  # noqa: E402
+from helpers.chat_templates import (  # noqa: E402
+    CASES, CASES_BY_NAME, CHAT_TEMPLATE_FIXTURES as FIXTURES, NOW_UNIX, RANDOM_SEED, check_all,
+    compare, describe_difference, full_context, gguf_template, random_contexts, reference,
+    run_batch)
+from helpers.paths import GEMMA3, SMOLLM2  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
-NOW = datetime(2026, 3, 5, 12, 0, tzinfo=timezone.utc)
-NOW_UNIX = int(NOW.timestamp())  # 1772712000
-DEFAULT_TOKENS = {"bos_token": "<s>", "eos_token": "</s>"}
-MODELS = ["SmolLM2-135M-Instruct-Q4_1.gguf", "gemma-3-270m-Q4_K_M.gguf"]
-RANDOM_SEED = 20260305
-RANDOM_COUNT = 200
+MODELS = [SMOLLM2, GEMMA3]
 
 
 # --- fixtures on disk ---------------------------------------------------------------------------
@@ -87,88 +83,10 @@ class Template:
 
 
 TEMPLATES = [Template(p) for p in sorted(FIXTURES.glob("*.jinja"))]
-CASES = json.loads((FIXTURES / "conversations.json").read_text(encoding="utf-8"))
-CASES_BY_NAME = {c["name"]: c for c in CASES}
 PAIRS = [(t, c) for t in TEMPLATES for c in CASES if t.applies_to(c)]
 
 
-def full_context(case_context: dict) -> dict:
-    return {**DEFAULT_TOKENS, **case_context}
-
-
-def reference(template_text: str, context: dict) -> dict:
-    """jinja2's result in the shape of mnemo's batch output (plus the exception)."""
-    try:
-        return {"ok": True, "text": render_reference(template_text, context, NOW)}
-    except Exception as e:  # noqa: BLE001 - any jinja2 failure is an expected failure
-        return {"ok": False, "error": f"{type(e).__name__}: {e}", "exception": e}
-
-
-# --- running mnemo ------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def template_cli(binary):
-    """The mnemo binary, once it is known to have the `template` subcommand."""
-    proc = subprocess.run([str(binary), "template", "--help"], capture_output=True, timeout=60)
-    if proc.returncode != 0:
-        pytest.fail("`mnemo template` is not available (`mnemo template --help` exited "
-                    f"{proc.returncode}):\n{proc.stderr.decode(errors='replace')[-2000:]}")
-    return binary
-
-
-def run_batch(binary, source_args, contexts, workdir: Path, label: str) -> list:
-    """`mnemo template SOURCE --context LIST.json` -> one result dict per context. A run that
-    fails as a whole (a template that does not parse) counts as a failure for every context."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    ctx_file = workdir / f"{label}.contexts.json"
-    ctx_file.write_text(json.dumps(contexts, ensure_ascii=False), encoding="utf-8")
-    cmd = [str(binary), "template", *source_args, "--context", str(ctx_file),
-           "--time", str(NOW_UNIX)]
-    proc = subprocess.run(cmd, capture_output=True, timeout=300)
-    stdout = proc.stdout.decode("utf-8", errors="replace")
-    stderr = proc.stderr.decode("utf-8", errors="replace")
-    try:
-        results = json.loads(stdout)
-    except ValueError:
-        results = None
-    if (isinstance(results, list) and len(results) == len(contexts)
-            and all(isinstance(r, dict) and isinstance(r.get("ok"), bool) for r in results)):
-        return results
-    if proc.returncode != 0 and not stdout.strip():
-        return [{"ok": False, "error": stderr.strip(), "whole_run": True} for _ in contexts]
-    pytest.fail(f"`{' '.join(cmd)}` exited {proc.returncode} without a JSON array of "
-                f"{len(contexts)} results\nstdout: {stdout[:2000]!r}\nstderr: {stderr[-2000:]}")
-
-
-def describe_difference(expected: str, actual: str) -> str:
-    """Where two texts first differ, with the surrounding characters of each as repr."""
-    i = 0
-    while i < min(len(expected), len(actual)) and expected[i] == actual[i]:
-        i += 1
-    lo = max(0, i - 60)
-    return (f"first difference at character {i} (UTF-8 byte {len(expected[:i].encode())}); "
-            f"jinja2 gave {len(expected)} characters, mnemo {len(actual)}\n"
-            f"  jinja2: ...{expected[lo:i + 60]!r}\n"
-            f"  mnemo:  ...{actual[lo:i + 60]!r}")
-
-
-def compare(ref: dict, ours: dict, what: str):
-    """None when mnemo agrees with jinja2, else a message saying how it does not."""
-    if ref["ok"]:
-        if not ours.get("ok"):
-            return f"{what}: jinja2 rendered it, mnemo failed: {ours.get('error')!r}"
-        if ours.get("text") != ref["text"]:
-            return f"{what}: texts differ\n{describe_difference(ref['text'], ours.get('text') or '')}"
-        return None
-    if ours.get("ok"):
-        return (f"{what}: jinja2 raised {ref['error']!r} but mnemo rendered "
-                f"{(ours.get('text') or '')[:300]!r}")
-    exc = ref["exception"]
-    if type(exc) is jinja2.exceptions.TemplateError and str(exc) not in (ours.get("error") or ""):
-        return (f"{what}: both failed, but mnemo's error {ours.get('error')!r} lacks the "
-                f"raise_exception message {str(exc)!r}")
-    return None
-
+# --- running mnemo (template_cli: conftest.py) ---------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
 def _template_batch(binary: str, template_name: str, workdir: str):
@@ -259,9 +177,7 @@ def gguf_chat_info(path: str):
     """(chat template, bos token text, eos token text) of a GGUF file, read with gguf-py; None
     when the file carries no template (checked first with a quick metadata scan: gguf-py takes
     seconds on a 262k-token vocabulary)."""
-    from test_chat_template import _gguf_template
-
-    if _gguf_template(path) is None:
+    if gguf_template(path) is None:
         return None
     gguf = pytest.importorskip("gguf")
     reader = gguf.GGUFReader(path)
@@ -296,13 +212,6 @@ def _model_info(models_dir, name):
     return path, info
 
 
-def _check_all(results, refs, labels):
-    problems = [p for p in (compare(r, o, label) for r, o, label in zip(refs, results, labels)) if p]
-    if problems:
-        pytest.fail(f"{len(problems)} of {len(refs)} differ; the first ones:\n\n"
-                    + "\n\n".join(problems[:8]))
-
-
 @pytest.mark.parametrize("model", MODELS)
 def test_model_template_matches_jinja2(template_cli, models_dir, tmp_path, model):
     path, (template, bos, eos) = _model_info(models_dir, model)
@@ -310,52 +219,10 @@ def test_model_template_matches_jinja2(template_cli, models_dir, tmp_path, model
     ours, theirs = model_contexts([c["context"] for c in usable], bos, eos)
     results = run_batch(template_cli, ["--model", str(path)], ours, tmp_path, "model")
     refs = [reference(template, ctx) for ctx in theirs]
-    _check_all(results, refs, [f"{model} over {c['name']}" for c in usable])
+    check_all(results, refs, [f"{model} over {c['name']}" for c in usable])
 
 
 # --- random conversations -----------------------------------------------------------------------
-
-_PIECES = ["hello", "world", "é", "日本語", "🦙", "Zoë", "naïve", "x", "42", "3.14", "{{", "}}",
-           "{%", "%}", "{#", "#}", "{{ messages }}", "</think>", "<think>", "<tool_response>",
-           "</tool_response>", "<|im_end|>", "[INST]", '"', "'", "\\", "\\n", "a\tb", "line\nbreak",
-           "/think", "/no_think", "", "  "]
-_EDGES = ["", "", " ", "  ", "\t", "\n", "\n\n", " \n", "\r\n", "\u00a0", "\u3000"]
-
-
-def random_content(rng: random.Random) -> str:
-    if rng.random() < 0.05:
-        return ""
-    body = " ".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 8)))
-    return rng.choice(_EDGES) + body + rng.choice(_EDGES)
-
-
-def random_contexts(seed=RANDOM_SEED, count=RANDOM_COUNT):
-    """Conversations in the usual order: an optional system turn, then user and assistant
-    alternating from a user turn; ending on a user turn with a generation prompt, or on an
-    assistant turn (continued) without."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        messages = []
-        if rng.random() < 0.4:
-            messages.append({"role": "system", "content": random_content(rng)})
-        add_generation_prompt = rng.random() < 0.6
-        turns = rng.randint(1, 4) * 2 - (1 if add_generation_prompt else 0)
-        for i in range(turns):
-            if i % 2 == 0:
-                messages.append({"role": "user", "content": random_content(rng)})
-            else:
-                m = {"role": "assistant", "content": random_content(rng)}
-                if rng.random() < 0.25:
-                    m["reasoning_content"] = random_content(rng)
-                messages.append(m)
-        ctx = {"messages": messages, "add_generation_prompt": add_generation_prompt}
-        thinking = rng.choice([None, True, False])
-        if thinking is not None:
-            ctx["enable_thinking"] = thinking
-        out.append(full_context(ctx))
-    return out
-
 
 RANDOM_TEMPLATES = [t for t in TEMPLATES if t.random]
 
@@ -365,7 +232,7 @@ def test_random_conversations(template_cli, tmp_path, tpl):
     contexts = random_contexts()
     results = run_batch(template_cli, ["--file", str(tpl.path)], contexts, tmp_path, tpl.name)
     refs = [reference(tpl.text, ctx) for ctx in contexts]
-    _check_all(results, refs, [f"{tpl.name} over random conversation {i} (seed {RANDOM_SEED})"
+    check_all(results, refs, [f"{tpl.name} over random conversation {i} (seed {RANDOM_SEED})"
                                for i in range(len(contexts))])
 
 
@@ -375,5 +242,5 @@ def test_random_conversations_model_template(template_cli, models_dir, tmp_path,
     ours, theirs = model_contexts(random_contexts(), bos, eos)
     results = run_batch(template_cli, ["--model", str(path)], ours, tmp_path, "model")
     refs = [reference(template, ctx) for ctx in theirs]
-    _check_all(results, refs, [f"{model} over random conversation {i} (seed {RANDOM_SEED})"
+    check_all(results, refs, [f"{model} over random conversation {i} (seed {RANDOM_SEED})"
                                for i in range(len(ours))])

@@ -1,5 +1,5 @@
 """Real models' chat templates through mnemo's Jinja engine, byte for byte against Python's
-jinja2 set up as transformers sets it up (chat_template_reference.py).
+jinja2 set up as transformers sets it up (helpers/chat_templates.py).
 
 The templates are not in the repository: scripts/fetch-model (the `templates` target, run by
 scripts/test) extracts the ones llama.cpp keeps for its own tests from the llama-cpp-python
@@ -14,14 +14,14 @@ cannot serialize and |length cannot count; mnemo's return lists (as llama.cpp's 
 template that relies on that renders in mnemo where jinja2 raises "generator". Those pairs are
 skipped by name, not compared.
 """
-from pathlib import Path
-
 import pytest
 
-from test_chat_template_jinja import (CASES, _check_all, full_context, random_contexts,
-                                      reference, run_batch, template_cli)  # noqa: F401
+pytest.importorskip("jinja2")
+from helpers.chat_templates import (CASES, check_all, full_context, random_contexts,  # noqa: E402
+                                    reference, run_batch)
+from helpers.paths import REPO_ROOT  # noqa: E402
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "models" / "templates"
+TEMPLATE_DIR = REPO_ROOT / "models" / "templates"
 TEMPLATES = sorted(TEMPLATE_DIR.glob("*.jinja"))
 
 # The families the issue tracker and users name most; they also get random conversations.
@@ -47,7 +47,7 @@ def _compare(binary, tmp_path, path, contexts, label):
     results = run_batch(binary, ["--file", str(path)], contexts, tmp_path, path.stem)
     refs = [reference(text, ctx) for ctx in contexts]
     keep = [i for i, r in enumerate(refs) if not _lenient(r)]
-    _check_all([results[i] for i in keep], [refs[i] for i in keep], [label(i) for i in keep])
+    check_all([results[i] for i in keep], [refs[i] for i in keep], [label(i) for i in keep])
     return len(keep)
 
 

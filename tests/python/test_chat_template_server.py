@@ -2,7 +2,7 @@
 --no-jinja, --chat-template-file, --chat-template-kwargs, a request's chat_template_kwargs and
 tools, raise_exception as a 400, the BOS a template writes cut when the tokenizer adds one,
 a trailing assistant message continued. The reference for rendered text is Python's jinja2 set
-up as transformers sets it up (chat_template_reference.py); where llama-server's own handling
+up as transformers sets it up (helpers/chat_templates.py); where llama-server's own handling
 decides (text parts, continuation), the expected strings are what llama-server (llama.cpp
 build 11669) returns for the same request on the same model.
 """
@@ -12,11 +12,9 @@ from datetime import datetime
 import pytest
 import requests
 
-from chat_template_reference import render_reference
-from test_chat_template import _gguf_template
-from test_server import Server
-
-GEMMA = "gemma-3-270m-Q4_K_M.gguf"
+from helpers.chat_templates import gguf_template, render_reference
+from helpers.paths import GEMMA3 as GEMMA
+from helpers.server import Server
 
 # Written for this test: every variable the server passes, and an error for a system message
 # unless the request allows it.
@@ -55,7 +53,7 @@ def smol(binary, smollm2_model):
 
 @pytest.mark.parametrize("conv", range(len(CONVERSATIONS)))
 def test_default_renders_the_models_template_with_jinja(smol, smollm2_model, conv):
-    template = _gguf_template(smollm2_model)
+    template = gguf_template(smollm2_model)
     msgs = CONVERSATIONS[conv]
     want = render_reference(template, {"messages": msgs, "add_generation_prompt": True,
                                        "bos_token": "<|im_start|>",

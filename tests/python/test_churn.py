@@ -16,15 +16,14 @@ continues with byte-equal log-probabilities.
 import json
 import os
 import random
-import re
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import requests
+
+from helpers.server import Server
 
 BINARY = os.environ.get("MNEMO_CHURN_BINARY")
 SECONDS = float(os.environ.get("MNEMO_CHURN_SECONDS", "120"))
@@ -152,27 +151,9 @@ def test_churn_under_sanitizers(tmp_path, smollm2_model):
     env["UBSAN_OPTIONS"] = f"log_path={reports}/ubsan:print_stacktrace=1:halt_on_error=1"
     reports.mkdir()
     slots = tmp_path / "slots"
-    proc = subprocess.Popen(
-        [str(binary), "serve", "-m", str(smollm2_model), "--port", "0", "-t", "2", "-np",
-         str(SLOTS), "-c", "4096", "--metrics", "--slot-save-path", str(slots), "--cache-ram",
-         "64", "--n-predict-max", "64"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    lines, port = [], []
-    ready = threading.Event()
-
-    def read():
-        for line in proc.stderr:
-            lines.append(line.rstrip("\n"))
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                port.append(int(m.group(1)))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    ready.wait(300)
-    assert port, "\n".join(lines[-30:])
-    url = f"http://127.0.0.1:{port[0]}"
+    srv = Server(binary, smollm2_model, "-np", SLOTS, "-c", "4096", "--metrics", "--slot-save-path",
+                 slots, "--cache-ram", "64", "--n-predict-max", "64", env=env, start_timeout=300)
+    url = srv.url
     try:
         deadline = time.monotonic() + SECONDS
         clients = [Churn(url, seed) for seed in range(6)]
@@ -215,15 +196,10 @@ def test_churn_under_sanitizers(tmp_path, smollm2_model):
         assert outs[0]["completion_probabilities"] == outs[1]["completion_probabilities"]
         assert outs[0]["content"] == outs[1]["content"]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = None
+        rc = srv.stop(timeout=120)
     found = sorted(reports.iterdir())
     text = "\n".join(p.read_text(errors="replace") for p in found)
     assert not found, "sanitizer reports:\n" + text[:20000]
-    log = "\n".join(lines)
+    log = srv.log()
     assert "runtime error" not in log and "Sanitizer" not in log, log[-5000:]
     assert rc == 0, log[-3000:]

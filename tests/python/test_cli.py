@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.kernels
+
 
 @pytest.fixture(scope="module")
 def mnemo(binary):

@@ -29,46 +29,28 @@ Bounds, and why:
 """
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers.paths import FIXTURES_DIR, GEMMA3, SMOLLM2, tool
+from helpers.reference import forward, logits_tool
+from helpers.tiny_models import make_tiny_models
+
+pytestmark = pytest.mark.kernels
+
 # Largest margin (nats) between llama.cpp's top-1 and runner-up at which our top-1 may differ:
 # just above the 0.253 at which llama.cpp's repacked path differs from its plain one (docstring).
 NEAR_TIE = 0.26
-sys.path.insert(0, str(REPO / "tests" / "reference"))
-import forward  # noqa: E402
 
 TINY_TOKENS = [5, 17, 200, 3, 99, 511, 42, 42, 7, 300, 1, 2, 250, 128, 64, 33, 400, 12, 9, 77,
                123, 321, 45, 46]
 
 
-def logits_tool(build_dir, model, tokens, *extra, full=False, ids=()):
-    cmd = [str(build_dir / "tests" / "tools" / "logits_tool"), str(model), "--tokens",
-           ",".join(map(str, tokens))]
-    if full:
-        cmd.append("--full")
-    if ids:
-        cmd += ["--ids", ",".join(map(str, ids))]
-    cmd += list(extra)
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
-
-
 @pytest.fixture(scope="module")
 def tiny_models(build_dir, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    out = {}
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"]:
-        path = d / f"{arch}.gguf"
-        subprocess.run([str(build_dir / "tests" / "tools" / "make_tiny_model"), arch, str(path),
-                        "--seed", "3"], check=True)
-        out[arch] = path
-    return out
+    return make_tiny_models(build_dir, tmp_path_factory.mktemp("tiny"),
+                            ["llama", "qwen2", "qwen3", "gemma3"], "--seed", "3")
 
 
 @pytest.mark.parametrize("window,ok", [(0x7FFFFFFE, True), (0x7FFFFFFF, False), (0x80000000, False),
@@ -82,7 +64,7 @@ def test_a_sliding_window_wider_than_any_position(build_dir, tiny_models, tmp_pa
     start = data.index(key) + len(key)
     path = tmp_path / "window.gguf"
     path.write_bytes(data[:start] + window.to_bytes(4, "little") + data[start + 4:])
-    cmd = [str(build_dir / "tests" / "tools" / "logits_tool"), str(path), "--tokens", "5,17,200"]
+    cmd = [str(tool(build_dir, "logits_tool")), str(path), "--tokens", "5,17,200"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     if ok:
         assert res.returncode == 0, res.stderr
@@ -105,7 +87,7 @@ def test_tiny_model_matches_numpy_reference(build_dir, tiny_models, arch):
         assert (ours.argmax(axis=1) == ref.argmax(axis=1)).mean() >= 0.9
 
 
-FIXTURES = [("smollm2", "SmolLM2-135M-Instruct-Q4_1.gguf"), ("gemma3", "gemma-3-270m-Q4_K_M.gguf")]
+FIXTURES = [("smollm2", SMOLLM2), ("gemma3", GEMMA3)]
 
 
 @pytest.mark.parametrize("key,model_file", FIXTURES)
@@ -113,7 +95,7 @@ def test_real_model_logits_match_llama_cpp(build_dir, models_dir, key, model_fil
     model = models_dir / model_file
     if not model.exists():
         pytest.skip(f"{model} not fetched")
-    fixture = json.loads((REPO / "tests" / "fixtures" / f"logits_{key}.json").read_text())
+    fixture = json.loads((FIXTURES_DIR / f"logits_{key}.json").read_text())
     report = []
     for prompt in fixture["prompts"]:
         tokens = prompt["tokens"]

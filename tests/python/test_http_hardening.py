@@ -13,15 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from test_server import Server
-
-MODEL = "SmolLM2-135M-Instruct-Q4_1.gguf"
-
-
-@pytest.fixture(scope="module")
-def model(smollm2_model):
-    assert smollm2_model.name == MODEL
-    return smollm2_model
+from helpers.server import Server
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,9 @@ import time
 import pytest
 import requests
 
-from test_server import Server
+from helpers.server import Server
 
-MODEL = "SmolLM2-135M-Instruct-Q4_1.gguf"
 KEY = "s3cret"
-
-
-@pytest.fixture(scope="module")
-def model(smollm2_model):
-    assert smollm2_model.name == MODEL
-    return smollm2_model
 
 
 @pytest.fixture(scope="module")

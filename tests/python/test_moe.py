@@ -21,21 +21,15 @@ Batch invariance: every ubatch size and thread count gives bit-identical logits 
 are chosen and added in the same order whatever the other rows; with few rows the threads take
 whole experts, with many each expert is split over them).
 """
-import subprocess
-
 import numpy as np
 import pytest
 
-from test_recurrent import check_against_llama_cpp, logits_tool
+from helpers.reference import check_against_llama_cpp, check_ubatch_invariance, full_logits
+from helpers.tiny_models import make_tiny_model
+
+pytestmark = pytest.mark.kernels
 
 FIXTURES = {"qwen3moe_f32": 5e-3, "qwen3moe": 0.3}
-
-
-def make(build_dir, tmp_path, args):
-    path = tmp_path / ("_".join(args) + ".gguf").replace("--", "")
-    subprocess.run([str(build_dir / "tests" / "tools" / "make_tiny_model"), args[0], str(path),
-                    *args[1:]], check=True)
-    return path
 
 
 @pytest.mark.parametrize("name", list(FIXTURES))
@@ -43,30 +37,16 @@ def test_tiny_moe_matches_llama_cpp(build_dir, tmp_path, name):
     check_against_llama_cpp(build_dir, tmp_path, name, FIXTURES[name])
 
 
-def check_ubatch_invariance(build_dir, tmp_path, args):
-    """The tiny model make_tiny_model writes with `args` gives bit-identical logits for a prompt
-    whatever the ubatch size (1, 3, 7, the whole prompt) and thread count (1, 2)."""
-    path = make(build_dir, tmp_path, args)
-    tokens = [1, 337, 396, 410, 410, 416, 431, 416, 422, 410, 5, 17, 200, 3, 99, 42, 7, 300]
-    whole = logits_tool(build_dir, path, tokens)
-    for ub in ("1", "3", "7"):
-        assert np.array_equal(logits_tool(build_dir, path, tokens, "-ub", ub, "-b", ub), whole), ub
-        # Two threads: few rows take whole experts per thread, many rows split each expert.
-        assert np.array_equal(
-            logits_tool(build_dir, path, tokens, "-t", "2", "-ub", ub, "-b", ub), whole), ub
-
-
 @pytest.mark.parametrize("args", [["qwen3moe", "--seed", "3"], ["qwen3moe", "--seed", "5"]])
 def test_moe_logits_do_not_depend_on_the_ubatch(build_dir, tmp_path, args):
     check_ubatch_invariance(build_dir, tmp_path, args)
-
 
 
 def test_an_unused_dense_width_changes_nothing(build_dir, tmp_path):
     """qwen3moe's feed_forward_length sizes no layer (every block uses the experts; llama.cpp
     ignores it too): a file with an absurd value there gives the very same logits, instead of
     the engine reserving scratch for a 4-billion-wide dense feed-forward."""
-    path = make(build_dir, tmp_path, ["qwen3moe", "--seed", "5"])
+    path = make_tiny_model(build_dir, tmp_path / "qwen3moe_seed_5.gguf", "qwen3moe", "--seed", "5")
     data = path.read_bytes()
     key = b"qwen3moe.feed_forward_length" + (4).to_bytes(4, "little")  # then type uint32 (4)
     start = data.index(key) + len(key)
@@ -74,4 +54,4 @@ def test_an_unused_dense_width_changes_nothing(build_dir, tmp_path):
     odd = tmp_path / "odd_width.gguf"
     odd.write_bytes(bad)
     tokens = [1, 7, 42, 300, 5]
-    assert np.array_equal(logits_tool(build_dir, path, tokens), logits_tool(build_dir, odd, tokens))
+    assert np.array_equal(full_logits(build_dir, path, tokens), full_logits(build_dir, odd, tokens))

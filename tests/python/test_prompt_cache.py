@@ -25,15 +25,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from cache_helpers import complete, held, ids, metric, probs, stop
-from test_server import Server
+from helpers.cache import complete, held, ids, probs
+from helpers.server import Server, metric, stop
 
 BLOCK = 64
 
-
-@pytest.fixture(scope="module")
-def smol(smollm2_model):
-    return smollm2_model
+pytestmark = pytest.mark.kernels
 
 
 def smol_server(binary, model, *args, **kw):
@@ -47,8 +44,8 @@ def entry_files(cache_dir):
 # --- one server: slots taken by other conversations ---------------------------------------------
 
 
-def test_a_conversation_continues_after_its_slot_was_taken(binary, smol):
-    srv = smol_server(binary, smol, "-np", 1)
+def test_a_conversation_continues_after_its_slot_was_taken(binary, model):
+    srv = smol_server(binary, model, "-np", 1)
     try:
         a1 = ids(300, 1)
         r1 = complete(srv, a1)
@@ -73,10 +70,10 @@ def test_a_conversation_continues_after_its_slot_was_taken(binary, smol):
         stop(srv)
 
 
-def test_a_shared_system_prompt_is_read_once(binary, smol):
+def test_a_shared_system_prompt_is_read_once(binary, model):
     system = ids(600, 10)
     for mode in ([], ["-kvu"]):
-        srv = smol_server(binary, smol, "-np", 4, *mode)
+        srv = smol_server(binary, model, "-np", 4, *mode)
         try:
             first = complete(srv, system + ids(30, 11), n=2)
             assert first["timings"]["prompt_n"] == 630
@@ -91,8 +88,8 @@ def test_a_shared_system_prompt_is_read_once(binary, smol):
             stop(srv)
 
 
-def test_a_pinned_slot_still_looks_in_every_tier(binary, smol):
-    srv = smol_server(binary, smol, "-np", 2)
+def test_a_pinned_slot_still_looks_in_every_tier(binary, model):
+    srv = smol_server(binary, model, "-np", 2)
     try:
         a = ids(250, 30)
         r = complete(srv, a, id_slot=0)
@@ -107,8 +104,8 @@ def test_a_pinned_slot_still_looks_in_every_tier(binary, smol):
         stop(srv)
 
 
-def test_cache_prompt_false_bypasses_every_tier(binary, smol):
-    srv = smol_server(binary, smol, "-np", 1)
+def test_cache_prompt_false_bypasses_every_tier(binary, model):
+    srv = smol_server(binary, model, "-np", 1)
     try:
         a = ids(200, 40)
         r = complete(srv, a)
@@ -122,8 +119,8 @@ def test_cache_prompt_false_bypasses_every_tier(binary, smol):
         stop(srv)
 
 
-def test_cache_ram_0_disables_the_ram_tier(binary, smol, tmp_path):
-    srv = smol_server(binary, smol, "-np", 1, "--cache-ram", 0)
+def test_cache_ram_0_disables_the_ram_tier(binary, model, tmp_path):
+    srv = smol_server(binary, model, "-np", 1, "--cache-ram", 0)
     try:
         a = ids(200, 50)
         r = complete(srv, a)
@@ -133,7 +130,7 @@ def test_cache_ram_0_disables_the_ram_tier(binary, smol, tmp_path):
     finally:
         stop(srv)
     # With a directory, the disk tier alone.
-    srv = smol_server(binary, smol, "-np", 1, "--cache-ram", 0, "--cache-dir", tmp_path)
+    srv = smol_server(binary, model, "-np", 1, "--cache-ram", 0, "--cache-dir", tmp_path)
     try:
         r = complete(srv, a)
         complete(srv, ids(100, 51))
@@ -145,7 +142,7 @@ def test_cache_ram_0_disables_the_ram_tier(binary, smol, tmp_path):
         stop(srv)
 
 
-def test_bad_cache_flags_are_clear_errors(binary, smol):
+def test_bad_cache_flags_are_clear_errors(binary, model):
     """A bad store URL, events endpoint or budget stops the server at start with a message that
     names the flag, and never repeats a store password."""
     cases = [
@@ -159,7 +156,7 @@ def test_bad_cache_flags_are_clear_errors(binary, smol):
         (["--prompt-cache-type-v", "q6_K"], "not a K/V cache type"),
     ]
     for args, expect in cases:
-        r = subprocess.run([str(binary), "serve", "-m", str(smol), "--port", "0", *args],
+        r = subprocess.run([str(binary), "serve", "-m", str(model), "--port", "0", *args],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode != 0, (args, r.stderr)
         assert expect in r.stderr, (args, r.stderr)
@@ -169,16 +166,16 @@ def test_bad_cache_flags_are_clear_errors(binary, smol):
 # --- the disk tier: restarts and failures ------------------------------------------------------
 
 
-def test_a_conversation_survives_a_restart(binary, smol, tmp_path):
+def test_a_conversation_survives_a_restart(binary, model, tmp_path):
     cache = tmp_path / "cache"
-    srv = smol_server(binary, smol, "-np", 2, "--cache-dir", cache)
+    srv = smol_server(binary, model, "-np", 2, "--cache-dir", cache)
     a1 = ids(400, 60)
     try:
         r1 = complete(srv, a1)
     finally:
         stop(srv)  # SIGTERM: the slot's memory goes to disk
     assert (next(cache.iterdir()) / "index.json").exists()
-    srv = smol_server(binary, smol, "-np", 2, "--cache-dir", cache)
+    srv = smol_server(binary, model, "-np", 2, "--cache-dir", cache)
     try:
         a2 = held(a1, r1) + r1["tokens"][-1:] + ids(12, 61)
         r2 = complete(srv, a2)
@@ -197,10 +194,10 @@ def test_a_conversation_survives_a_restart(binary, smol, tmp_path):
     assert len(held(a2, r2)) in [e["n_tokens"] for e in entries]
 
 
-def test_a_missing_damaged_or_lying_index_is_rebuilt(binary, smol, tmp_path):
+def test_a_missing_damaged_or_lying_index_is_rebuilt(binary, model, tmp_path):
     cache = tmp_path / "cache"
     a = ids(300, 70)
-    srv = smol_server(binary, smol, "-np", 1, "--cache-dir", cache)
+    srv = smol_server(binary, model, "-np", 1, "--cache-dir", cache)
     try:
         r = complete(srv, a)
     finally:
@@ -216,7 +213,7 @@ def test_a_missing_damaged_or_lying_index_is_rebuilt(binary, smol, tmp_path):
             (ns / "index.json").write_text('{"format": "mnemo prompt cache index", "ver')
         else:
             (ns / "index.json").write_text(json.dumps(lying))
-        srv = smol_server(binary, smol, "-np", 1, "--cache-dir", cache)
+        srv = smol_server(binary, model, "-np", 1, "--cache-dir", cache)
         try:
             r2 = complete(srv, held(a, r) + [7])
             assert r2["timings"]["cache_n"] == len(held(a, r)), (damage, r2["timings"])
@@ -235,11 +232,11 @@ def _write_state_copy(src, dst, damage):
     dst.write_bytes(bytes(data))
 
 
-def test_damaged_truncated_and_other_model_entries_are_never_served(binary, smol, tmp_path,
+def test_damaged_truncated_and_other_model_entries_are_never_served(binary, model, tmp_path,
                                                                      models_dir):
     cache = tmp_path / "cache"
     a, b = ids(300, 80), ids(300, 81)
-    srv = smol_server(binary, smol, "-np", 2, "--cache-dir", cache)
+    srv = smol_server(binary, model, "-np", 2, "--cache-dir", cache)
     try:
         ra = complete(srv, a, id_slot=0)
         rb = complete(srv, b, id_slot=1)
@@ -263,7 +260,7 @@ def test_damaged_truncated_and_other_model_entries_are_never_served(binary, smol
         finally:
             stop(g)
         shutil.copy(entry_files(other)[0], ns / ("0" * 16 + ".state"))
-    srv = smol_server(binary, smol, "-np", 2, "--cache-dir", cache)
+    srv = smol_server(binary, model, "-np", 2, "--cache-dir", cache)
     try:
         ignored_at_start = metric(srv, "prompt_cache_ignored_total")
         assert ignored_at_start == (2 if gemma.exists() else 1)
@@ -278,7 +275,7 @@ def test_damaged_truncated_and_other_model_entries_are_never_served(binary, smol
         stop(srv)
 
 
-def test_an_unusable_directory_or_a_full_disk_keeps_serving_from_ram(binary, smol, tmp_path):
+def test_an_unusable_directory_or_a_full_disk_keeps_serving_from_ram(binary, model, tmp_path):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
 
@@ -289,7 +286,7 @@ def test_an_unusable_directory_or_a_full_disk_keeps_serving_from_ram(binary, smo
         resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
 
     for cache_dir, preexec in ((not_a_dir / "cache", None), (tmp_path / "full", full_disk)):
-        srv = smol_server(binary, smol, "-np", 1, "--cache-dir", cache_dir, preexec_fn=preexec)
+        srv = smol_server(binary, model, "-np", 1, "--cache-dir", cache_dir, preexec_fn=preexec)
         try:
             a = ids(250, 90)
             r = complete(srv, a)
@@ -306,10 +303,10 @@ def test_an_unusable_directory_or_a_full_disk_keeps_serving_from_ram(binary, smo
             assert not list(cache_dir.glob("*/*.state*")), list(cache_dir.glob("*/*"))
 
 
-def test_two_servers_share_one_directory(binary, smol, tmp_path):
+def test_two_servers_share_one_directory(binary, model, tmp_path):
     cache = tmp_path / "cache"
-    s1 = smol_server(binary, smol, "-np", 1, "--cache-dir", cache)
-    s2 = smol_server(binary, smol, "-np", 1, "--cache-dir", cache)
+    s1 = smol_server(binary, model, "-np", 1, "--cache-dir", cache)
+    s2 = smol_server(binary, model, "-np", 1, "--cache-dir", cache)
     convs = {}
     try:
         for i, srv in enumerate((s1, s2, s1, s2)):
@@ -318,7 +315,7 @@ def test_two_servers_share_one_directory(binary, smol, tmp_path):
     finally:
         stop(s1)
         stop(s2)
-    s3 = smol_server(binary, smol, "-np", 1, "--cache-dir", cache)
+    s3 = smol_server(binary, model, "-np", 1, "--cache-dir", cache)
     try:
         for i, (p, r) in convs.items():
             got = complete(s3, held(p, r) + [11])
@@ -329,12 +326,12 @@ def test_two_servers_share_one_directory(binary, smol, tmp_path):
                           capture_output=True).returncode == 0
 
 
-def test_entries_stored_in_a_cheaper_type(binary, smol, tmp_path):
+def test_entries_stored_in_a_cheaper_type(binary, model, tmp_path):
     sizes = {}
     for kind, extra in (("f16", []), ("q8_0", ["--prompt-cache-type-k", "q8_0",
                                                "--prompt-cache-type-v", "q8_0"])):
         cache = tmp_path / kind
-        srv = smol_server(binary, smol, "-np", 1, "--cache-dir", cache, *extra)
+        srv = smol_server(binary, model, "-np", 1, "--cache-dir", cache, *extra)
         try:
             a = ids(300, 120)
             r = complete(srv, a)
@@ -347,14 +344,14 @@ def test_entries_stored_in_a_cheaper_type(binary, smol, tmp_path):
         sizes[kind] = max(f.stat().st_size for f in entry_files(cache))
     # q8_0 rows are 34 bytes per 32 elements against f16's 64.
     assert 0.5 < sizes["q8_0"] / sizes["f16"] < 0.56, sizes
-    bad = subprocess.run([str(binary), "serve", "-m", str(smol), "--prompt-cache-type-k", "q4_K"],
+    bad = subprocess.run([str(binary), "serve", "-m", str(model), "--prompt-cache-type-k", "q4_K"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "not a K/V cache type" in bad.stderr
 
 
-def test_cache_command_lists_verifies_and_clears(binary, smol, tmp_path):
+def test_cache_command_lists_verifies_and_clears(binary, model, tmp_path):
     cache = tmp_path / "cache"
-    srv = smol_server(binary, smol, "-np", 1, "--cache-dir", cache)
+    srv = smol_server(binary, model, "-np", 1, "--cache-dir", cache)
     try:
         complete(srv, ids(200, 130), n=2)
     finally:
@@ -429,20 +426,9 @@ def test_gemma3_slot_file_longer_than_the_window_restores(binary, models_dir, tm
         stop(srv)
 
 
-@pytest.fixture(scope="module")
-def tiny(build_dir, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_cache")
-    out = {}
-    for arch in ("mamba2", "granitehybrid"):
-        path = d / f"{arch}.gguf"
-        subprocess.run([str(build_dir / "tests" / "tools" / "make_tiny_model"), arch, str(path),
-                        "--seed", "11"], check=True)
-        out[arch] = path
-    return out
-
-
 @pytest.mark.parametrize("arch", ["mamba2", "granitehybrid"])
-def test_recurrent_and_hybrid_entries_carry_their_checkpoints(binary, tiny, arch, tmp_path):
+def test_recurrent_and_hybrid_entries_carry_their_checkpoints(binary, tiny_recurrent, arch,
+                                                              tmp_path):
     """A recurrent state cannot forget a suffix: a continuation resumes from the entry's live
     state, a prompt that leaves the entry early from its newest checkpoint before the cut (at
     most one checkpoint interval re-read), after a restart too."""
@@ -450,8 +436,8 @@ def test_recurrent_and_hybrid_entries_carry_their_checkpoints(binary, tiny, arch
     a1 = [rng.randrange(3, 512) for _ in range(300)]
 
     def serve():
-        return Server(binary, tiny[arch], "-np", 1, "-c", 1024, "--metrics", "--cache-dir",
-                      tmp_path, "--rs-ckpt-every", 64, "--rs-ckpts", 8)
+        return Server(binary, tiny_recurrent[arch], "-np", 1, "-c", 1024, "--metrics",
+                      "--cache-dir", tmp_path, "--rs-ckpt-every", 64, "--rs-ckpts", 8)
 
     srv = serve()
     try:

@@ -2,7 +2,7 @@
 gated shared expert) against llama.cpp on the very files our writer makes.
 
 tests/tools/make_tiny_model writes tiny qwen35 / qwen35moe GGUFs with llama.cpp's keys and tensor
-names (tests/tools/tiny_ssm_model.h describes them: 2 key heads and 4 value heads, so the value
+names (tests/support/tiny_ssm_model.h describes them: 2 key heads and 4 value heads, so the value
 head -> key head mapping is exercised); tests/reference/make_recurrent_fixtures.sh ran llama.cpp
 (the peer) on them and kept the top-20 log-probabilities at every position as
 tests/fixtures/logits_tiny_qwen35*.json. llama.cpp computes a prompt's Gated DeltaNet with its
@@ -21,11 +21,16 @@ f32 weights and 0.05 nats with quantized ones):
   0.28, 0.14). Top-1 is compared wherever llama.cpp's margin exceeds the bound.
 Batch invariance: every ubatch size and thread count gives bit-identical logits.
 """
+import subprocess
+
 import numpy as np
 import pytest
 
-from test_moe import check_ubatch_invariance, make
-from test_recurrent import check_against_llama_cpp, logits_tool
+from helpers.paths import tool
+from helpers.reference import check_against_llama_cpp, check_ubatch_invariance, full_logits
+from helpers.tiny_models import make_tiny_model
+
+pytestmark = pytest.mark.kernels
 
 FIXTURES = {"qwen35_f32": 2e-3, "qwen35": 0.6, "qwen35moe_f32": 1e-3, "qwen35moe": 0.5}
 
@@ -44,16 +49,15 @@ def test_state_carries_information(build_dir, tmp_path):
     """Later logits depend on earlier tokens through the Gated DeltaNet state and the attention
     layer: changing the first token changes the last position's logits (a model whose mixers did
     nothing would pass the comparisons trivially)."""
-    path = make(build_dir, tmp_path, ["qwen35", "--seed", "3", "--f32"])
+    path = make_tiny_model(build_dir, tmp_path / "qwen35.gguf", "qwen35", "--seed", "3", "--f32")
     tokens = [5, 17, 200, 3, 99, 42, 7, 300, 12, 9]
-    a = logits_tool(build_dir, path, tokens)
-    b = logits_tool(build_dir, path, [6] + tokens[1:])
+    a = full_logits(build_dir, path, tokens)
+    b = full_logits(build_dir, path, [6] + tokens[1:])
     assert np.abs(a[-1] - b[-1]).max() > 1e-2
 
 
 def test_inspect_shows_the_hybrid_layout(build_dir, tmp_path):
-    import subprocess
-    path = make(build_dir, tmp_path, ["qwen35moe", "--seed", "3"])
+    path = make_tiny_model(build_dir, tmp_path / "qwen35moe.gguf", "qwen35moe", "--seed", "3")
     out = subprocess.run([str(build_dir / "mnemo"), "inspect", str(path)], capture_output=True,
                          text=True, check=True).stdout
     assert "architecture:  qwen35moe" in out
@@ -77,13 +81,12 @@ def test_inspect_shows_the_hybrid_layout(build_dir, tmp_path):
                          + (0).to_bytes(4, "little")), "full_attention_interval"),
 ])
 def test_malformed_qwen35_files_are_clear_errors(build_dir, tmp_path, patch, message):
-    import subprocess
-    path = make(build_dir, tmp_path, ["qwen35", "--seed", "3"])
+    path = make_tiny_model(build_dir, tmp_path / "qwen35.gguf", "qwen35", "--seed", "3")
     data = path.read_bytes()
     bad = patch(data)
     assert bad != data, "the patch did not apply"
     path.write_bytes(bad)
-    res = subprocess.run([str(build_dir / "tests" / "tools" / "logits_tool"), str(path),
+    res = subprocess.run([str(tool(build_dir, "logits_tool")), str(path),
                           "--tokens", "1,2,3"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 1, (res.returncode, res.stderr)
     assert message in res.stderr, res.stderr

@@ -1,6 +1,6 @@
 """The recurrent architectures (mamba2, granitehybrid) against the numpy reference.
 
-Tiny random-weight models written by tests/tools/make_tiny_model (tests/tools/tiny_ssm_model.cc)
+Tiny random-weight models written by tests/tools/make_tiny_model (tests/support/tiny_ssm_model.cc)
 are decoded by mnemo (logits_tool) and by tests/reference/mamba2.py, which reads the same file
 with gguf-py and computes each Mamba-2 mixer in its dual (masked matrix) form instead of mnemo's
 token-by-token recurrence.
@@ -15,17 +15,13 @@ Every ubatch size must give the same logits (the state carries across ubatches),
 rounding of the kernels' size-dependent paths (one-row matmuls take a fused decode path):
 1e-2 * (max |logit| + 1) with quantized weights (measured 4e-3), 1e-4 * (...) with f32 weights.
 """
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "reference"))
-import mamba2  # noqa: E402
+from helpers.reference import check_against_llama_cpp, full_logits, mamba2
+from helpers.tiny_models import make_tiny_model
+
+pytestmark = pytest.mark.kernels
 
 TOKENS = [5, 17, 200, 3, 99, 511, 42, 42, 7, 300, 1, 2, 250, 128, 64, 33, 400, 12, 9, 77, 123,
           321, 45, 46, 8, 8, 8, 100]
@@ -39,24 +35,11 @@ VARIANTS = {
 }
 
 
-def logits_tool(build_dir, model, tokens, *extra):
-    cmd = [str(build_dir / "tests" / "tools" / "logits_tool"), str(model), "--tokens",
-           ",".join(map(str, tokens)), "--full", "-t", "1", *extra]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr
-    return np.array([r["logits"] for r in json.loads(res.stdout)])
-
-
 @pytest.fixture(scope="module")
 def models(build_dir, tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny_ssm")
-    out = {}
-    for name, args in VARIANTS.items():
-        path = d / f"{name}.gguf"
-        subprocess.run([str(build_dir / "tests" / "tools" / "make_tiny_model"), args[0], str(path),
-                        "--seed", "3", *args[1:]], check=True)
-        out[name] = path
-    return out
+    return {name: make_tiny_model(build_dir, d / f"{name}.gguf", args[0], "--seed", "3", *args[1:])
+            for name, args in VARIANTS.items()}
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -67,7 +50,7 @@ def test_tiny_recurrent_model_matches_numpy(build_dir, models, name):
     bound = rel * (np.abs(ref).max() + 1.0)
     first = None
     for ub in ["512", "7", "1"]:
-        ours = logits_tool(build_dir, path, TOKENS, "-ub", ub)
+        ours = full_logits(build_dir, path, TOKENS, "-ub", ub)
         assert ours.shape == ref.shape
         err = np.abs(ours - ref).max()
         assert err <= bound, f"{name} -ub {ub}: max |diff| {err:.6f} > {bound:.6f}"
@@ -94,33 +77,6 @@ def test_state_matters(models):
 # quantized weights 0.05 nats (measured 5e-3: both quantize activations to 8 bits, in different
 # summation orders), top-1 equal wherever llama.cpp's margin exceeds that.
 FIXTURES = {"mamba2_f32": 1e-3, "granitehybrid_f32": 1e-3, "granitehybrid": 0.05}
-
-
-def check_against_llama_cpp(build_dir, tmp_path, name, bound):
-    """Remakes the tiny model of tests/fixtures/logits_tiny_<name>.json with the fixture's
-    make_tiny_model arguments (same bytes, by SHA-256) and compares mnemo's log-probabilities of
-    llama.cpp's top 20 at every position: max |difference| <= bound, and the same top-1 wherever
-    llama.cpp's margin exceeds the bound."""
-    import hashlib
-    fixture = json.loads((REPO / "tests" / "fixtures" / f"logits_tiny_{name}.json").read_text())
-    args = fixture["meta"]["make_tiny_model_args"].split()
-    path = tmp_path / f"{name}.gguf"
-    subprocess.run([str(build_dir / "tests" / "tools" / "make_tiny_model"), args[0], str(path),
-                    *args[1:]], check=True)
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert sha == fixture["meta"]["model_sha256"], (
-        "the tiny model writer changed: rerun tests/reference/make_recurrent_fixtures.sh")
-    for prompt in fixture["prompts"]:
-        tokens = prompt["tokens"]
-        ours = logits_tool(build_dir, path, tokens)
-        lse = np.log(np.exp(ours - ours.max(axis=1, keepdims=True)).sum(axis=1)) + ours.max(axis=1)
-        max_diff = 0.0
-        for i, (ids, lps) in enumerate(zip(prompt["top_ids"], prompt["top_logprobs"])):
-            mine = ours[i, ids] - lse[i]
-            max_diff = max(max_diff, float(np.abs(mine - np.array(lps)).max()))
-            if lps[0] - lps[1] > bound:
-                assert int(ours[i].argmax()) == ids[0], f"{name} pos {i}"
-        assert max_diff <= bound, f"{name}: max |logprob diff| {max_diff:.2e} > {bound}"
 
 
 @pytest.mark.parametrize("name", list(FIXTURES))

@@ -15,66 +15,23 @@ interval of 64 used here, the ubatches of a cached and of an uncached run are cu
 positions, so their log-probabilities agree to float rounding (bound 1e-3 nats).
 """
 import random
-import re
-import signal
-import subprocess
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
+from helpers.server import Server
 
-class Server:
-    """`mnemo serve` on a free loopback port; stderr is collected for failure messages."""
+pytestmark = pytest.mark.kernels
 
-    def __init__(self, binary, model, *args):
-        self.proc = subprocess.Popen(
-            [str(binary), "serve", "-m", str(model), "--port", "0", "-t", "1", *map(str, args)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.lines, self.port, ready = [], None, threading.Event()
 
-        def read():
-            for line in self.proc.stderr:
-                self.lines.append(line.rstrip("\n"))
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        ready.wait(60)
-        if self.port is None:
-            self.proc.kill()
-            raise RuntimeError("server did not start:\n" + "\n".join(self.lines))
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return None
-
-ARCHS = ["mamba2", "granitehybrid", "qwen35"]
+ARCHS = ["mamba2", "granitehybrid", "qwen35"]  # conftest.py's tiny_recurrent models (seed 11)
 CKPT_EVERY = 64
 
 
-@pytest.fixture(scope="module")
-def tiny(build_dir, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_ssm_server")
-    out = {}
-    for arch in ARCHS:
-        path = d / f"{arch}.gguf"
-        subprocess.run([str(build_dir / "tests" / "tools" / "make_tiny_model"), arch, str(path),
-                        "--seed", "11"], check=True)
-        out[arch] = path
-    return out
+def serve(binary, model, *args):
+    """`mnemo serve` with one compute thread."""
+    return Server(binary, model, *args, threads=1, start_timeout=60)
 
 
 def complete(srv, ids, cache=True, n=6):
@@ -95,11 +52,11 @@ def same_answer(a, b):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_prompt_cache_resumes_from_a_checkpoint(binary, tiny, arch):
+def test_prompt_cache_resumes_from_a_checkpoint(binary, tiny_recurrent, arch):
     rng = random.Random(1)
     p1 = [rng.randrange(3, 512) for _ in range(300)]
     p2 = p1[:280] + [rng.randrange(3, 512) for _ in range(20)]
-    srv = Server(binary, tiny[arch], "--parallel", "1", "-c", "1024",
+    srv = serve(binary, tiny_recurrent[arch], "--parallel", "1", "-c", "1024",
                  "--rs-ckpt-every", CKPT_EVERY, "--rs-ckpts", 4)
     try:
         r1 = complete(srv, p1)
@@ -120,10 +77,10 @@ def test_prompt_cache_resumes_from_a_checkpoint(binary, tiny, arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_concurrent_requests_equal_requests_alone(binary, tiny, arch):
+def test_concurrent_requests_equal_requests_alone(binary, tiny_recurrent, arch):
     rng = random.Random(2)
     prompts = [[rng.randrange(3, 512) for _ in range(n)] for n in (37, 5, 90, 12)]
-    srv = Server(binary, tiny[arch], "--parallel", "4", "-c", "2048")
+    srv = serve(binary, tiny_recurrent[arch], "--parallel", "4", "-c", "2048")
     try:
         alone = [complete(srv, p, cache=False, n=8) for p in prompts]
         with ThreadPoolExecutor(4) as ex:
@@ -135,11 +92,11 @@ def test_concurrent_requests_equal_requests_alone(binary, tiny, arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_slots_report_each_slots_own_memory(binary, tiny, arch):
+def test_slots_report_each_slots_own_memory(binary, tiny_recurrent, arch):
     # Every slot owns its recurrent state (cell and checkpoints, preallocated) and, for the
     # hybrid, its K/V stream: each reports the same nonzero bytes, busy or not. A mamba2 slot
     # holds no K/V at all: its K/V types are null.
-    srv = Server(binary, tiny[arch], "--parallel", "4", "-c", "1024")
+    srv = serve(binary, tiny_recurrent[arch], "--parallel", "4", "-c", "1024")
     try:
         complete(srv, [5, 6, 7, 8, 9], cache=True, n=4)  # slot 0 now holds a conversation
         slots = requests.get(f"{srv.url}/slots", timeout=10).json()
@@ -157,7 +114,7 @@ def test_slots_report_each_slots_own_memory(binary, tiny, arch):
         assert srv.stop() == 0
 
 
-def test_hybrid_multi_turn_rereads_at_most_one_checkpoint_interval(binary, tiny):
+def test_hybrid_multi_turn_rereads_at_most_one_checkpoint_interval(binary, tiny_recurrent):
     # Each turn sends the conversation so far: the previous prompt, the answer without its last
     # three tokens (as a chat template that rewrites the end of the assistant's turn would), and
     # new user tokens. The slot holds the previous prompt and the answer but its last token, so
@@ -166,9 +123,9 @@ def test_hybrid_multi_turn_rereads_at_most_one_checkpoint_interval(binary, tiny)
     every = 16
     rng = random.Random(3)
     convs = [[rng.randrange(3, 512) for _ in range(n)] for n in (40, 57, 23, 70)]
-    srv = Server(binary, tiny["qwen35"], "--parallel", "4", "-c", "4096",
+    srv = serve(binary, tiny_recurrent["qwen35"], "--parallel", "4", "-c", "4096",
                  "--rs-ckpt-every", every, "--rs-ckpts", 4)
-    fresh = Server(binary, tiny["qwen35"], "--parallel", "1", "-c", "1024")
+    fresh = serve(binary, tiny_recurrent["qwen35"], "--parallel", "1", "-c", "1024")
     try:
         shared = [0] * len(convs)
         rolled_back = 0
@@ -193,8 +150,8 @@ def test_hybrid_multi_turn_rereads_at_most_one_checkpoint_interval(binary, tiny)
         assert fresh.stop() == 0
 
 
-def test_hybrid_slot_save_restore_continues_exactly(binary, tiny, tmp_path):
-    srv = Server(binary, tiny["qwen35"], "--parallel", "2", "-c", "2048",
+def test_hybrid_slot_save_restore_continues_exactly(binary, tiny_recurrent, tmp_path):
+    srv = serve(binary, tiny_recurrent["qwen35"], "--parallel", "2", "-c", "2048",
                  "--slot-save-path", tmp_path, "--rs-ckpt-every", 16, "--rs-ckpts", 4)
     try:
         rng = random.Random(4)

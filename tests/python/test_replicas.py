@@ -24,13 +24,14 @@ import requests
 import xxhash
 import zmq
 
-from cache_helpers import complete, held, ids, metric, probs, stop
-from test_server import Server
+from helpers.cache import complete, held, ids, probs
+from helpers.server import Server, metric, stop
 
 BLOCK = 64
 
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
-                                reason="redis-server missing: run scripts/setup")
+pytestmark = [pytest.mark.kernels,
+              pytest.mark.skipif(shutil.which("redis-server") is None,
+                                 reason="redis-server missing: run scripts/setup")]
 
 
 def free_port():
@@ -79,11 +80,6 @@ def redis():
     r.kill()
 
 
-@pytest.fixture(scope="module")
-def smol(smollm2_model):
-    return smollm2_model
-
-
 def wait_for(pred, timeout=10.0, what="condition"):
     end = time.time() + timeout
     while time.time() < end:
@@ -107,9 +103,9 @@ def turn(srv, prompt, n=8):
     return r
 
 
-def test_a_conversation_alternates_between_two_replicas(binary, smol, redis):
-    a = replica(binary, smol, redis.url())
-    b = replica(binary, smol, redis.url())
+def test_a_conversation_alternates_between_two_replicas(binary, model, redis):
+    a = replica(binary, model, redis.url())
+    b = replica(binary, model, redis.url())
     turns = []
     try:
         prompt = ids(300, 1)
@@ -128,7 +124,7 @@ def test_a_conversation_alternates_between_two_replicas(binary, smol, redis):
         stop(a)
         stop(b)
     # Every turn answered as a server that reads the whole prompt answers it.
-    fresh = Server(binary, smol, "-np", 1, "-c", 4096)
+    fresh = Server(binary, model, "-np", 1, "-c", 4096)
     try:
         for prompt, r in turns:
             assert probs(r) == probs(complete(fresh, prompt, cache_prompt=False))
@@ -136,9 +132,9 @@ def test_a_conversation_alternates_between_two_replicas(binary, smol, redis):
         stop(fresh)
 
 
-def test_redis_down_slow_or_back(binary, smol, redis):
-    a = replica(binary, smol, redis.url())
-    b = replica(binary, smol, redis.url())
+def test_redis_down_slow_or_back(binary, model, redis):
+    a = replica(binary, model, redis.url())
+    b = replica(binary, model, redis.url())
     try:
         prompt = ids(250, 2)
         r = turn(a, prompt)
@@ -179,9 +175,9 @@ def test_redis_down_slow_or_back(binary, smol, redis):
         stop(b)
 
 
-def test_fetched_values_are_verified_and_a_full_store_drops_writes(binary, smol, redis):
-    a = replica(binary, smol, redis.url())
-    b = replica(binary, smol, redis.url())
+def test_fetched_values_are_verified_and_a_full_store_drops_writes(binary, model, redis):
+    a = replica(binary, model, redis.url())
+    b = replica(binary, model, redis.url())
     try:
         p1, p2 = ids(200, 5), ids(200, 6)
         r1 = turn(a, p1)
@@ -206,7 +202,7 @@ def test_fetched_values_are_verified_and_a_full_store_drops_writes(binary, smol,
     # Damaged values: the checksums fail on a replica that has nothing of its own.
     for k in keys:
         redis.cli("SET", k, "not a mnemo state " * 100)
-    c = replica(binary, smol, redis.url())
+    c = replica(binary, model, redis.url())
     try:
         got = complete(c, held(p1, r1) + [8])
         assert got["timings"]["cache_n"] == 0
@@ -215,7 +211,7 @@ def test_fetched_values_are_verified_and_a_full_store_drops_writes(binary, smol,
         stop(c)
     # A full store (maxmemory, no eviction): writes are refused and counted, requests go on.
     full = Redis(None, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
-    a = replica(binary, smol, full.url())
+    a = replica(binary, model, full.url())
     try:
         for i in range(3):
             complete(a, ids(200, 30 + i), 2)
@@ -241,12 +237,12 @@ def chain_ok(hashes, parent, tokens):
     return True
 
 
-def test_kv_events_follow_what_a_replica_holds(binary, smol, redis, tmp_path):
+def test_kv_events_follow_what_a_replica_holds(binary, model, redis, tmp_path):
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
-    a = replica(binary, smol, redis.url(), "--kv-events", endpoint, "--slot-save-path", tmp_path)
+    a = replica(binary, model, redis.url(), "--kv-events", endpoint, "--slot-save-path", tmp_path)
     batches = []
     try:
         sub.connect(endpoint)

@@ -13,70 +13,20 @@ minutes on two cores.
 import json
 import os
 import re
-import signal
 import socket
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
 
-MODEL = "SmolLM2-135M-Instruct-Q4_1.gguf"
+from helpers.paths import SMOLLM2 as MODEL
+from helpers.server import Server, metric
+
 SLOTS = 4
 
-
-class Server:
-    """A `mnemo serve` process; stderr is collected by a thread (the request log)."""
-
-    def __init__(self, binary, model, *args, env=None, preexec_fn=None):
-        self.proc = subprocess.Popen(
-            [str(binary), "serve", "-m", str(model), "--port", "0", "-t", "2", *map(str, args)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-            preexec_fn=preexec_fn)
-        self.lines = []
-        self.port = None
-        ready = threading.Event()
-
-        def read():
-            for line in self.proc.stderr:
-                self.lines.append(line.rstrip("\n"))
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-            ready.set()
-
-        self.reader = threading.Thread(target=read, daemon=True)
-        self.reader.start()
-        ready.wait(120)
-        if self.port is None:
-            self.proc.kill()
-            raise RuntimeError("server did not start:\n" + "\n".join(self.lines))
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def log(self):
-        return "\n".join(self.lines)
-
-    def stop(self):
-        """SIGTERM; returns the exit code (the server shuts down cleanly)."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return None
-
-
-@pytest.fixture(scope="module")
-def model(smollm2_model):
-    assert smollm2_model.name == MODEL
-    return smollm2_model
+pytestmark = pytest.mark.kernels
 
 
 @pytest.fixture(scope="module")
@@ -125,13 +75,6 @@ def wait_idle(server, timeout=30):
             return slots
         time.sleep(0.1)
     raise AssertionError(f"slots still busy: {slots}")
-
-
-def metric(server, name, labels=""):
-    text = requests.get(server.url + "/metrics", timeout=10).text
-    m = re.search(rf"^mnemo_{name}{re.escape(labels)} (\S+)$", text, re.M)
-    assert m, f"mnemo_{name}{labels} not in /metrics"
-    return float(m.group(1))
 
 
 # ------------------------------------------------------------------------------------------------

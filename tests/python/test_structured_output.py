@@ -11,9 +11,8 @@ import jsonschema
 import pytest
 import requests
 
-from test_server import Server
+from helpers.server import Server
 
-MODEL = "SmolLM2-135M-Instruct-Q4_1.gguf"
 
 PERSON = {
     "type": "object",
@@ -50,9 +49,8 @@ CHOICE = {"anyOf": [{"type": "object", "properties": {"ok": {"const": True}},
 
 
 @pytest.fixture(scope="module")
-def srv(binary, smollm2_model):
-    assert smollm2_model.name == MODEL
-    s = Server(binary, smollm2_model, "-np", 2, "-c", 2048)
+def srv(binary, model):
+    s = Server(binary, model, "-np", 2, "-c", 2048)
     yield s
     assert s.alive(), "the server died:\n" + s.log()
     assert s.stop() == 0, s.log()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from test_server import Server
+from helpers.server import Server
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402

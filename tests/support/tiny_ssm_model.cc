@@ -1,4 +1,4 @@
-// Tiny random-weight mamba2 and granitehybrid GGUF files for make_tiny_model, with the
+// Tiny random-weight mamba2 and granitehybrid GGUF files for write_tiny_model, with the
 // tensor names, shapes and metadata keys llama.cpp's converter writes (convert_hf_to_gguf.py
 // Mamba2Model / GraniteHybridModel; gguf-py constants.py):
 //
@@ -14,13 +14,9 @@
 // 2 groups, d_conv 4; attention 4 query heads of 64, 2 KV heads; n_ff 512; vocab 512.
 // Initialisation follows Mamba-2's: A = -exp(A_log) with A_log = log(U[1, 16]); dt_bias the
 // inverse softplus of dt ~ exp(U[log 0.001, log 0.1]); D = 1; so states carry over many tokens.
-#include "tiny_ssm_model.h"
-#include "tiny_model.h"
+#include "support/tiny_ssm_model.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -28,8 +24,9 @@
 
 #include "mnemo/gguf.h"
 #include "mnemo/quant.h"
+#include "support/tiny_model.h"
 
-namespace mnemo::tools {
+namespace mnemo::testing {
 namespace {
 
 using gguf::Value;
@@ -53,8 +50,8 @@ struct Writer {
     // K-quants: random blocks (our writer has no K-quant quantizer); f is not read and may be
     // empty.
     if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) {
-      Status st = w.add_tensor(name, std::move(dims), t,
-                               testing::random_kquant_weights(t, n_rows, n_in, rng()));
+      Status st =
+          w.add_tensor(name, std::move(dims), t, random_kquant_weights(t, n_rows, n_in, rng()));
       CHECK(st.ok()) << name << ": " << st.to_string();
       return;
     }
@@ -87,20 +84,12 @@ struct Writer {
 
 }  // namespace
 
-int write_tiny_ssm_model(int argc, char** argv) {
-  const std::string arch = argv[1];
-  const std::string out = argv[2];
+Status write_tiny_ssm_model(const std::string& arch, const std::string& out,
+                            const TinyModelOptions& options) {
   Writer W;
-  uint32_t seed = 1;
-  bool rope = false;
-  for (int i = 3; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
-      seed = uint32_t(std::atoi(argv[++i]));
-    else if (std::strcmp(argv[i], "--f32") == 0)
-      W.all_f32 = true;
-    else if (std::strcmp(argv[i], "--rope") == 0)
-      rope = true;
-  }
+  W.all_f32 = options.all_f32;
+  const uint32_t seed = options.seed;
+  const bool rope = options.rope;
   W.rng.seed(seed);
   const bool granite = arch == "granitehybrid";
   const int64_t n_embd = 256, n_vocab = 512, d_inner = 512, H = 8, N = 32, G = 2, d_conv = 4;
@@ -140,7 +129,7 @@ int write_tiny_ssm_model(int argc, char** argv) {
   }
 
   // The tiny SentencePiece-style vocabulary (tiny_model.h), so llama.cpp and mnemo serve load it.
-  for (auto& [k, v] : testing::tiny_spm_vocab(n_vocab)) W.key(k, std::move(v));
+  for (auto& [k, v] : tiny_spm_vocab(n_vocab)) W.key(k, std::move(v));
 
   const float s_embd = 1.0f / std::sqrt(float(n_embd));
   W.tensor("token_embd.weight", {n_embd, n_vocab}, GgmlType::Q8_0,
@@ -190,30 +179,17 @@ int write_tiny_ssm_model(int argc, char** argv) {
                W.normal(n_ff * n_embd, 0, 1.0f / std::sqrt(float(n_ff))));
     }
   }
-  Status st = W.w.write(out);
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s\n", st.to_string().c_str());
-    return 1;
-  }
-  return 0;
+  return W.w.write(out);
 }
 
 // qwen35 / qwen35moe (Qwen3.5): Gated DeltaNet and gated attention layers, see
 // tiny_ssm_model.h for the shapes.
-int write_tiny_qwen35_model(int argc, char** argv) {
-  const std::string name = argv[1];
-  const std::string out = argv[2];
+Status write_tiny_qwen35_model(const std::string& name, const std::string& out,
+                               const TinyModelOptions& options) {
   Writer W;
-  uint32_t seed = 1;
-  int64_t n_layer = 0;
-  for (int i = 3; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
-      seed = uint32_t(std::atoi(argv[++i]));
-    else if (std::strcmp(argv[i], "--f32") == 0)
-      W.all_f32 = true;
-    else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
-      n_layer = std::max(1, std::atoi(argv[++i]));
-  }
+  W.all_f32 = options.all_f32;
+  const uint32_t seed = options.seed;
+  int64_t n_layer = options.n_layer > 0 ? options.n_layer : 0;  // 0: the shape's default
   W.rng.seed(seed);
   const bool bench = name == "qwen35-bench" || name == "qwen35moe-bench";
   const std::string arch = name == "qwen35-bench" ? "qwen35" : bench ? "qwen35moe" : name;
@@ -271,7 +247,7 @@ int write_tiny_qwen35_model(int argc, char** argv) {
   } else {
     W.key(arch + ".feed_forward_length", Value::u32(n_ff));
   }
-  for (auto& [k, v] : testing::tiny_spm_vocab(n_vocab)) W.key(k, std::move(v));
+  for (auto& [k, v] : tiny_spm_vocab(n_vocab)) W.key(k, std::move(v));
 
   const float s_embd = 1.0f / std::sqrt(float(n_embd));
   // The embedding is also the output matrix of qwen35 (tied): 2 / sqrt(n_embd) keeps logits
@@ -354,12 +330,7 @@ int write_tiny_qwen35_model(int argc, char** argv) {
                W.normal(n_ff * n_embd, 0, 1.0f / std::sqrt(float(n_ff))));
     }
   }
-  Status st = W.w.write(out);
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s\n", st.to_string().c_str());
-    return 1;
-  }
-  return 0;
+  return W.w.write(out);
 }
 
-}  // namespace mnemo::tools
+}  // namespace mnemo::testing

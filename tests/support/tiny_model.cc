@@ -1,5 +1,5 @@
 // Tiny random-weight models for tests: see tiny_model.h.
-#include "tiny_model.h"
+#include "support/tiny_model.h"
 
 #include <cmath>
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include "mnemo/gguf.h"
 #include "mnemo/quant.h"
 #include "quant/blocks.h"
+#include "support/tiny_ssm_model.h"
 
 namespace mnemo::testing {
 namespace {
@@ -126,15 +127,6 @@ struct Shape {
 Status write_model(const std::string& arch, const std::string& out, uint32_t seed, bool all_f32,
                    Shape shape);
 
-}  // namespace
-
-Status write_tiny_model(const std::string& arch, const std::string& out, uint32_t seed,
-                        bool all_f32) {
-  Shape shape;
-  if (arch == "gemma3") shape.n_layer = 6;
-  return write_model(arch, out, seed, all_f32, shape);
-}
-
 Status write_moe_bench_model(const std::string& out, uint32_t seed, int64_t n_layer) {
   Shape shape;
   shape.n_embd = 2048;
@@ -150,14 +142,35 @@ Status write_moe_bench_model(const std::string& out, uint32_t seed, int64_t n_la
   return write_model("qwen3moe", out, seed, false, shape);
 }
 
+}  // namespace
+
+Status write_tiny_model(const std::string& arch, const std::string& path,
+                        const TinyModelOptions& options) {
+  if (arch == "mamba2" || arch == "granitehybrid") {
+    return write_tiny_ssm_model(arch, path, options);
+  }
+  if (arch == "qwen35" || arch == "qwen35moe" || arch == "qwen35-bench" ||
+      arch == "qwen35moe-bench") {
+    return write_tiny_qwen35_model(arch, path, options);
+  }
+  if (arch == "qwen3moe-bench") {
+    return write_moe_bench_model(path, options.seed, options.n_layer > 0 ? options.n_layer : 2);
+  }
+  Shape shape;
+  if (arch == "gemma3") shape.n_layer = 6;
+  return write_model(arch, path, options.seed, options.all_f32, shape);
+}
+
 namespace {
 
 Status write_model(const std::string& arch, const std::string& out, uint32_t seed, bool all_f32,
                    Shape shape) {
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" &&
       arch != "gemma3") {
-    return Status::invalid_argument("unknown arch " + arch +
-                                    " (llama, qwen2, qwen3, qwen3moe, gemma3)");
+    return Status::invalid_argument(
+        "unknown arch " + arch +
+        " (llama, qwen2, qwen3, qwen3moe, gemma3, mamba2, granitehybrid, qwen35, qwen35moe,"
+        " qwen3moe-bench, qwen35-bench, qwen35moe-bench)");
   }
   Status status;
   const bool gemma = arch == "gemma3";

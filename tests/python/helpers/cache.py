@@ -1,4 +1,5 @@
-"""Helpers shared by the prompt-cache and replica tests (test_prompt_cache.py, test_replicas.py).
+"""Prompts and completions of the prompt-cache and replica tests (test_prompt_cache.py,
+test_replicas.py).
 
 Prompts are token ids (no chat template), so which tokens a slot holds is known exactly: after a
 request with prompt P that generated G, the slot holds P + G[:-1] (the last sampled token is
@@ -37,17 +38,3 @@ def probs(r):
 def held(prompt, r):
     """The tokens the slot holds after answering r for prompt."""
     return prompt + r["tokens"][:-1]
-
-
-def metric(srv, name, labels=""):
-    text = requests.get(srv.url + "/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(f"mnemo_{name}{labels} "):
-            return float(line.split()[-1])
-    raise AssertionError(f"mnemo_{name}{labels} not in /metrics:\n{text}")
-
-
-def stop(srv):
-    """SIGTERM: the server must still be alive and exit cleanly."""
-    assert srv.alive(), srv.log()
-    assert srv.stop() == 0, srv.log()

@@ -1,14 +1,23 @@
-// make_tiny_model's recurrent architectures: tiny_ssm_model.cc describes the files.
+// The recurrent and hybrid architectures of write_tiny_model (tiny_model.h), which dispatches to
+// these writers: tiny_ssm_model.cc describes the mamba2 / granitehybrid files. Call
+// write_tiny_model rather than these.
 #pragma once
 
-namespace mnemo::tools {
+#include <string>
 
-/// make_tiny_model ARCH OUT.gguf [--seed N] [--f32] [--rope] for ARCH mamba2 / granitehybrid:
-/// writes the file and returns the process exit code (0 on success).
-int write_tiny_ssm_model(int argc, char** argv);
+#include "mnemo/status.h"
+#include "support/tiny_model.h"
 
-/// make_tiny_model ARCH OUT.gguf [--seed N] [--f32] [--layers N] for ARCH qwen35 / qwen35moe /
-/// qwen35-bench / qwen35moe-bench, with llama.cpp's tensor names and keys (src/model/model_qwen35.cc lists them):
+namespace mnemo::testing {
+
+/// mamba2 / granitehybrid (`arch`) to `path`, from options.seed, options.all_f32 and
+/// options.rope (granitehybrid only). Errors: IOError from the writer.
+Status write_tiny_ssm_model(const std::string& arch, const std::string& path,
+                            const TinyModelOptions& options);
+
+/// qwen35 / qwen35moe / qwen35-bench / qwen35moe-bench (`arch`) to `path`, from options.seed,
+/// options.all_f32 and options.n_layer (the bench shapes), with llama.cpp's tensor names and keys
+/// (src/model/model_qwen35.cc lists them):
 ///   qwen35     4 blocks (full_attention_interval 4: Gated DeltaNet x 3, then gated attention),
 ///              n_embd 256, Gated DeltaNet with 2 key heads and 4 value heads of 32 (value head h
 ///              reads key head h % 2), d_conv 4; attention 4 query heads of 64, 2 KV heads, RoPE
@@ -24,7 +33,8 @@ int write_tiny_ssm_model(int argc, char** argv);
 ///              16 key and 32 value heads of 128, 256 experts of width 512, 8 per token, a shared
 ///              expert of 512, vocab 248320) with 4 blocks by default (--layers N).
 /// Random K-quant blocks stand for q4_K / q5_K / q6_K weights (tiny_model.h).
-/// Returns the process exit code (0 on success).
-int write_tiny_qwen35_model(int argc, char** argv);
+/// Errors: IOError from the writer.
+Status write_tiny_qwen35_model(const std::string& arch, const std::string& path,
+                               const TinyModelOptions& options);
 
-}  // namespace mnemo::tools
+}  // namespace mnemo::testing

@@ -1,0 +1,12 @@
+"""Code shared by mnemo's Python tests (tests/python/test_*.py), by concept:
+
+- paths: the repository's folders, the real models' file names, the build's test tools;
+- server: `Server` (a `mnemo serve` process on a free loopback port) and checks on a running one;
+- cache: token-id prompts and greedy completions for the prompt-cache and replica tests;
+- chat_templates: the jinja2 reference renderer of chat templates and the `mnemo template` harness;
+- tiny_models: tiny random-weight model files (tests/tools/make_tiny_model);
+- reference: the numpy references (tests/reference/) and checks against llama.cpp's fixtures.
+
+Test modules import from here (tests/python/conftest.py puts tests/python on sys.path), never
+from one another. Pytest fixtures shared by several test modules live in conftest.py.
+"""
