@@ -214,7 +214,10 @@ Status parse_chat_output(const Json& b, std::string_view prompt_text, const ApiD
   ToolChoice choice;
   bool none = false;
   MNEMO_RETURN_IF_ERROR(parse_tool_choice(b, tools, &choice, &none));
-  bool parallel = true;
+  // As llama-server: several calls by default where the template has a tool-call format of its
+  // own (it can show several), one call for the generic JSON answer.
+  bool parallel = d.chat.format != chat_parse::ChatFormat::kGeneric &&
+                  d.chat.format != chat_parse::ChatFormat::kGenericThink;
   MNEMO_RETURN_IF_ERROR(get_bool(b, "parallel_tool_calls", &parallel));
 
   const bool use_tools = !tools.empty() && !none;

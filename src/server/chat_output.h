@@ -10,7 +10,9 @@
 //     whose arguments match its schema counts: small models answer so), "required" or
 //     {"type": "function", "function": {"name"}} (the grammar constrains the answer from the
 //     first token: a call, of that tool, whose arguments match its schema);
-//     "parallel_tool_calls" (default true) lets the grammar take several calls;
+//     "parallel_tool_calls" lets the grammar take several calls (default: true where the
+//     template has a tool-call format of its own, false for the generic JSON answer, as
+//     llama-server);
 //   - "reasoning_format" (none | deepseek | auto, over --reasoning-format) and
 //     "reasoning_budget_tokens" (over --reasoning-budget): the thinking split into
 //     reasoning_content, and its length bounded (the end marker is then generated, and the

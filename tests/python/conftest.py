@@ -15,7 +15,7 @@ import pytest
 # `import helpers...` works whatever pytest's import mode and working directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers.paths import REPO_ROOT, SMOLLM2  # noqa: E402
+from helpers.paths import QWEN_CODER_05B, QWEN_CODER_15B, REPO_ROOT, SMOLLM2  # noqa: E402
 from helpers.tiny_models import make_tiny_models  # noqa: E402
 
 
@@ -61,6 +61,24 @@ def binary(build_dir) -> Path:
 def smollm2_model(models_dir) -> Path:
     """The default real model (skips the test when it has not been fetched)."""
     m = models_dir / SMOLLM2
+    if not m.exists():
+        pytest.skip(f"{m} missing: run scripts/fetch-model")
+    return m
+
+
+@pytest.fixture(scope="session")
+def qwen_coder_05b(models_dir) -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct (Hermes tool calls); skips when it has not been fetched."""
+    m = models_dir / QWEN_CODER_05B
+    if not m.exists():
+        pytest.skip(f"{m} missing: run scripts/fetch-model")
+    return m
+
+
+@pytest.fixture(scope="session")
+def qwen_coder_15b(models_dir) -> Path:
+    """Qwen2.5-Coder-1.5B-Instruct (Hermes tool calls); skips when it has not been fetched."""
+    m = models_dir / QWEN_CODER_15B
     if not m.exists():
         pytest.skip(f"{m} missing: run scripts/fetch-model")
     return m
