@@ -112,7 +112,7 @@ struct CompletionRequest {
   std::vector<std::string> stop;     // stop strings (generation ends before the first match)
   int32_t id_slot = -1;              // a specific slot (waits for it), or -1: the best free one
   bool cache_prompt = true;          // reuse the slot's longest common prefix with the prompt
-  bool ignore_eos = false;           // keep generating past end-of-generation tokens
+  bool ignore_eos = false;  // end-of-generation tokens are never sampled (llama-server's)
   int32_t n_probs = 0;               // > 0: report TokenProbs with this many alternatives
   bool post_sampling_probs = false;  // TokenProbs after the sampler's stages (llama-server's)
   bool return_progress = false;      // kProgress events while the prompt is read

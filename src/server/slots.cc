@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "mnemo/check.h"
@@ -19,7 +20,12 @@ void Engine::begin(Task& t, Slot& slot, size_t n_cached) {
   const size_t n_prompt = prompt.size();
   slot.held.tokens.resize(n_cached);
   slot.held.cacheable = t.req.cache_prompt;
-  slot.sampler = std::make_unique<Sampler>(t.req.sampling);
+  SamplingParams sampling = t.req.sampling;
+  if (t.req.ignore_eos) {
+    // As llama-server: end-of-generation tokens are never sampled (a bias of -infinity).
+    for (TokenId id : tok_.eog_ids()) sampling.logit_bias.push_back({id, -INFINITY});
+  }
+  slot.sampler = std::make_unique<Sampler>(sampling);
   if (t.req.grammar && t.req.grammar_triggers.empty()) {
     slot.sampler->set_grammar(t.req.grammar, grammar_vocab());
   } else if (t.req.grammar) {
