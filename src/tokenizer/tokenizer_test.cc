@@ -555,11 +555,17 @@ TEST(Concurrency, ConstMethodsFromManyThreads) {
 // ---------------------------------------------------------------------------------------------
 // Cost: long inputs tokenize in time linear-ish in their length.
 
+// The fastest of three runs: a run the scheduler interrupted (a busy machine) does not count.
 double seconds_to_tokenize(const Tokenizer& t, const std::string& s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Ids ids = t.tokenize(s, false, true);
-  EXPECT_FALSE(ids.empty());
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double best = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Ids ids = t.tokenize(s, false, true);
+    EXPECT_FALSE(ids.empty());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
 }
 
 TEST(Performance, LongInputsAreNotQuadratic) {
