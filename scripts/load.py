@@ -30,6 +30,18 @@ and starts it again with the same arguments: a server whose prompt cache has a d
       --restart-after 3 --clients 4
   scripts/load.py --server-cmd "scripts/peer llama-server -m models/SmolLM2-135M-Instruct-Q4_1.gguf \
       -np 4 -c 16384 --port {port}" --conversations 16 --turns 6 --restart-after 3 --clients 4
+
+Agent mode (--agent-turns N): one agent loop on /v1/chat/completions with one function tool
+("add"), greedy: every turn sends the whole conversation so far, the model's tool call and the
+tool's result appended (a server that returns the call as text gets the text and the result as
+a user message, so the loop goes on alike). Reports per turn the wall time, the prompt tokens
+decoded (timings.prompt_n) and reused (cache_n), the tokens generated, and whether the answer
+was a parsed tool call. --tool-choice required (default) forces a call every turn.
+
+  scripts/load.py --serve "-c 8192" --model models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+      --agent-turns 16
+  scripts/load.py --server-cmd "scripts/peer llama-server --jinja -c 8192 -np 1 -t 2 \
+      -m models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --port {port}" --agent-turns 16
 """
 import argparse
 import json
@@ -301,6 +313,55 @@ def run_conversations(args):
             "cache_n_total": sum(t["cache_n"] for t in turns)}
 
 
+ADD_TOOL = {"type": "function", "function": {
+    "name": "add", "description": "Add two integers and return the sum",
+    "parameters": {"type": "object",
+                   "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"]}}}
+
+
+def run_agent(args):
+    """Agent mode (module docstring). Returns the summary dict."""
+    proc, url = start_command(args.server_cmd) if args.server_cmd else start_server(args)
+    messages = [{"role": "user", "content": "Add 1 and 2, then add 3 to the result, then 4, and "
+                                            "so on: call the add tool once per step."}]
+    turns, total = [], 0
+    try:
+        for turn in range(1, args.agent_turns + 1):
+            body = {"messages": messages, "tools": [ADD_TOOL], "tool_choice": args.tool_choice,
+                    "temperature": 0, "max_tokens": args.n_predict, "cache_prompt": True}
+            t0 = time.perf_counter()
+            r = requests.post(url + "/v1/chat/completions", json=body, timeout=args.timeout)
+            wall = time.perf_counter() - t0
+            if r.status_code != 200:
+                sys.exit(f"load.py: turn {turn}: HTTP {r.status_code}: {r.text[:300]}")
+            j = r.json()
+            msg = j["choices"][0]["message"]
+            calls = msg.get("tool_calls") or []
+            t = j.get("timings", {})
+            turns.append({"turn": turn, "seconds": round(wall, 3), "prompt_n": t.get("prompt_n"),
+                          "cache_n": t.get("cache_n"),
+                          "generated": j.get("usage", {}).get("completion_tokens"),
+                          "tool_call": bool(calls)})
+            total += turn
+            if calls:
+                call = calls[0]
+                messages += [{"role": "assistant", "content": msg.get("content"),
+                              "tool_calls": [call]},
+                             {"role": "tool", "tool_call_id": call["id"],
+                              "content": json.dumps({"sum": total})}]
+            else:
+                messages += [{"role": "assistant", "content": msg.get("content") or ""},
+                             {"role": "user", "content": json.dumps({"sum": total})}]
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    later = turns[1:] or turns
+    return {"turns": turns, "seconds_total": round(sum(t["seconds"] for t in turns), 2),
+            "seconds_per_later_turn": round(statistics.median(t["seconds"] for t in later), 3),
+            "tool_calls": sum(t["tool_call"] for t in turns)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,7 +391,25 @@ def main():
     ap.add_argument("--server-cmd", default=None,
                     help="start this command as the server ({port}: a free port), e.g. "
                          "llama-server through scripts/peer")
+    ap.add_argument("--agent-turns", type=int, default=0,
+                    help="agent mode: tool-call turns of one agent loop")
+    ap.add_argument("--tool-choice", default="required", help="agent mode: tool_choice")
     args = ap.parse_args()
+    if args.agent_turns:
+        if args.serve is None and args.server_cmd is None:
+            args.serve = ""
+        summary = run_agent(args)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+            return
+        print(f"agent loop: {args.agent_turns} turns, tool_choice {args.tool_choice}")
+        print("turn | seconds | prompt tokens decoded | reused | generated | tool call")
+        for t in summary["turns"]:
+            print(f"{t['turn']:4d} | {t['seconds']:7.2f} | {t['prompt_n']!s:>21} | "
+                  f"{t['cache_n']!s:>6} | {t['generated']!s:>9} | {t['tool_call']}")
+        print(f"total {summary['seconds_total']} s; median of turns 2..: "
+              f"{summary['seconds_per_later_turn']} s; {summary['tool_calls']} parsed tool calls")
+        return
     if args.conversations:
         if args.serve is None and args.server_cmd is None:
             sys.exit("load.py: conversation mode starts its own server: --serve or --server-cmd")

@@ -88,8 +88,10 @@
 //   - Markup never reaches content. A call whose body is malformed (bad JSON, an unknown
 //     structure) leaves its text in content and parsing goes on after its opener. A call whose
 //     body is complete but whose closer is missing (the model stopped on it, or a stop string
-//     cut it) is a call. A call whose body is unfinished at the end of a final (non-partial) text
-//     leaves its text in content, as llama-server does; a partial text holds it back instead.
+//     cut it) is a call. A call section whose body is unfinished at the end of a final
+//     (non-partial) text (the model ran out of tokens inside it) is dropped, calls and text:
+//     llama-server leaves its text in content, but markup must not reach the content; a partial
+//     text shows the calls written so far.
 //   - Reasoning is recognized at the start of the output (after whitespace) or from its first
 //     byte when thinking_forced_open. Reasoning never closed is reasoning to the end (the model
 //     ran out of tokens thinking). ReasoningFormat::kNone keeps the reasoning's text, tags

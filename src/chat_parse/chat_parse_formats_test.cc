@@ -58,11 +58,10 @@ TEST(QwenFormatsTest, Qwen3Coder) {
         msg("", "", {call("get_time", "{}")}));
   check("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n", o,
         msg("", "", {call("get_weather", "{\"city\":\"Paris\"}")}));
-  // Malformed / unfinished: content.
-  for (const std::string bad : {"<tool_call>\n<function=get weather>\n</function>\n</tool_call>",
-                                "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"}) {
-    check(bad, o, msg(bad), /*stream=*/false);
-  }
+  // Malformed: content; unfinished at the end: dropped.
+  const std::string bad = "<tool_call>\n<function=get weather>\n</function>\n</tool_call>";
+  check(bad, o, msg(bad), /*stream=*/false);
+  check("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", o, msg(""), false);
 }
 
 TEST(QwenFormatsTest, SeedOss) {
@@ -100,11 +99,10 @@ TEST(QwenFormatsTest, Glm45) {
       "</arg_value><arg_key>days</arg_key><arg_value>3</arg_value></tool_call>",
       forced(ChatFormat::kGlm45), msg("", "Need it.", {kParisXml}));
   check("<tool_call>get_time</tool_call>", o, msg("", "", {call("get_time", "{}")}));
-  for (const std::string bad :
-       {"<tool_call>get_weather\n<arg_key>city</arg_key>\nParis</tool_call>",
-        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Pa"}) {
-    check(bad, o, msg(bad), /*stream=*/false);
-  }
+  const std::string bad = "<tool_call>get_weather\n<arg_key>city</arg_key>\nParis</tool_call>";
+  check(bad, o, msg(bad), /*stream=*/false);
+  // Unfinished at the end: dropped.
+  check("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Pa", o, msg(""), false);
 }
 
 TEST(HermesFormatsTest, Granite) {
@@ -236,10 +234,10 @@ TEST(MistralFormatsTest, NamedForm) {
       "\"arguments\": {\"code\": \"print(1)\"}}]",
       o, msg("", "maybe [TOOL_CALLS]x[ARGS]{}", {kCode}));
   for (const std::string bad :
-       {"[TOOL_CALLS]get weather[ARGS]{}", "[TOOL_CALLS]get_weather[ARGS]{\"city\": Paris}",
-        "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Pa"}) {
+       {"[TOOL_CALLS]get weather[ARGS]{}", "[TOOL_CALLS]get_weather[ARGS]{\"city\": Paris}"}) {
     check(bad, o, msg(bad), false);
   }
+  check("[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Pa", o, msg(""), false);  // unfinished
 }
 
 TEST(DeepSeekFormatsTest, R1) {
@@ -258,10 +256,7 @@ TEST(DeepSeekFormatsTest, R1) {
   const std::string bad =
       "</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
       "get_weather\n```json\n{\"city\": ";
-  check(bad, o,
-        msg("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
-            "get_weather\n```json\n{\"city\":"),
-        false);
+  check(bad, o, msg(""), false);  // unfinished at the end: dropped
 }
 
 TEST(DeepSeekFormatsTest, V31) {

@@ -165,12 +165,16 @@ TEST(ChatParseTest, MalformedCallsStayContent) {
            "<tool_call>\nnot json\n</tool_call>",
            "<tool_call>{\"arguments\": {}}</tool_call>",  // no name
            "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",
-           // Unfinished at the end of a final text.
-           "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",
-           "Text <tool_call>",
        }) {
     check(bad, o, msg(bad), /*stream=*/false);
   }
+  // Unfinished at the end of a final text (the token limit): dropped, never content; a whole
+  // call before it stays.
+  check("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par", o, msg(""),
+        false);
+  check("Text <tool_call>", o, msg("Text"), false);
+  check("<tool_call>{\"name\": \"python\", \"arguments\": {}}</tool_call>\n<tool_call>\n{\"na", o,
+        msg("", "", {call("python", "{}")}), false);
   // A malformed call does not hide a good one after it.
   check(
       "<tool_call>oops</tool_call> <tool_call>{\"name\": \"python\", \"arguments\": {}}"

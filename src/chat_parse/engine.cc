@@ -110,10 +110,10 @@ void scan_sections(Ctx& ctx, size_t pos, std::span<const Section> sections) {
       for (ToolCall& c : r.calls) ctx.calls.push_back(std::move(c));
       pos = std::max(r.end, best + 1);
     } else if (r.outcome == Outcome::kIncomplete) {
+      // Unfinished at the end: streamed, its calls so far stand; final (the model stopped inside
+      // it, e.g. at its token limit), it is dropped: markup never reaches the content.
       if (ctx.partial()) {
         for (ToolCall& c : r.calls) ctx.calls.push_back(std::move(c));
-      } else {
-        ctx.content += ctx.text.substr(best);  // unfinished at the end: its text is content
       }
       return;
     } else {
