@@ -95,7 +95,7 @@ httplib::Server::HandlerWithContentReader Front::wrap_post(Handler h) {
       uint64_t length = 0;
       if (Status st = parse_content_length(req.get_header_value("Content-Length"), &length);
           !st.ok()) {
-        reply_error(res, ErrorKind::kInvalidRequest, st.message());
+        reply_early_error(req, res, ErrorKind::kInvalidRequest, st.message());
         log_request(req.method, req.path, res.status, RequestLog{});
         return;
       }
@@ -134,9 +134,9 @@ httplib::Server::HandlerWithContentReader Front::wrap_post(Handler h) {
       return;
     }
     if (too_large) {
-      reply_error(res, ErrorKind::kBodyTooLarge,
-                  fmt::format("the request body is larger than {} bytes (--max-body)",
-                              params_.max_body_bytes));
+      reply_early_error(req, res, ErrorKind::kBodyTooLarge,
+                        fmt::format("the request body is larger than {} bytes (--max-body)",
+                                    params_.max_body_bytes));
       log_request(req.method, req.path, res.status, RequestLog{});
       return;
     }
@@ -180,7 +180,25 @@ void Front::reply_error(Response& res, ErrorKind kind, const std::string& msg, b
 
 void Front::reply_error(Response& res, const WireApi& api, const WireError& e, bool count) {
   if (count) metrics_.count_error(uint8_t(e.kind));
-  reply_json(res, api.error_body(e), http_error(e.kind).status);
+  reply_json(res, api.error_body(e), api.http_status(e.kind));
+}
+
+void Front::reply_early_error(const Request& req, Response& res, ErrorKind kind,
+                              const std::string& msg, int status) {
+  const bool anthropic = req.path == "/v1/messages" || req.path.rfind("/v1/messages/", 0) == 0;
+  if (anthropic) {
+    reply_error(res, anthropic_messages_api(), {kind, msg, std::nullopt});
+  } else {
+    reply_error(res, kind, msg);
+  }
+  if (status != 0) {
+    res.status = status;
+    if (!anthropic) {  // the shared body repeats the status
+      Json j = error_json(kind, msg);
+      j["error"]["code"] = status;
+      res.set_content(dump(j), "application/json; charset=utf-8");
+    }
+  }
 }
 
 void Front::cors_headers(const Request& req, Response& res) const {
@@ -224,9 +242,9 @@ void Front::install_guards(httplib::Server& svr) {
                    same_secret(req.get_header_value("X-Api-Key"), params_.api_key))) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    reply_error(res, ErrorKind::kUnauthorized,
-                "invalid or missing API key: send 'Authorization: Bearer <key>' or "
-                "'X-Api-Key: <key>'");
+    reply_early_error(req, res, ErrorKind::kUnauthorized,
+                      "invalid or missing API key: send 'Authorization: Bearer <key>' or "
+                      "'X-Api-Key: <key>'");
     cors_headers(req, res);
     log_request(req.method, req.path, res.status, RequestLog{});
     return httplib::Server::HandlerResponse::Handled;
@@ -262,11 +280,8 @@ void Front::install_guards(httplib::Server& svr) {
           msg = fmt::format("the request body is larger than {} bytes (--max-body)",
                             params_.max_body_bytes);
         }
-        metrics_.count_error(uint8_t(kind));
+        reply_early_error(req, res, kind, msg, res.status);
         cors_headers(req, res);
-        Json j = error_json(kind, msg);
-        j["error"]["code"] = res.status;
-        res.set_content(dump(j), "application/json; charset=utf-8");
         log_request(req.method, req.path, res.status, RequestLog{});
         return httplib::Server::HandlerResponse::Handled;
       }));
