@@ -2,7 +2,6 @@
 // the error mapping (Status -> ErrorKind -> HTTP status and type), and JSON request parsing (over
 // a tiny synthetic vocabulary). The HTTP server end to end is
 // tested by tests/python/test_server.py against the real binary and model.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
