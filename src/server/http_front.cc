@@ -186,19 +186,12 @@ void Front::reply_error(Response& res, const WireApi& api, const WireError& e, b
 void Front::reply_early_error(const Request& req, Response& res, ErrorKind kind,
                               const std::string& msg, int status) {
   const bool anthropic = req.path == "/v1/messages" || req.path.rfind("/v1/messages/", 0) == 0;
-  if (anthropic) {
-    reply_error(res, anthropic_messages_api(), {kind, msg, std::nullopt});
-  } else {
-    reply_error(res, kind, msg);
-  }
-  if (status != 0) {
-    res.status = status;
-    if (!anthropic) {  // the shared body repeats the status
-      Json j = error_json(kind, msg);
-      j["error"]["code"] = status;
-      res.set_content(dump(j), "application/json; charset=utf-8");
-    }
-  }
+  const WireApi& api = anthropic_messages_api();
+  if (status == 0) status = anthropic ? api.http_status(kind) : http_error(kind).status;
+  Json j = anthropic ? api.error_body({kind, msg, std::nullopt}) : error_json(kind, msg);
+  if (!anthropic) j["error"]["code"] = status;  // the shared body repeats the status
+  metrics_.count_error(uint8_t(kind));
+  reply_json(res, j, status);
 }
 
 void Front::cors_headers(const Request& req, Response& res) const {
