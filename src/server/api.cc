@@ -27,8 +27,8 @@ Json WireApi::response_multi(std::vector<Json> each, const CompletionStats&) con
   return out;
 }
 
-std::vector<SseEvent> WireApi::stream_begin(const ParsedCompletion&, const ApiDefaults&,
-                                            const ResponseIds&) const {
+std::vector<SseEvent> WireApi::stream_begin(const ParsedCompletion&, CompletionResult&,
+                                            const ApiDefaults&, const ResponseIds&) const {
   return {};
 }
 
@@ -43,6 +43,8 @@ std::vector<SseEvent> WireApi::stream_close(const ParsedCompletion&, const Compl
   return {};
 }
 
+std::string WireApi::keep_alive() const { return ": keep-alive\n\n"; }
+
 Json WireApi::error_body(const WireError& e) const {
   Json j = error_json(e.kind, e.message);
   if (e.prompt_size) {  // llama-server's fields of exceed_context_size_error
@@ -55,6 +57,8 @@ Json WireApi::error_body(const WireError& e) const {
 std::vector<SseEvent> WireApi::stream_error(const WireError& e) const {
   return {SseEvent::json(error_body(e))};
 }
+
+int WireApi::http_status(ErrorKind kind) const { return http_error(kind).status; }
 
 const WireApi& wire_api(Api api) {
   switch (api) {

@@ -7,9 +7,9 @@
 // keep-alives, cancelling when the client goes away, several completions of one request.
 //
 // Surfaces: llama.cpp's /completion (api_llama.cc), OpenAI's /v1/completions and
-// /v1/chat/completions (api_openai.cc). The control and utility endpoints (/slots, /props,
-// /tokenize, ...) are in api_control.h. This header includes that one and the request model,
-// so a user of the API layer includes this header alone.
+// /v1/chat/completions (api_openai.cc), Anthropic's /v1/messages (api_anthropic.cc). The control
+// and utility endpoints (/slots, /props, /tokenize, ...) are in api_control.h. This header includes
+// that one and the request model, so a user of the API layer includes this header alone.
 //
 // A new API is one new file: a WireApi subclass and the function returning its instance
 // (declared below), and one route in http.cc (Front::install) naming that instance.
@@ -93,9 +93,12 @@ class WireApi {
   // every completion's stream_begin first, then their events interleaved as they come (no
   // progress events), then one stream_close.
 
-  /// Before any other event of p's completion. Default: none.
-  virtual std::vector<SseEvent> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
-                                             const ResponseIds& ids) const;
+  /// Before any other event of p's completion. r.stats holds the admission's numbers (id_slot,
+  /// n_prompt, n_cached) for a single completion, which begins once it holds a slot; zeros for
+  /// the completions of a multi-completion stream, which begin before they are admitted.
+  /// Default: none.
+  virtual std::vector<SseEvent> stream_begin(const ParsedCompletion& p, CompletionResult& r,
+                                             const ApiDefaults& d, const ResponseIds& ids) const;
   /// A kProgress event (return_progress) of the slot `id_slot`. Default: none.
   virtual std::vector<SseEvent> stream_progress(const ParsedCompletion& p,
                                                 const CompletionEvent& ev, int32_t id_slot,
@@ -118,6 +121,9 @@ class WireApi {
   virtual std::vector<SseEvent> stream_close(const ParsedCompletion& first,
                                              const CompletionStats* usage, const ApiDefaults& d,
                                              const ResponseIds& ids) const;
+  /// The bytes a stream sends after kPoll without an event (a client alive?). Default: the SSE
+  /// comment ": keep-alive".
+  virtual std::string keep_alive() const;
 
   // ---- (d) Errors.
 
@@ -126,6 +132,8 @@ class WireApi {
   virtual Json error_body(const WireError& e) const;
   /// The events reporting an error in a stream. Default: error_body as one unnamed event.
   virtual std::vector<SseEvent> stream_error(const WireError& e) const;
+  /// The HTTP status of an error response. Default: http_error(kind).status (errors.h).
+  virtual int http_status(ErrorKind kind) const;
 };
 
 /// The wire APIs of the completion routes.
@@ -137,6 +145,11 @@ const WireApi& llama_completion_api();
 const WireApi& openai_completion_api();
 /// OpenAI's POST /v1/chat/completions (api_openai.cc).
 const WireApi& openai_chat_api();
+/// Anthropic's POST /v1/messages (api_anthropic.cc).
+const WireApi& anthropic_messages_api();
+/// Anthropic's POST /v1/messages/count_tokens answer for a messages body whose prompt (parsed by
+/// anthropic_messages_api) has n_prompt_tokens tokens: {"input_tokens": n_prompt_tokens}.
+Json message_token_count_json(size_t n_prompt_tokens);
 /// The instance of `api`.
 const WireApi& wire_api(Api api);
 

@@ -125,8 +125,8 @@ class OpenAiApi final : public WireApi {
   }
 
   // Chat's role delta (nothing for /v1/completions).
-  std::vector<SseEvent> stream_begin(const ParsedCompletion& p, const ApiDefaults& d,
-                                     const ResponseIds& ids) const override {
+  std::vector<SseEvent> stream_begin(const ParsedCompletion& p, CompletionResult&,
+                                     const ApiDefaults& d, const ResponseIds& ids) const override {
     if (!chat_) return {};
     Json j = chunk(d, ids);
     j["choices"] = Json::array({{{"index", p.index},

@@ -14,6 +14,9 @@
 //   POST /completion, /completions    llama.cpp's fields; "stream": SSE "data:" events
 //   POST /v1/completions              OpenAI; SSE ending with "data: [DONE]"
 //   POST /v1/chat/completions, /chat/completions
+//   POST /v1/messages                 Anthropic's Messages API; SSE with named events; errors
+//                                     {"type": "error", "error": {"type", "message"}}
+//   POST /v1/messages/count_tokens    {"input_tokens": N} of a /v1/messages body
 //   GET  /v1/models, /models
 //   POST /tokenize, /detokenize
 //   POST /apply-template              {"messages"}: {"prompt": the chat template's text}
@@ -64,6 +67,8 @@ void Front::install(httplib::Server& svr) {
   svr.Post("/v1/completions", wrap_post(completions(openai_completion_api())));
   svr.Post("/v1/chat/completions", wrap_post(completions(openai_chat_api())));
   svr.Post("/chat/completions", wrap_post(completions(openai_chat_api())));
+  svr.Post("/v1/messages", wrap_post(completions(anthropic_messages_api())));
+  svr.Post("/v1/messages/count_tokens", wrap_post(&Front::count_tokens));
   svr.Get("/v1/models", wrap(&Front::models));
   svr.Get("/models", wrap(&Front::models));
   svr.Post("/tokenize", wrap_post(&Front::tokenize));

@@ -51,6 +51,7 @@ bool absorb(Exchange& ex, const CompletionEvent& ev) {
   switch (ev.kind) {
     case CompletionEvent::Kind::kAdmitted:
       ex.id_slot = ev.stats.id_slot;
+      ex.result.stats = ev.stats;  // n_prompt and n_cached, for stream_begin
       return false;
     case CompletionEvent::Kind::kProgress:
       return false;
@@ -88,15 +89,16 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
   const ParsedCompletion& p = ex.parsed;
   if (!ex.begun) {
     ex.begun = true;
-    if (!send_events(sink, api.stream_begin(p, defaults_, ex.ids))) return false;
+    if (!send_events(sink, api.stream_begin(p, ex.result, defaults_, ex.ids))) return false;
   }
+  const std::string keep_alive = api.keep_alive();
   auto last_write = Clock::now();
   while (true) {
     auto ev = ex.channel->pop(kPoll);
     if (Clock::now() - last_write >= kPoll) {
-      // Nothing sent for a while (a long prompt, text held back): an SSE comment keeps the
-      // connection and finds a dead one.
-      if (!sink.write(": keep-alive\n\n", 14)) return false;
+      // Nothing sent for a while (a long prompt, text held back): a keep-alive (an SSE comment,
+      // or the API's own ping event) keeps the connection and finds a dead one.
+      if (!sink.write(keep_alive.data(), keep_alive.size())) return false;
       last_write = Clock::now();
     }
     if (!ev) continue;
@@ -124,22 +126,35 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
   }
 }
 
-void Front::completion(const Request& req, Response& res, RequestLog& log, const WireApi& api) {
+bool Front::parse_completions(const Request& req, Response& res, const WireApi& api,
+                              std::vector<ParsedCompletion>* all) {
   Json body;
   if (Status st = parse_json_body(req.body, &body); !st.ok()) {
     reply_error(res, api, {ErrorKind::kInvalidRequest, st.message(), std::nullopt});
-    return;
+    return false;
   }
-  std::vector<ParsedCompletion> all;
-  if (Status st = api.parse(body, tok_, tmpl_, defaults_, &all); !st.ok()) {
+  if (Status st = api.parse(body, tok_, tmpl_, defaults_, all); !st.ok()) {
     WireError e{error_kind_for(st, ErrorOrigin::kRequest), st.message(), std::nullopt};
     if (e.kind == ErrorKind::kPromptTooLong) {
-      e.prompt_size = WireError::PromptSize{all.empty() ? 0 : all.front().n_prompt_tokens,
+      e.prompt_size = WireError::PromptSize{all->empty() ? 0 : all->front().n_prompt_tokens,
                                             engine_.info().n_ctx_seq};
     }
     reply_error(res, api, e);
-    return;
+    return false;
   }
+  return true;
+}
+
+void Front::count_tokens(const Request& req, Response& res, RequestLog& log) {
+  std::vector<ParsedCompletion> all;
+  if (!parse_completions(req, res, anthropic_messages_api(), &all)) return;
+  log.extra = fmt::format(" | {} tokens", all.front().n_prompt_tokens);
+  reply_json(res, message_token_count_json(all.front().n_prompt_tokens));
+}
+
+void Front::completion(const Request& req, Response& res, RequestLog& log, const WireApi& api) {
+  std::vector<ParsedCompletion> all;
+  if (!parse_completions(req, res, api, &all)) return;
   if (all.size() > 1) {
     completion_multi(req, res, log, api, std::move(all));
     return;
@@ -416,8 +431,9 @@ bool Front::multi_json(MultiExchange& m, DataSink& sink) {
 bool Front::multi_sse(MultiExchange& m, DataSink& sink) {
   const WireApi& api = *m.api;
   for (const auto& e : m.ex) {
-    if (!send_events(sink, api.stream_begin(e->parsed, defaults_, m.ids))) return false;
+    if (!send_events(sink, api.stream_begin(e->parsed, e->result, defaults_, m.ids))) return false;
   }
+  const std::string keep_alive = api.keep_alive();
   auto last_write = Clock::now();
   while (!m.all_finished() && !m.failed) {
     if (!m.start_ready(engine_)) break;
@@ -438,7 +454,7 @@ bool Front::multi_sse(MultiExchange& m, DataSink& sink) {
       return false;
     }
     if (Clock::now() - last_write >= kPoll) {
-      if (!sink.write(": keep-alive\n\n", 14)) {
+      if (!sink.write(keep_alive.data(), keep_alive.size())) {
         m.cancel_all();
         return false;
       }

@@ -95,7 +95,7 @@ httplib::Server::HandlerWithContentReader Front::wrap_post(Handler h) {
       uint64_t length = 0;
       if (Status st = parse_content_length(req.get_header_value("Content-Length"), &length);
           !st.ok()) {
-        reply_error(res, ErrorKind::kInvalidRequest, st.message());
+        reply_early_error(req, res, ErrorKind::kInvalidRequest, st.message());
         log_request(req.method, req.path, res.status, RequestLog{});
         return;
       }
@@ -134,9 +134,9 @@ httplib::Server::HandlerWithContentReader Front::wrap_post(Handler h) {
       return;
     }
     if (too_large) {
-      reply_error(res, ErrorKind::kBodyTooLarge,
-                  fmt::format("the request body is larger than {} bytes (--max-body)",
-                              params_.max_body_bytes));
+      reply_early_error(req, res, ErrorKind::kBodyTooLarge,
+                        fmt::format("the request body is larger than {} bytes (--max-body)",
+                                    params_.max_body_bytes));
       log_request(req.method, req.path, res.status, RequestLog{});
       return;
     }
@@ -180,7 +180,18 @@ void Front::reply_error(Response& res, ErrorKind kind, const std::string& msg, b
 
 void Front::reply_error(Response& res, const WireApi& api, const WireError& e, bool count) {
   if (count) metrics_.count_error(uint8_t(e.kind));
-  reply_json(res, api.error_body(e), http_error(e.kind).status);
+  reply_json(res, api.error_body(e), api.http_status(e.kind));
+}
+
+void Front::reply_early_error(const Request& req, Response& res, ErrorKind kind,
+                              const std::string& msg, int status) {
+  const bool anthropic = req.path == "/v1/messages" || req.path.rfind("/v1/messages/", 0) == 0;
+  const WireApi& api = anthropic_messages_api();
+  if (status == 0) status = anthropic ? api.http_status(kind) : http_error(kind).status;
+  Json j = anthropic ? api.error_body({kind, msg, std::nullopt}) : error_json(kind, msg);
+  if (!anthropic) j["error"]["code"] = status;  // the shared body repeats the status
+  metrics_.count_error(uint8_t(kind));
+  reply_json(res, j, status);
 }
 
 void Front::cors_headers(const Request& req, Response& res) const {
@@ -224,9 +235,9 @@ void Front::install_guards(httplib::Server& svr) {
                    same_secret(req.get_header_value("X-Api-Key"), params_.api_key))) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    reply_error(res, ErrorKind::kUnauthorized,
-                "invalid or missing API key: send 'Authorization: Bearer <key>' or "
-                "'X-Api-Key: <key>'");
+    reply_early_error(req, res, ErrorKind::kUnauthorized,
+                      "invalid or missing API key: send 'Authorization: Bearer <key>' or "
+                      "'X-Api-Key: <key>'");
     cors_headers(req, res);
     log_request(req.method, req.path, res.status, RequestLog{});
     return httplib::Server::HandlerResponse::Handled;
@@ -262,11 +273,8 @@ void Front::install_guards(httplib::Server& svr) {
           msg = fmt::format("the request body is larger than {} bytes (--max-body)",
                             params_.max_body_bytes);
         }
-        metrics_.count_error(uint8_t(kind));
+        reply_early_error(req, res, kind, msg, res.status);
         cors_headers(req, res);
-        Json j = error_json(kind, msg);
-        j["error"]["code"] = res.status;
-        res.set_content(dump(j), "application/json; charset=utf-8");
         log_request(req.method, req.path, res.status, RequestLog{});
         return httplib::Server::HandlerResponse::Handled;
       }));

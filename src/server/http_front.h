@@ -32,7 +32,8 @@ namespace mnemo::server {
 
 using Clock = std::chrono::steady_clock;
 
-/// Stream keep-alive interval: an SSE comment after this long without an event.
+/// Stream keep-alive interval: WireApi::keep_alive (an SSE comment, or Anthropic's ping event)
+/// after this long without an event.
 constexpr auto kPoll = std::chrono::milliseconds(1000);
 /// Non-streamed completions: how long a quick answer may take before the body switches to
 /// chunked, and the interval of the whitespace heartbeat after that. A closed connection fails
@@ -118,8 +119,13 @@ class Front {
   void reply_json(Response& res, const Json& j, int status = 200);
   /// count: false for errors the engine reported (it counted them already).
   void reply_error(Response& res, ErrorKind kind, const std::string& msg, bool count = true);
-  /// reply_error in the shape of `api` (WireApi::error_body).
+  /// reply_error in the shape of `api` (WireApi::error_body, WireApi::http_status).
   void reply_error(Response& res, const WireApi& api, const WireError& e, bool count = true);
+  /// An error answered before a route's handler runs (API key, body limits, no route): in the
+  /// shape of the API the path belongs to (Anthropic's for /v1/messages...), else the shared
+  /// one; `status` overrides the kind's status when not 0.
+  void reply_early_error(const Request& req, Response& res, ErrorKind kind, const std::string& msg,
+                         int status = 0);
   /// Parses the body as JSON; on failure replies 400 and returns false.
   bool parse_body(const Request& req, Response& res, Json* out);
   /// Waits for a control reply (bounded by --timeout); on failure replies and returns false.
@@ -150,6 +156,13 @@ class Front {
 
   // ---- http_exchange.cc: completions, for every WireApi alike.
 
+  /// Parses the JSON body with `api` into *all; on failure replies in api's shape (a prompt too
+  /// long with its size) and returns false. Nothing is submitted.
+  bool parse_completions(const Request& req, Response& res, const WireApi& api,
+                         std::vector<ParsedCompletion>* all);
+  /// Anthropic's POST /v1/messages/count_tokens: the prompt /v1/messages would read, counted
+  /// (the same checks and errors; nothing is submitted).
+  void count_tokens(const Request& req, Response& res, RequestLog& log);
   /// Parses the body with `api`, submits, waits for a slot, then answers as the body asked:
   /// streamed (stream_sse), at once or with a heartbeat (answer_json); several completions go
   /// to completion_multi.

@@ -83,6 +83,10 @@ struct ChatStreamState {
   chat_parse::ChatMsg sent;
   std::vector<std::string> call_ids;
   bool broken = false;  // a parse did not extend the previous one: no more deltas but content
+  /// Streams of content blocks (Anthropic's messages): the blocks started so far (the open one
+  /// is n_blocks - 1) and the open one's kind, in that surface's own numbering (0: none open).
+  int32_t n_blocks = 0;
+  int32_t open_block = 0;
 };
 
 /// A completion request as parsed from JSON. The options beyond `req` are what the surfaces'

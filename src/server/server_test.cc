@@ -2,7 +2,6 @@
 // the error mapping (Status -> ErrorKind -> HTTP status and type), and JSON request parsing (over
 // a tiny synthetic vocabulary). The HTTP server end to end is
 // tested by tests/python/test_server.py against the real binary and model.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/slot_files.h"
+#include "server/test_tokenizer.h"
 #include "server/text_stream.h"
 
 namespace mnemo::server {
@@ -136,29 +136,6 @@ TEST(TextStream, EarliestOfSeveralStopsWins) {
   ts.reset({"cd", "b"});
   EXPECT_EQ(ts.append("abcd"), "a");
   EXPECT_EQ(ts.stop_word(), "b");
-}
-
-// A byte-level BPE-like vocabulary is overkill here; an SPM one with single characters is enough
-// to tokenize the prompts below.
-Tokenizer tiny_tokenizer() {
-  VocabSpec v;
-  v.model = "llama";
-  v.tokens = {"<unk>", "<s>", "</s>"};
-  v.token_types = {2, 3, 3};
-  for (char c = 'a'; c <= 'z'; ++c) {
-    v.tokens.push_back(std::string(1, c));
-    v.token_types.push_back(1);
-  }
-  v.tokens.push_back("\xe2\x96\x81");  // '▁'
-  v.token_types.push_back(1);
-  for (int b = 0; b < 256; ++b) {
-    v.tokens.push_back(fmt::format("<0x{:02X}>", b));
-    v.token_types.push_back(6);
-  }
-  v.scores.assign(v.tokens.size(), 0.0f);
-  auto t = Tokenizer::from_spec(v);
-  EXPECT_TRUE(t.ok()) << t.status().to_string();
-  return std::move(t).value();
 }
 
 class ApiTest : public ::testing::Test {
