@@ -56,6 +56,12 @@ std::vector<SseEvent> WireApi::stream_error(const WireError& e) const {
   return {SseEvent::json(error_body(e))};
 }
 
+std::vector<SseEvent> WireApi::stream_failed(const ParsedCompletion&, CompletionResult&,
+                                             const WireError& e, const ApiDefaults&,
+                                             const ResponseIds&) const {
+  return stream_error(e);
+}
+
 const WireApi& wire_api(Api api) {
   switch (api) {
     case Api::kOaiCompletion:

@@ -14,6 +14,10 @@
 //   POST /completion, /completions    llama.cpp's fields; "stream": SSE "data:" events
 //   POST /v1/completions              OpenAI; SSE ending with "data: [DONE]"
 //   POST /v1/chat/completions, /chat/completions
+//   POST /v1/responses, /responses    OpenAI's Responses API: input items, function tools,
+//                                     previous_response_id; SSE "event:" + "data:" events
+//   GET, DELETE /v1/responses/{id}    a response kept with "store" (--responses-max,
+//                                     --responses-max-mb)
 //   GET  /v1/models, /models
 //   POST /tokenize, /detokenize
 //   POST /apply-template              {"messages"}: {"prompt": the chat template's text}
@@ -64,6 +68,10 @@ void Front::install(httplib::Server& svr) {
   svr.Post("/v1/completions", wrap_post(completions(openai_completion_api())));
   svr.Post("/v1/chat/completions", wrap_post(completions(openai_chat_api())));
   svr.Post("/chat/completions", wrap_post(completions(openai_chat_api())));
+  svr.Post("/v1/responses", wrap_post(completions(openai_responses_api())));
+  svr.Post("/responses", wrap_post(completions(openai_responses_api())));
+  svr.Get(R"((?:/v1)?/responses/([^/]+))", wrap(&Front::response_entry));
+  svr.Delete(R"((?:/v1)?/responses/([^/]+))", wrap(&Front::response_entry));
   svr.Get("/v1/models", wrap(&Front::models));
   svr.Get("/models", wrap(&Front::models));
   svr.Post("/tokenize", wrap_post(&Front::tokenize));
