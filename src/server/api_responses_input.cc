@@ -329,12 +329,12 @@ Status read_text(const Json& b, Json* chat, Json* echo) {
     if (!field(format, "schema").is_object()) {
       return bad("'text.format.schema' must be a JSON Schema object");
     }
-    if (!field(format, "name").is_null() && !field(format, "name").is_string()) {
-      return bad("'text.format.name' must be a string");
-    }
+    const Json& name = field(format, "name");
+    if (!name.is_null() && !name.is_string()) return bad("'text.format.name' must be a string");
     (*chat)["response_format"] = {
         {"type", "json_schema"},
-        {"json_schema", {{"name", format.value("name", "")}, {"schema", format["schema"]}}}};
+        {"json_schema",
+         {{"name", name.is_string() ? name : Json("")}, {"schema", format["schema"]}}}};
   } else if (type != "text") {
     return bad(fmt::format(
         "'text.format.type' is '{}'; it must be text, json_object or json_schema", type));

@@ -235,6 +235,14 @@ def test_function_call_then_its_output_continues_from_memory(qwen):
                               tools=[WEATHER], temperature=0, max_output_tokens=40)
     assert r2.output and r2.status in ("completed", "incomplete")
     assert_continued_from_memory(r, r2)
+    # A client that keeps nothing on the server sends the whole conversation, the previous
+    # output items included: the same prompt, so it is read from memory as well.
+    replay = ([{"role": "user", "content": ASK}]
+              + [o.model_dump(exclude_none=True) for o in r.output] + call_output(call))
+    r3 = oai.responses.create(model="m", input=replay, tools=[WEATHER], temperature=0,
+                              max_output_tokens=1, store=False)
+    assert r3.usage.input_tokens == r2.usage.input_tokens
+    assert r3.usage.input_tokens_details.cached_tokens >= r2.usage.input_tokens - 1
 
 
 def test_streamed_call_matches_the_non_streamed_one_and_continues(qwen):
