@@ -81,6 +81,11 @@ struct ServerParams {
   int n_threads_http_max = 0;
   size_t max_body_bytes = 8u << 20;  // --max-body: larger request bodies get 413
   uint32_t max_queue = 256;          // --max-queue: waiting requests beyond this get 503
+  /// --responses-max / --responses-max-mb: the responses of POST /v1/responses kept for
+  /// previous_response_id and GET /v1/responses/{id} ("store": true), at most this many and
+  /// this many MiB of them (their JSON text), least recently used out first (0: none kept).
+  size_t responses_max = 1000;
+  size_t responses_max_mb = 256;
   /// Called once with the bound port when the server starts listening (tests, scripts/run).
   std::function<void(int port)> on_listening;
 };

@@ -59,6 +59,11 @@ std::vector<SseEvent> WireApi::stream_error(const WireError& e) const {
 }
 
 int WireApi::http_status(ErrorKind kind) const { return http_error(kind).status; }
+std::vector<SseEvent> WireApi::stream_failed(const ParsedCompletion&, CompletionResult&,
+                                             const WireError& e, const ApiDefaults&,
+                                             const ResponseIds&) const {
+  return stream_error(e);
+}
 
 const WireApi& wire_api(Api api) {
   switch (api) {

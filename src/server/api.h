@@ -7,9 +7,10 @@
 // keep-alives, cancelling when the client goes away, several completions of one request.
 //
 // Surfaces: llama.cpp's /completion (api_llama.cc), OpenAI's /v1/completions and
-// /v1/chat/completions (api_openai.cc), Anthropic's /v1/messages (api_anthropic.cc). The control
-// and utility endpoints (/slots, /props, /tokenize, ...) are in api_control.h. This header includes
-// that one and the request model, so a user of the API layer includes this header alone.
+// /v1/chat/completions (api_openai.cc), Anthropic's /v1/messages (api_anthropic.cc), OpenAI's
+// /v1/responses (api_responses.cc). The control and utility endpoints (/slots, /props,
+// /tokenize, ...) are in api_control.h. This header includes that one and the request model, so
+// a user of the API layer includes this header alone.
 //
 // A new API is one new file: a WireApi subclass and the function returning its instance
 // (declared below), and one route in http.cc (Front::install) naming that instance.
@@ -134,6 +135,12 @@ class WireApi {
   virtual std::vector<SseEvent> stream_error(const WireError& e) const;
   /// The HTTP status of an error response. Default: http_error(kind).status (errors.h).
   virtual int http_status(ErrorKind kind) const;
+  /// The events reporting an error of p's completion in its own stream (begun with
+  /// stream_begin; r holds what was sent): for an API whose error events carry the stream's
+  /// state. Default: stream_error(e).
+  virtual std::vector<SseEvent> stream_failed(const ParsedCompletion& p, CompletionResult& r,
+                                              const WireError& e, const ApiDefaults& d,
+                                              const ResponseIds& ids) const;
 };
 
 /// The wire APIs of the completion routes.
@@ -150,6 +157,14 @@ const WireApi& anthropic_messages_api();
 /// Anthropic's POST /v1/messages/count_tokens answer for a messages body whose prompt (parsed by
 /// anthropic_messages_api) has n_prompt_tokens tokens: {"input_tokens": n_prompt_tokens}.
 Json message_token_count_json(size_t n_prompt_tokens);
+/// OpenAI's POST /v1/responses (api_responses.cc): a completion of the conversation its input
+/// and previous_response_id name, kept in d.responses when its "store" is true.
+const WireApi& openai_responses_api();
+/// OpenAI's GET /v1/responses/{id} (`erase` false) and DELETE (`erase` true) on `store`: into
+/// *out the response object kept under `id`, or {"id", "object": "response", "deleted": true}
+/// (the entry removed). Returns the HTTP status: 200, or 404 with OpenAI's error body when no
+/// response is kept under `id` (never stored, evicted, deleted).
+int stored_response(ResponseStore& store, std::string_view id, bool erase, Json* out);
 /// The instance of `api`.
 const WireApi& wire_api(Api api);
 

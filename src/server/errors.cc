@@ -74,8 +74,14 @@ ErrorKind error_kind_for(const Status& st, ErrorOrigin origin) {
   const StatusCode code = st.code();
   switch (origin) {
     case ErrorOrigin::kRequest:
-      return code == StatusCode::kOutOfRange ? ErrorKind::kPromptTooLong
-                                             : ErrorKind::kInvalidRequest;
+      switch (code) {
+        case StatusCode::kOutOfRange:
+          return ErrorKind::kPromptTooLong;
+        case StatusCode::kNotFound:
+          return ErrorKind::kNotFound;
+        default:
+          return ErrorKind::kInvalidRequest;
+      }
     case ErrorOrigin::kSlotRestore:
       switch (code) {
         case StatusCode::kNotFound:

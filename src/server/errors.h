@@ -59,8 +59,8 @@ enum class ErrorOrigin : uint8_t {
 };
 
 /// The ErrorKind of a failed Status (st must not be ok):
-///   kRequest      OutOfRange (a prompt of n_ctx_seq tokens or more) kPromptTooLong; any other
-///                 kInvalidRequest.
+///   kRequest      OutOfRange (a prompt of n_ctx_seq tokens or more) kPromptTooLong; NotFound
+///                 (a stored response the request names) kNotFound; any other kInvalidRequest.
 ///   kSlotRestore  NotFound kNotFound; NoSpace kCacheFull; IOError, Internal kInternal; any
 ///                 other (a bad, damaged, newer or other model's file) kInvalidRequest.
 ///   kSlotSave     NotSupported kNotSupported; any other kInternal.

@@ -17,6 +17,10 @@
 //   POST /v1/messages                 Anthropic's Messages API; SSE with named events; errors
 //                                     {"type": "error", "error": {"type", "message"}}
 //   POST /v1/messages/count_tokens    {"input_tokens": N} of a /v1/messages body
+//   POST /v1/responses, /responses    OpenAI's Responses API: input items, function tools,
+//                                     previous_response_id; SSE "event:" + "data:" events
+//   GET, DELETE /v1/responses/{id}    a response kept with "store" (--responses-max,
+//                                     --responses-max-mb)
 //   GET  /v1/models, /models
 //   POST /tokenize, /detokenize
 //   POST /apply-template              {"messages"}: {"prompt": the chat template's text}
@@ -69,6 +73,10 @@ void Front::install(httplib::Server& svr) {
   svr.Post("/chat/completions", wrap_post(completions(openai_chat_api())));
   svr.Post("/v1/messages", wrap_post(completions(anthropic_messages_api())));
   svr.Post("/v1/messages/count_tokens", wrap_post(&Front::count_tokens));
+  svr.Post("/v1/responses", wrap_post(completions(openai_responses_api())));
+  svr.Post("/responses", wrap_post(completions(openai_responses_api())));
+  svr.Get(R"((?:/v1)?/responses/([^/]+))", wrap(&Front::response_entry));
+  svr.Delete(R"((?:/v1)?/responses/([^/]+))", wrap(&Front::response_entry));
   svr.Get("/v1/models", wrap(&Front::models));
   svr.Get("/models", wrap(&Front::models));
   svr.Post("/tokenize", wrap_post(&Front::tokenize));

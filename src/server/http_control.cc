@@ -159,8 +159,17 @@ void Front::metrics(const Request&, Response& res, RequestLog&) {
   ControlReply snap;
   if (!run_control({}, res, &snap)) return;
   res.status = 200;
-  res.set_content(prometheus_text(metrics_, engine_.info(), snap),
-                  "text/plain; version=0.0.4; charset=utf-8");
+  res.set_content(
+      prometheus_text(metrics_, engine_.info(), snap, response_store_metrics(responses_.stats())),
+      "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void Front::response_entry(const Request& req, Response& res, RequestLog&) {
+  Json body;
+  const int status =
+      stored_response(responses_, req.matches[1].str(), req.method == "DELETE", &body);
+  if (status != 200) metrics_.count_error(uint8_t(ErrorKind::kNotFound));
+  reply_json(res, body, status);
 }
 
 }  // namespace mnemo::server

@@ -115,7 +115,8 @@ bool Front::pump_sse(Exchange& ex, DataSink& sink) {
         out.push_back(std::move(c));
       }
     } else if (e.kind == CompletionEvent::Kind::kError) {
-      out = api.stream_error({e.error_kind, e.error, std::nullopt});
+      out =
+          api.stream_failed(p, ex.result, {e.error_kind, e.error, std::nullopt}, defaults_, ex.ids);
     }
     if (!send_events(sink, out)) return false;
     if (!out.empty()) last_write = Clock::now();

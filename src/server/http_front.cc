@@ -41,7 +41,9 @@ Front::Front(const Model& model, const Tokenizer& tok, Engine& engine, const Ser
       engine_(engine),
       params_(params),
       metrics_(metrics),
-      tmpl_(std::move(tmpl)) {
+      tmpl_(std::move(tmpl)),
+      responses_(params.responses_max, params.responses_max_mb << 20) {
+  defaults_.responses = &responses_;
   defaults_.chat_template_kwargs = std::move(template_kwargs);
   defaults_.sampling = params.sampling;
   defaults_.n_predict = params.n_predict;
@@ -255,7 +257,7 @@ void Front::install_guards(httplib::Server& svr) {
       return;
     }
     res.status = 204;
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     const std::string asked = req.get_header_value("Access-Control-Request-Headers");
     res.set_header("Access-Control-Allow-Headers", asked.empty() ? "*" : asked);
     res.set_header("Access-Control-Max-Age", "600");

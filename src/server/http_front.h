@@ -27,6 +27,7 @@
 #include "server/api.h"
 #include "server/engine.h"
 #include "server/metrics.h"
+#include "server/response_store.h"
 
 namespace mnemo::server {
 
@@ -153,6 +154,9 @@ class Front {
   void apply_template(const Request& req, Response& res, RequestLog& log);
   void detokenize(const Request& req, Response& res, RequestLog& log);
   void metrics(const Request& req, Response& res, RequestLog& log);
+  /// GET and DELETE /v1/responses/{id}: a response kept by POST /v1/responses (api.h's
+  /// stored_response).
+  void response_entry(const Request& req, Response& res, RequestLog& log);
 
   // ---- http_exchange.cc: completions, for every WireApi alike.
 
@@ -193,6 +197,9 @@ class Front {
   const ServerParams& params_;
   Metrics& metrics_;
   ChatTemplate tmpl_;
+  /// The responses kept for OpenAI's Responses API (--responses-max, --responses-max-mb);
+  /// defaults_.responses points here.
+  ResponseStore responses_;
   ApiDefaults defaults_;
 };
 

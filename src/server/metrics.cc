@@ -222,12 +222,17 @@ void llamacpp_metrics(std::string* o, const Metrics& m, const ControlReply& snap
 
 }  // namespace
 
-std::string prometheus_text(const Metrics& m, const EngineInfo& info, const ControlReply& snap) {
+std::string prometheus_text(const Metrics& m, const EngineInfo& info, const ControlReply& snap,
+                            const std::vector<MetricValue>& extra) {
   std::string o;
   request_metrics(&o, m, info, snap);
   memory_metrics(&o, snap);
   prompt_cache_metrics(&o, m, snap);
   store_metrics(&o, snap);
+  for (const MetricValue& v : extra) {
+    family(&o, v.name.c_str(), v.type, v.help.c_str());
+    sample(&o, v.name.c_str(), v.value);
+  }
   llamacpp_metrics(&o, m, snap);
   return o;
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mnemo::server {
 
@@ -38,11 +39,23 @@ struct Metrics {
   }
 };
 
+/// One figure the HTTP side reports beside the engine's (the stored responses of OpenAI's
+/// Responses API: response_store.h): reported as "# HELP mnemo_NAME HELP", "# TYPE mnemo_NAME
+/// TYPE", "mnemo_NAME VALUE".
+struct MetricValue {
+  std::string name;  // without the "mnemo_" prefix
+  const char* type;  // "counter" or "gauge"
+  std::string help;
+  double value = 0;
+};
+
 /// The /metrics body: the counters above, tokens/s (totals over time spent), requests in flight
 /// and queued, and per slot and per stream: KV cells used / total and bytes by K/V type, all
-/// taken from `snap` (a kSnapshot reply). Metric names start with "mnemo_"; the figures
-/// llama-server also reports appear again under its names ("llamacpp:prompt_tokens_total",
-/// "llamacpp:requests_processing", ...), so dashboards written for it work unchanged.
-std::string prometheus_text(const Metrics& m, const EngineInfo& info, const ControlReply& snap);
+/// taken from `snap` (a kSnapshot reply), then `extra`. Metric names start with "mnemo_"; the
+/// figures llama-server also reports appear again under its names
+/// ("llamacpp:prompt_tokens_total", "llamacpp:requests_processing", ...), so dashboards written
+/// for it work unchanged.
+std::string prometheus_text(const Metrics& m, const EngineInfo& info, const ControlReply& snap,
+                            const std::vector<MetricValue>& extra = {});
 
 }  // namespace mnemo::server

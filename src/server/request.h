@@ -31,7 +31,8 @@ namespace mnemo::server {
 // keep the order the client wrote, and responses list fields in the order they are built.
 using Json = nlohmann::ordered_json;
 
-class WireApi;  // api.h: one API surface (its parser and its response builders)
+class WireApi;        // api.h: one API surface (its parser and its response builders)
+class ResponseStore;  // response_store.h: the responses kept for OpenAI's Responses API
 
 /// The server's chat output settings (chat_output.h): how a chat model's text becomes an
 /// assistant message (content, reasoning, tool calls).
@@ -68,6 +69,9 @@ struct ApiDefaults {
   /// --chat-template-kwargs: template variables for every chat request (a JSON object).
   Json chat_template_kwargs = Json::object();
   ChatDefaults chat;
+  /// The responses kept for OpenAI's Responses API (store / previous_response_id): the HTTP
+  /// front's, thread-safe; null where none is kept (a surface then answers as if none matched).
+  ResponseStore* responses = nullptr;
 };
 
 /// How a chat completion's text becomes an assistant message (chat_output.h).
@@ -114,6 +118,10 @@ struct ParsedCompletion {
   int32_t copy_of = -1;
   /// Chat surfaces: how the text becomes a message (tool calls, reasoning).
   ChatOutput chat;
+  /// What the parsing surface's builders need of the request beyond the fields above, in its
+  /// own form (OpenAI responses: the request fields its response object echoes and the
+  /// conversation it stores); null for the surfaces that need nothing more.
+  Json wire_state;
 };
 
 /// What the HTTP thread collected from a completion's events.
@@ -126,6 +134,9 @@ struct CompletionResult {
   CompletionStats stats;
   /// Chat surfaces while streaming: what was sent of the message.
   ChatStreamState chat;
+  /// What the surface's stream keeps between its events beyond `chat`, in its own form (OpenAI
+  /// responses: the next sequence_number and the output items opened); null until it keeps any.
+  Json wire_stream;
 };
 
 /// Identity of one response (shared by all chunks of a stream).

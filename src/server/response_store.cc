@@ -70,4 +70,25 @@ ResponseStoreStats ResponseStore::stats() const {
   return s;
 }
 
+std::vector<MetricValue> response_store_metrics(const ResponseStoreStats& s) {
+  return {
+      {"responses_stored", "gauge", "Responses kept for previous_response_id (/v1/responses).",
+       double(s.count)},
+      {"responses_bytes", "gauge", "Bytes of the kept responses and their conversations.",
+       double(s.bytes)},
+      {"responses_max", "gauge", "Responses kept at most (--responses-max).", double(s.max_count)},
+      {"responses_max_bytes", "gauge", "Bytes of responses kept at most (--responses-max-mb).",
+       double(s.max_bytes)},
+      {"responses_stored_total", "counter", "Responses stored.", double(s.stored_total)},
+      {"responses_evicted_total", "counter",
+       "Kept responses dropped for the bounds (least recently used first).",
+       double(s.evicted_total)},
+      {"responses_hits_total", "counter", "Lookups of a response id that found it.",
+       double(s.hits_total)},
+      {"responses_misses_total", "counter",
+       "Lookups of a response id that did not (never stored, evicted, deleted).",
+       double(s.misses_total)},
+  };
+}
+
 }  // namespace mnemo::server

@@ -22,6 +22,9 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
+
+#include "server/metrics.h"
 
 namespace mnemo::server {
 
@@ -45,6 +48,12 @@ struct ResponseStoreStats {
   uint64_t hits_total = 0;     // get() that found the id
   uint64_t misses_total = 0;   // get() that did not (never stored, evicted, deleted)
 };
+
+/// The figures /metrics reports of the store: mnemo_responses_stored (gauge: kept now),
+/// mnemo_responses_bytes, mnemo_responses_max and mnemo_responses_max_bytes (gauges: the bounds),
+/// mnemo_responses_stored_total, mnemo_responses_evicted_total, mnemo_responses_hits_total and
+/// mnemo_responses_misses_total (counters).
+std::vector<MetricValue> response_store_metrics(const ResponseStoreStats& s);
 
 class ResponseStore {
  public:

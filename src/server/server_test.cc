@@ -313,6 +313,7 @@ TEST(Errors, TheSameCodeDependsOnWhereItCameFrom) {
             ErrorKind::kPromptTooLong);
   EXPECT_EQ(error_kind_for(Status::invalid_argument("x"), ErrorOrigin::kRequest),
             ErrorKind::kInvalidRequest);
+  EXPECT_EQ(error_kind_for(Status::not_found("x"), ErrorOrigin::kRequest), ErrorKind::kNotFound);
   EXPECT_EQ(error_kind_for(Status::not_found("x"), ErrorOrigin::kSlotRestore),
             ErrorKind::kNotFound);
   EXPECT_EQ(error_kind_for(Status::corruption("x"), ErrorOrigin::kSlotRestore),

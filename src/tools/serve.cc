@@ -120,6 +120,10 @@ RunFn register_serve(CLI::App& app) {
                  "most HTTP threads when all are busy (0: 16 x --threads-http)");
   app.add_option("--max-body", s.max_body_bytes, "largest request body in bytes");
   app.add_option("--max-queue", s.max_queue, "most requests waiting for a slot");
+  app.add_option("--responses-max", s.responses_max,
+                 "responses of /v1/responses kept for previous_response_id (default 1000)");
+  app.add_option("--responses-max-mb", s.responses_max_mb,
+                 "MiB of responses of /v1/responses kept at most (default 256)");
   return [f]() { return serve_main(*f); };
 }
 
