@@ -105,22 +105,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   e->info_.context_shift = params.context_shift;
   e->info_.n_threads = cp.n_threads;
   if (params.kv_policy) e->info_.kv_policy = params.kv_policy->to_string();
-  PromptReuseParams rp;
-  rp.cache = params.cache;
-  rp.cache_type_k = params.cache_type_k;
-  rp.cache_type_v = params.cache_type_v;
-  rp.store = params.store;
-  rp.kv_events = params.kv_events;
-  rp.block_tokens = params.block_tokens;
   Engine* raw = e.get();
   auto reuse = PromptReuse::create(
-      *e->ctx_, rp, [raw] { raw->wake(); }, metrics);
+      *e->ctx_, params.reuse, [raw] { raw->wake(); }, metrics);
   if (!reuse.ok()) return reuse.status();
   e->reuse_ = std::move(reuse).value();
-  if (params.cache) {
-    e->info_.cache_ram_bytes = params.cache->ram_bytes;
-    e->info_.cache_dir = params.cache->dir;
-    e->info_.cache_disk_bytes = params.cache->dir.empty() ? 0 : params.cache->disk_bytes;
+  if (const auto& cache = params.reuse.cache) {
+    e->info_.cache_ram_bytes = cache->ram_bytes;
+    e->info_.cache_dir = cache->dir;
+    e->info_.cache_disk_bytes = cache->dir.empty() ? 0 : cache->disk_bytes;
   }
   for (uint32_t i = 0; i < cp.n_seq_max; ++i) {
     auto s = std::make_unique<Slot>();

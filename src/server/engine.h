@@ -112,7 +112,7 @@ struct CompletionRequest {
   std::vector<std::string> stop;     // stop strings (generation ends before the first match)
   int32_t id_slot = -1;              // a specific slot (waits for it), or -1: the best free one
   bool cache_prompt = true;          // reuse the slot's longest common prefix with the prompt
-  bool ignore_eos = false;  // end-of-generation tokens are never sampled (llama-server's)
+  bool ignore_eos = false;           // end-of-generation tokens are never sampled (llama-server's)
   int32_t n_probs = 0;               // > 0: report TokenProbs with this many alternatives
   bool post_sampling_probs = false;  // TokenProbs after the sampler's stages (llama-server's)
   bool return_progress = false;      // kProgress events while the prompt is read
@@ -273,21 +273,10 @@ struct EngineParams {
   /// --kv-policy: after each step, moves the least recently active slots down the K/V type
   /// ladder when the cache fills (include/mnemo/kv_policy.h).
   std::optional<KvPolicy> kv_policy;
-  /// The prompt cache below the slots (include docs: src/prompt_cache/prompt_cache.h); nullopt:
-  /// none. Its `model` is filled in by create().
-  std::optional<prompt_cache::PromptCacheParams> cache;
-  /// K / V types of the entries the cache stores (converted when the slot's differ); nullopt:
-  /// the slot's own types.
-  std::optional<GgmlType> cache_type_k;
-  std::optional<GgmlType> cache_type_v;
-  /// The shared tier (src/prompt_cache/store.h): entries every replica reads and writes; its
-  /// `model` and `block_tokens` are filled in by create(). With it, a slot is also stashed when
-  /// each request ends, so the next turn can land on another replica.
-  std::optional<prompt_cache::StoreParams> store;
-  /// KV events for routers (src/kv_events/kv_events.h): a ZeroMQ endpoint to bind, "" = none.
-  std::string kv_events;
-  /// Tokens per hashed block when there is no local tier (else the cache's block_tokens).
-  uint32_t block_tokens = 64;
+  /// Where prompts' prefixes come from and where slots' memory goes (prompt_reuse.h): the
+  /// prompt cache's tiers, the shared store (with it, a slot is also stashed when each request
+  /// ends, so the next turn can land on another replica), KV events.
+  PromptReuseParams reuse;
 };
 
 class Engine {

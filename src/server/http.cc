@@ -123,8 +123,10 @@ Status cache_params(const ServerParams& p, EngineParams* ep) {
     *out = *t;
     return Status();
   };
-  MNEMO_RETURN_IF_ERROR(entry_type(p.cache_type_k, "--prompt-cache-type-k", &ep->cache_type_k));
-  MNEMO_RETURN_IF_ERROR(entry_type(p.cache_type_v, "--prompt-cache-type-v", &ep->cache_type_v));
+  MNEMO_RETURN_IF_ERROR(
+      entry_type(p.cache_type_k, "--prompt-cache-type-k", &ep->reuse.cache_type_k));
+  MNEMO_RETURN_IF_ERROR(
+      entry_type(p.cache_type_v, "--prompt-cache-type-v", &ep->reuse.cache_type_v));
   if (!p.cache_store.empty()) {
     if (p.cache_store_timeout_ms <= 0) {
       return Status::invalid_argument("--cache-store-timeout must be positive");
@@ -134,10 +136,10 @@ Status cache_params(const ServerParams& p, EngineParams* ep) {
     prompt_cache::StoreParams sp;
     sp.url = std::move(url);
     sp.timeout_ms = p.cache_store_timeout_ms;
-    ep->store = std::move(sp);
+    ep->reuse.store = std::move(sp);
   }
-  ep->kv_events = p.kv_events;
-  ep->block_tokens = p.cache_block;
+  ep->reuse.kv_events = p.kv_events;
+  ep->reuse.block_tokens = p.cache_block;
   if (ram == 0 && p.cache_dir.empty()) {
     // No local tier, but the block size still names the store's and the events' blocks.
     return Status();
@@ -147,7 +149,7 @@ Status cache_params(const ServerParams& p, EngineParams* ep) {
   c.dir = p.cache_dir;
   c.disk_bytes = size_t(p.cache_disk_mib) * kMiB;
   c.block_tokens = p.cache_block;
-  ep->cache = std::move(c);
+  ep->reuse.cache = std::move(c);
   return Status();
 }
 
