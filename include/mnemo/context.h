@@ -6,11 +6,10 @@
 //   order. On a forward error or an abort the memory context rolls back: the memory is exactly
 //   as it was before decode().
 //
-// Memory kind by architecture: KvCache (llama, qwen2, qwen3), SwaKvCache (gemma3), RecurrentMemory
-// (mamba2), HybridMemory (granitehybrid, qwen35), built by make_memory (src/memory/make_memory.h)
-// from src/context/memory_params.h. n_ctx follows llama.cpp: the total number of cells; in split
-// mode (kv_unified = false, the default) each of the n_seq_max streams gets n_ctx / n_seq_max
-// cells.
+// The memory kind of each architecture (docs/design.md §2, the list of architectures) is built
+// by make_memory (src/memory/make_memory.h) from src/context/memory_params.h. n_ctx follows
+// llama.cpp: the total number of cells; in split mode (kv_unified = false, the default) each of the
+// n_seq_max streams gets n_ctx / n_seq_max cells.
 //
 // Not thread-safe: one thread drives a Context (the CLI, or the server loop).
 #pragma once

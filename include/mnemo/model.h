@@ -1,5 +1,6 @@
 // Models: hyper-parameters and weights bound to a GGUF file's tensors, for the architectures
-// mnemo runs (llama, qwen2, qwen3, gemma3; mamba2 and granitehybrid: src/model/model_ssm.cc).
+// mnemo runs (the list: docs/design.md §2; recurrent ones load through src/model/model_ssm.cc and
+// model_qwen35.cc).
 //
 // Tensor names and metadata keys follow what llama.cpp's converter writes (GGUF spec "Standardized
 // tensor names", and gguf-py's constants.py MODEL_TENSORS for each architecture), so published
