@@ -431,6 +431,11 @@ void PromptCache::insert(std::vector<int32_t> tokens, std::shared_ptr<const Byte
                          const std::function<bool(uint32_t n)>& serves_prefix) {
   const uint32_t B = params_.block_tokens;
   if (tokens.size() < B || state == nullptr) return;
+  // An entry a tier cannot hold whole is refused by that tier before anything is evicted for it;
+  // one that fits neither changes nothing (not even the entries it would supersede).
+  const bool to_ram = params_.ram_bytes > 0 && state->size() <= params_.ram_bytes;
+  const bool to_disk = !params_.dir.empty() && state->size() <= params_.disk_bytes;
+  if (!to_ram && !to_disk) return;
   const uint64_t key = entry_key(tokens, root_);
   std::vector<std::string> victims;
   {
@@ -468,8 +473,8 @@ void PromptCache::insert(std::vector<int32_t> tokens, std::shared_ptr<const Byte
     e.key = key;
     e.tokens = std::move(tokens);
     e.bytes = state->size();
-    if (params_.ram_bytes > 0) e.ram = state;
-    if (!params_.dir.empty() && state->size() <= params_.disk_bytes) e.pending = state;
+    if (to_ram) e.ram = state;
+    if (to_disk) e.pending = state;
     e.on_disk = on_disk;
     e.disk_bytes = disk_bytes;
     touch_locked(e);
@@ -482,7 +487,7 @@ void PromptCache::insert(std::vector<int32_t> tokens, std::shared_ptr<const Byte
     j.files = std::move(victims);
     enqueue(std::move(j));
   }
-  if (!params_.dir.empty() && state->size() <= params_.disk_bytes) {
+  if (to_disk) {
     Job j;
     j.kind = Job::Kind::kWrite;
     j.key = key;
@@ -715,7 +720,8 @@ void PromptCache::read_entry(const std::shared_ptr<CacheFetch>& f,
       if (it != entries_.end()) {
         Entry& e = *it->second;
         touch_locked(e);
-        if (params_.ram_bytes > 0 && !e.ram) {
+        // Promoted into the RAM tier only when it fits there whole.
+        if (!e.ram && params_.ram_bytes > 0 && f->bytes->size() <= params_.ram_bytes) {
           e.ram = f->bytes;
           ram_used_ += e.ram->size();
           evict_ram_locked();

@@ -125,7 +125,10 @@ class PromptCache {
   /// Entries holding a strict prefix of `tokens` are dropped when `serves_prefix(n)` says the
   /// new entry also serves their n tokens exactly (a memory that can cut back to n). Goes to the
   /// RAM tier (evicting least recently used entries beyond ram_bytes) and is queued for the disk
-  /// tier. Entries shorter than one block are not stored. Cost: O(tokens) plus the evictions.
+  /// tier. A tier never takes an entry larger than its whole budget: such an entry goes to the
+  /// other tier only, and one that fits neither is not stored and changes nothing (no eviction,
+  /// no supersession). Entries shorter than one block are not stored. Cost: O(tokens) plus the
+  /// evictions.
   void insert(std::vector<int32_t> tokens, std::shared_ptr<const Bytes> state,
               const std::function<bool(uint32_t n)>& serves_prefix);
 
@@ -134,8 +137,9 @@ class PromptCache {
   std::shared_ptr<const Bytes> get(uint64_t key);
 
   /// Reads entry `key` from the disk tier on the background thread, puts it in the RAM tier (when
-  /// there is one) and marks it used; `on_done` runs on that thread after the result is set.
-  /// A key that is in RAM already completes at once (on the calling thread).
+  /// there is one and the entry fits its budget) and marks it used; `on_done` runs on that thread
+  /// after the result is set. A key that is in RAM already completes at once (on the calling
+  /// thread).
   std::shared_ptr<CacheFetch> fetch(uint64_t key, std::function<void()> on_done);
 
   /// Drops entry `key` whose bytes failed verification (`why` is logged), deletes its file and

@@ -241,9 +241,53 @@ TEST(PromptCacheRam, TheRamBudgetEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(s.entries_ram, 3u);
   EXPECT_EQ(s.bytes_ram, 3000u);
   EXPECT_EQ(s.evicted_ram_total, 1u);
-  // An entry larger than the whole budget is not kept.
+  // An entry larger than the whole budget is not kept, and every other entry stays: it is refused
+  // before anything is evicted for it.
   c->insert(tokens_of(32, 5), blob(4000), kNever);
   EXPECT_FALSE(c->contains(tokens_of(32, 5)));
+  EXPECT_TRUE(c->contains(a));
+  EXPECT_TRUE(c->contains(d));
+  EXPECT_TRUE(c->contains(tokens_of(32, 4)));
+  const CacheStats after = c->stats();
+  EXPECT_EQ(after.entries_ram, 3u);
+  EXPECT_EQ(after.bytes_ram, 3000u);
+  EXPECT_EQ(after.evicted_ram_total, 1u);
+  // Nor does a longer entry that supersedes one of them and cannot fit drop it.
+  auto a_longer = a;
+  a_longer.insert(a_longer.end(), 20, 9);
+  c->insert(a_longer, blob(4000), kAlways);
+  EXPECT_TRUE(c->contains(a));
+  EXPECT_FALSE(c->contains(a_longer));
+  EXPECT_EQ(c->stats().entries_ram, 3u);
+}
+
+TEST(PromptCacheDisk, AnEntryLargerThanTheRamBudgetGoesToDiskOnly) {
+  TempDir dir;
+  auto c = open_cache(disk_params(dir.str(), 3000, 1 << 30));
+  const auto a = tokens_of(32, 1), b = tokens_of(32, 2), big = tokens_of(48, 3);
+  c->insert(a, blob(1000), kNever);
+  c->insert(b, blob(1000), kNever);
+  const auto big_state = state_of(big, 5);
+  ASSERT_GT(big_state->size(), 3000u);
+  c->insert(big, big_state, kNever);
+  c->flush();
+  CacheStats s = c->stats();
+  EXPECT_EQ(s.entries_ram, 2u);  // a and b stay in RAM
+  EXPECT_EQ(s.bytes_ram, 2000u);
+  EXPECT_EQ(s.evicted_ram_total, 0u);
+  EXPECT_EQ(s.entries_disk, 3u);
+  auto m = c->lookup(big);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_FALSE(m->in_ram);
+  auto bytes = fetch_now(*c, m->key);
+  ASSERT_NE(bytes, nullptr);
+  EXPECT_EQ(restored(*bytes), cells_of(48, 5));
+  // Read back, it is not promoted into a RAM tier it cannot fit: a and b are still there.
+  s = c->stats();
+  EXPECT_EQ(s.entries_ram, 2u);
+  EXPECT_EQ(s.bytes_ram, 2000u);
+  EXPECT_EQ(s.evicted_ram_total, 0u);
+  EXPECT_TRUE(c->lookup(a)->in_ram && c->lookup(b)->in_ram);
 }
 
 TEST(PromptCacheRam, OpenRefusesNoTierAndAZeroBlock) {
