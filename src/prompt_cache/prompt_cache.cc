@@ -415,7 +415,10 @@ std::optional<CacheMatch> PromptCache::lookup(std::span<const int32_t> prompt) c
   m.key = best->key;
   m.n_match = static_cast<uint32_t>(best_n);
   m.n_tokens = static_cast<uint32_t>(best->tokens.size());
-  m.in_ram = best->ram != nullptr || best->pending != nullptr;
+  // Only the RAM tier's copy stays until get(): bytes still pending their write may be released
+  // by the write before the caller reads them, so such an entry is fetch()ed (which takes the
+  // pending bytes at once, or reads the file the write left).
+  m.in_ram = best->ram != nullptr;
   return m;
 }
 

@@ -65,7 +65,8 @@ struct CacheMatch {
   uint64_t key = 0;       // the entry (pass to get / fetch / discard)
   uint32_t n_match = 0;   // leading tokens of the prompt equal to the entry's, >= block_tokens
   uint32_t n_tokens = 0;  // tokens the entry holds (>= n_match)
-  bool in_ram = false;    // get() returns its bytes now; else fetch() them from disk first
+  bool in_ram = false;    // in the RAM tier: get() returns its bytes; else fetch() them (from
+                          // the bytes still being written, or from disk)
 };
 
 /// Counters and sizes, for /metrics. Sizes are of the state bytes (what the tiers hold).
@@ -138,8 +139,8 @@ class PromptCache {
 
   /// Reads entry `key` from the disk tier on the background thread, puts it in the RAM tier (when
   /// there is one and the entry fits its budget) and marks it used; `on_done` runs on that thread
-  /// after the result is set. A key that is in RAM already completes at once (on the calling
-  /// thread).
+  /// after the result is set. A key that is in RAM, or whose write to disk is still pending,
+  /// completes at once with those bytes (on the calling thread).
   std::shared_ptr<CacheFetch> fetch(uint64_t key, std::function<void()> on_done);
 
   /// Drops entry `key` whose bytes failed verification (`why` is logged), deletes its file and

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "prompt_cache/block_hash.h"
@@ -337,6 +338,44 @@ TEST(PromptCacheDisk, WithoutARamTierEntriesGoToDiskOnly) {
   auto bytes = fetch_now(*c, m->key);
   ASSERT_NE(bytes, nullptr);
   EXPECT_EQ(restored(*bytes), cells_of(48, 3));
+  EXPECT_EQ(c->stats().entries_ram, 0u);
+}
+
+// The bytes of `m` read the way the lookup says: get() when it is in RAM, else fetch().
+std::shared_ptr<const Bytes> read_as_told(PromptCache& c, const CacheMatch& m) {
+  return m.in_ram ? c.get(m.key) : fetch_now(c, m.key);
+}
+
+TEST(PromptCacheDisk, AnEntryPendingItsWriteIsServedWhetherOrNotTheWriteEndsFirst) {
+  TempDir dir;
+  auto c = open_cache(disk_params(dir.str(), 0, 1 << 30));
+  const auto x = tokens_of(48, 1), a = tokens_of(64, 2), b = tokens_of(80, 3);
+  c->insert(x, state_of(x, 1), kNever);
+  c->flush();
+  // Hold the background thread (a fetch's on_done runs there) so that a and b stay pending.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> holding{false};
+  auto held = c->fetch(entry_key(x, model_root_hash(test_fingerprint())), [&] {
+    holding.store(true);
+    released.wait();
+  });
+  while (!holding.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  c->insert(a, state_of(a, 2), kNever);
+  c->insert(b, state_of(b, 3), kNever);
+  auto ma = c->lookup(a), mb = c->lookup(b);
+  ASSERT_TRUE(ma.has_value() && mb.has_value());
+  // b is read while its write is still pending: served from the bytes being written.
+  auto bytes_b = read_as_told(*c, *mb);
+  ASSERT_NE(bytes_b, nullptr);
+  EXPECT_EQ(restored(*bytes_b), cells_of(80, 3));
+  // a's write ends between the lookup and the read: served from its file.
+  release.set_value();
+  c->flush();
+  EXPECT_EQ(c->stats().disk_writes_total, 3u);
+  auto bytes_a = read_as_told(*c, *ma);
+  ASSERT_NE(bytes_a, nullptr) << "the lookup and the read disagree";
+  EXPECT_EQ(restored(*bytes_a), cells_of(64, 2));
   EXPECT_EQ(c->stats().entries_ram, 0u);
 }
 
