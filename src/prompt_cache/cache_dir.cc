@@ -1,10 +1,12 @@
 #include "prompt_cache/cache_dir.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "mnemo/state.h"
 #include "mnemo/state_io.h"
+#include "prompt_cache/disk_files.h"
 
 namespace mnemo::prompt_cache {
 
@@ -20,9 +22,13 @@ bool is_namespace(const std::string& name) {
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
+bool is_entry_file(const std::string& name) {
+  const size_t n = std::strlen(kEntrySuffix);
+  return name.size() > n && name.compare(name.size() - n, n, kEntrySuffix) == 0;
+}
+
 bool is_cache_file(const std::string& name) {
-  return name == "index.json" || name == ".lock" || name.find(".tmp.") != std::string::npos ||
-         (name.size() > 6 && name.compare(name.size() - 6, 6, ".state") == 0);
+  return name == kIndexName || name == kLockName || is_temp_file_name(name) || is_entry_file(name);
 }
 
 Status check_dir(const std::string& dir) {
@@ -42,7 +48,7 @@ Result<std::vector<DirEntry>> scan_cache_dir(const std::string& dir, bool verify
     if (!is_namespace(ns_name) || !ns.is_directory(ec)) continue;
     for (const fs::directory_entry& f : fs::directory_iterator(ns.path(), ec)) {
       const std::string name = f.path().filename().string();
-      if (name.size() <= 6 || name.compare(name.size() - 6, 6, ".state") != 0) continue;
+      if (!is_entry_file(name)) continue;
       DirEntry e;
       e.name = ns_name + "/" + name;
       e.bytes = f.file_size(ec);

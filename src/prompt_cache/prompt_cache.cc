@@ -2,9 +2,6 @@
 // and the index file are docs/formats/prompt_cache.md.
 #include "prompt_cache/prompt_cache.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +19,7 @@
 #include "mnemo/log.h"
 #include "mnemo/state_io.h"
 #include "prompt_cache/block_hash.h"
+#include "prompt_cache/disk_files.h"
 
 namespace mnemo::prompt_cache {
 
@@ -30,93 +28,8 @@ using Json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kIndexName = "index.json";
-constexpr const char* kLockName = ".lock";
-constexpr const char* kEntrySuffix = ".state";
 constexpr const char* kIndexFormat = "mnemo prompt cache index";
 constexpr int kIndexVersion = 1;
-// Temporary files (an entry or the index being written) older than this are left-overs of a
-// process that died mid-write and are removed at start-up.
-constexpr auto kStaleTemp = std::chrono::minutes(10);
-
-std::string entry_file_name(uint64_t key) { return hex16(key) + kEntrySuffix; }
-
-// The key an entry file's name claims, or nullopt for a name that is not "<16 hex>.state".
-std::optional<uint64_t> key_of_file_name(const std::string& name) {
-  const std::string suffix = kEntrySuffix;
-  if (name.size() != 16 + suffix.size() || name.compare(16, suffix.size(), suffix) != 0) {
-    return std::nullopt;
-  }
-  uint64_t v = 0;
-  for (size_t i = 0; i < 16; ++i) {
-    const char c = name[i];
-    int d = 0;
-    if (c >= '0' && c <= '9') {
-      d = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      d = c - 'a' + 10;
-    } else {
-      return std::nullopt;
-    }
-    v = (v << 4) | uint64_t(d);
-  }
-  return v;
-}
-
-// An exclusive advisory lock on a file (flock), released by the destructor. Serializes the index
-// updates of several servers sharing one directory.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~FileLock() {
-    if (fd_ >= 0) {
-      ::flock(fd_, LOCK_UN);
-      ::close(fd_);
-    }
-  }
-  bool ok() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
-
-// Reads a whole file. Errors: kNotFound, kIOError.
-Result<std::shared_ptr<std::vector<uint8_t>>> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    return e == ENOENT
-               ? Status::not_found("no such entry file")
-               : Status::io_error(std::string("cannot open an entry file: ") + std::strerror(e));
-  }
-  struct stat st;
-  auto out = std::make_shared<std::vector<uint8_t>>();
-  Status status;
-  if (::fstat(fd, &st) != 0) {
-    status = Status::io_error(std::string("cannot stat an entry file: ") + std::strerror(errno));
-  } else {
-    out->resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < out->size()) {
-      const ssize_t n = ::read(fd, out->data() + got, out->size() - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        status = Status::io_error("short read of an entry file");
-        break;
-      }
-      got += static_cast<size_t>(n);
-    }
-  }
-  ::close(fd);
-  if (!status.ok()) return status;
-  return out;
-}
 
 // One record of the index file.
 struct IndexRecord {
@@ -238,7 +151,7 @@ void PromptCache::open_dir() {
   std::vector<Entry> found;
   for (const fs::directory_entry& de : fs::directory_iterator(entry_dir_, ec)) {
     const std::string name = de.path().filename().string();
-    if (name.find(".tmp.") != std::string::npos) {
+    if (is_temp_file_name(name)) {
       std::error_code e2;
       const auto t = de.last_write_time(e2);
       if (!e2 && now - t > kStaleTemp) fs::remove(de.path(), e2);
@@ -702,7 +615,7 @@ void PromptCache::write_entry(uint64_t key, const std::shared_ptr<const Bytes>& 
 
 void PromptCache::read_entry(const std::shared_ptr<CacheFetch>& f,
                              const std::function<void()>& on_done) {
-  auto bytes = read_file(entry_dir_ + "/" + entry_file_name(f->key));
+  auto bytes = read_whole_file(entry_dir_ + "/" + entry_file_name(f->key));
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = entries_.find(f->key);
