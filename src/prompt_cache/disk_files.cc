@@ -1,3 +1,4 @@
+// Names, locks, reads and syncs of a namespace's files (disk_files.h).
 #include "prompt_cache/disk_files.h"
 
 #include <fcntl.h>
@@ -50,6 +51,19 @@ FileLock::~FileLock() {
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
+}
+
+Status sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::io_error(std::string("cannot open: ") + std::strerror(errno));
+  int rc = 0;
+  do {
+    rc = ::fsync(fd);
+  } while (rc != 0 && errno == EINTR);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::io_error(std::string("fsync: ") + std::strerror(err));
+  return Status();
 }
 
 Result<std::shared_ptr<std::vector<uint8_t>>> read_whole_file(const std::string& path) {

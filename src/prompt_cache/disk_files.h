@@ -45,6 +45,11 @@ class FileLock {
   int fd_ = -1;
 };
 
+/// Makes the names in directory `dir` durable: fsync(2) of the directory, so that a rename into
+/// it survives a crash of the machine (POSIX leaves that to the directory's own sync).
+/// Errors: kIOError naming the OS reason.
+Status sync_dir(const std::string& dir);
+
 /// Reads a whole file. Errors: kNotFound when it does not exist, kIOError.
 Result<std::shared_ptr<std::vector<uint8_t>>> read_whole_file(const std::string& path);
 

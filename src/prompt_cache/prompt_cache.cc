@@ -139,11 +139,12 @@ void PromptCache::open_dir() {
   const std::string ns = params_.model.arch + "-" + hex16(root_);
   entry_dir_ = params_.dir + "/" + ns;
   std::error_code ec;
-  fs::create_directories(entry_dir_, ec);
+  const bool created = fs::create_directories(entry_dir_, ec);
   if (!fs::is_directory(entry_dir_, ec)) {
     disk_error("cannot create the cache directory");
     return;
   }
+  if (created) sync_names(params_.dir);  // the namespace's own name
   uint64_t clock = 0;
   auto index = read_index(entry_dir_ + "/" + kIndexName, root_, &clock);
   size_t n_scanned = 0, n_indexed = 0, n_ignored = 0;
@@ -577,11 +578,12 @@ void PromptCache::write_entry(uint64_t key, const std::shared_ptr<const Bytes>& 
       if (st.ok()) st = (*sink)->commit();
     }
     if (st.ok()) {
+      // Counted as written either way: the file is whole; only its name's durability is unsure.
+      sync_names(entry_dir_);
       std::vector<std::string> victims;
       bool orphan = false;
       {
         std::lock_guard<std::mutex> lk(mu_);
-        disk_failing_ = false;
         ++counters_.disk_writes_total;
         auto it = entries_.find(key);
         if (it == entries_.end()) {
@@ -698,7 +700,21 @@ void PromptCache::save_index() {
   Status st = sink.status();
   if (st.ok()) st = (*sink)->write(text.data(), text.size());
   if (st.ok()) st = (*sink)->commit();
-  if (!st.ok()) disk_error("cannot write the cache index");
+  if (!st.ok()) {
+    disk_error("cannot write the cache index");
+    return;
+  }
+  sync_names(entry_dir_);
+}
+
+void PromptCache::sync_names(const std::string& dir) {
+  const Status st = params_.sync_dir ? params_.sync_dir(dir) : sync_dir(dir);
+  if (!st.ok()) {
+    disk_error("cannot sync the cache directory (" + st.message().substr(0, 200) + ")");
+    return;
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  disk_failing_ = false;
 }
 
 }  // namespace mnemo::prompt_cache

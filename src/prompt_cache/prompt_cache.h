@@ -58,6 +58,10 @@ struct PromptCacheParams {
   /// call back into it). The KV-event publisher listens here.
   std::function<void(uint64_t key, std::span<const int32_t> tokens)> on_added;
   std::function<void(uint64_t key)> on_removed;
+  /// Makes the names in directory `dir` durable (fsync of the directory), after every rename
+  /// into it; empty: sync_dir() (disk_files.h). Tests replace it to watch the calls or to fail.
+  /// Runs on the cache's thread (and in open(), for a namespace it creates).
+  std::function<Status(const std::string& dir)> sync_dir;
 };
 
 /// The best entry for a prompt (PromptCache::lookup).
@@ -172,6 +176,8 @@ class PromptCache {
   void write_entry(uint64_t key, const std::shared_ptr<const Bytes>& bytes);
   void read_entry(const std::shared_ptr<CacheFetch>& f, const std::function<void()>& on_done);
   void save_index();
+  // Syncs `dir` after a rename into it (params_.sync_dir); a failure is a disk error.
+  void sync_names(const std::string& dir);
   void disk_error(const std::string& what);
 
   PromptCacheParams params_;

@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "prompt_cache/block_hash.h"
@@ -377,6 +379,78 @@ TEST(PromptCacheDisk, AnEntryPendingItsWriteIsServedWhetherOrNotTheWriteEndsFirs
   ASSERT_NE(bytes_a, nullptr) << "the lookup and the read disagree";
   EXPECT_EQ(restored(*bytes_a), cells_of(64, 2));
   EXPECT_EQ(c->stats().entries_ram, 0u);
+}
+
+// The files renamed into place in `dir`: names and inodes (temporaries and the lock aside).
+std::map<std::string, uint64_t> renamed_files(const std::string& dir) {
+  std::map<std::string, uint64_t> out;
+  for (const auto& f : fs::directory_iterator(dir)) {
+    const std::string name = f.path().filename().string();
+    if (name == ".lock" || name.find(".tmp.") != std::string::npos) continue;
+    struct stat st;
+    if (::stat(f.path().c_str(), &st) == 0) out[name] = st.st_ino;
+  }
+  return out;
+}
+
+TEST(PromptCacheDisk, EveryRenameIsFollowedBySyncingTheDirectory) {
+  TempDir dir;
+  std::string entry_dir;
+  std::map<std::string, uint64_t> last;
+  std::vector<std::vector<std::string>> renamed_before_each_sync;
+  PromptCacheParams p = disk_params(dir.str(), 1 << 20, 1 << 30);
+  p.sync_dir = [&](const std::string& d) {
+    if (d != entry_dir) return Status();  // the namespace's own creation
+    std::vector<std::string> fresh;
+    auto now = renamed_files(d);
+    for (const auto& [name, ino] : now) {
+      if (auto it = last.find(name); it == last.end() || it->second != ino) fresh.push_back(name);
+    }
+    renamed_before_each_sync.push_back(fresh);
+    last = std::move(now);
+    return Status();
+  };
+  auto c = open_cache(p);
+  entry_dir = c->entry_dir();
+  const auto a = tokens_of(48, 1), b = tokens_of(64, 2);
+  c->insert(a, state_of(a), kNever);
+  c->flush();
+  c->insert(b, state_of(b), kNever);
+  c->flush();
+  // Each sync follows exactly one rename: a's file, the index, b's file, the index again.
+  const std::string fa = hex16(entry_key(a, model_root_hash(test_fingerprint()))) + ".state";
+  const std::string fb = hex16(entry_key(b, model_root_hash(test_fingerprint()))) + ".state";
+  const std::vector<std::vector<std::string>> want = {{fa}, {"index.json"}, {fb}, {"index.json"}};
+  EXPECT_EQ(renamed_before_each_sync, want);
+  EXPECT_EQ(renamed_files(entry_dir), last) << "a rename that no sync followed";
+  EXPECT_EQ(c->stats().disk_errors_total, 0u);
+}
+
+TEST(PromptCacheDisk, AFailingDirectorySyncIsCountedAndTheEntryStillServed) {
+  TempDir dir;
+  std::atomic<int> calls{0};
+  PromptCacheParams p = disk_params(dir.str(), 0, 1 << 30);
+  p.sync_dir = [&](const std::string&) {
+    ++calls;
+    return Status::io_error("fsync: Input/output error");
+  };
+  const auto a = tokens_of(48, 1);
+  {
+    auto c = open_cache(p);
+    c->insert(a, state_of(a, 4), kNever);
+    c->flush();
+    EXPECT_GE(calls.load(), 2);  // the entry and the index
+    const CacheStats s = c->stats();
+    EXPECT_GE(s.disk_errors_total, 2u);
+    EXPECT_EQ(s.entries_disk, 1u);  // the file is whole: renamed, only its name's durability unsure
+    auto m = c->lookup(a);
+    ASSERT_TRUE(m.has_value());
+    auto bytes = fetch_now(*c, m->key);
+    ASSERT_NE(bytes, nullptr);
+    EXPECT_EQ(restored(*bytes), cells_of(48, 4));
+  }
+  auto c = open_cache(disk_params(dir.str(), 0, 1 << 30));
+  EXPECT_TRUE(c->contains(a));
 }
 
 TEST(PromptCacheDisk, AMissingOrDamagedIndexIsRebuiltFromTheEntryFiles) {
