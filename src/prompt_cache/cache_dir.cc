@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "mnemo/state.h"
 #include "mnemo/state_io.h"
@@ -79,9 +80,37 @@ Result<std::vector<DirEntry>> scan_cache_dir(const std::string& dir, bool verify
   return out;
 }
 
-Result<uint64_t> clear_cache_dir(const std::string& dir) {
+namespace {
+
+// Deletes the files of namespace `ns` that `wanted` picks; counts them into *n.
+Status remove_files(const fs::path& ns, const std::function<bool(const fs::path&)>& wanted,
+                    uint64_t* n) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& f : fs::directory_iterator(ns, ec)) {
+    if (is_cache_file(f.path().filename().string()) && wanted(f.path())) files.push_back(f.path());
+  }
+  for (const fs::path& f : files) {
+    if (!fs::remove(f, ec) && ec) {
+      return Status::io_error("cannot delete '" + f.string() + "': " + ec.message());
+    }
+    ++*n;
+  }
+  return Status();
+}
+
+// A temporary file no write is still making: older than kStaleTemp (a process died mid-write).
+bool stale_temp(const fs::path& f) {
+  std::error_code ec;
+  const auto t = fs::last_write_time(f, ec);
+  return !ec && fs::file_time_type::clock::now() - t > kStaleTemp;
+}
+
+}  // namespace
+
+Result<ClearResult> clear_cache_dir(const std::string& dir) {
   MNEMO_RETURN_IF_ERROR(check_dir(dir));
-  uint64_t n = 0;
+  ClearResult r;
   std::error_code ec;
   std::vector<fs::path> namespaces;
   for (const fs::directory_entry& ns : fs::directory_iterator(dir, ec)) {
@@ -90,20 +119,32 @@ Result<uint64_t> clear_cache_dir(const std::string& dir) {
     }
   }
   for (const fs::path& ns : namespaces) {
-    std::vector<fs::path> files;
-    for (const fs::directory_entry& f : fs::directory_iterator(ns, ec)) {
-      if (is_cache_file(f.path().filename().string())) files.push_back(f.path());
+    MNEMO_ASSIGN_OR_RETURN(DirLock unused, DirLock::try_exclusive(ns.string()));
+    if (unused.held()) {
+      // No server uses it: everything goes, and the namespace when nothing else is there. A
+      // server opening it meanwhile waits for this lock and then sees the directory gone.
+      MNEMO_RETURN_IF_ERROR(remove_files(
+          ns, [](const fs::path&) { return true; }, &r.removed));
+      fs::remove(ns, ec);  // only when empty; anything else there is not the cache's
+      ec.clear();
+      continue;
     }
-    for (const fs::path& f : files) {
-      if (!fs::remove(f, ec) && ec) {
-        return Status::io_error("cannot delete '" + f.string() + "': " + ec.message());
-      }
-      ++n;
-    }
-    fs::remove(ns, ec);  // only when empty; anything else there is not the cache's
-    ec.clear();
+    // A server uses it: its entries and index go (it reads a missing entry's prompt again and
+    // rewrites its index), under the index lock so that no index rewrite is half done; the lock
+    // itself and temporaries a write may still rename into place stay.
+    r.in_use.push_back(ns.filename().string());
+    FileLock index_lock((ns / kLockName).string());
+    if (!index_lock.ok())
+      return Status::io_error("cannot lock '" + (ns / kLockName).string() + "'");
+    MNEMO_RETURN_IF_ERROR(remove_files(
+        ns,
+        [](const fs::path& f) {
+          const std::string name = f.filename().string();
+          return name != kLockName && (!is_temp_file_name(name) || stale_temp(f));
+        },
+        &r.removed));
   }
-  return n;
+  return r;
 }
 
 }  // namespace mnemo::prompt_cache

@@ -1,7 +1,8 @@
 // A prompt cache directory seen from outside a server (`mnemo cache list | verify | clear`):
 // every namespace (one per model: "<arch>-<16 hex digits>") and its entry files, as laid out in
 // docs/formats/prompt_cache.md. Safe to run while a server uses the directory: entries are only
-// read, or deleted (a server that then misses a file recomputes the prompt).
+// read, or deleted (a server that then misses a file reads the prompt again); the lock of a
+// namespace a server uses, and files it may still be writing, are never deleted.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +27,18 @@ struct DirEntry {
 /// Errors: kNotFound when dir does not exist, kIOError when it cannot be listed.
 Result<std::vector<DirEntry>> scan_cache_dir(const std::string& dir, bool verify);
 
-/// Deletes every entry file, index, lock and temporary file under `dir`'s namespaces, and the
-/// namespaces when they are left empty; nothing else. Returns the number of files deleted.
-/// Errors: kNotFound when dir does not exist, kIOError naming what could not be deleted.
-Result<uint64_t> clear_cache_dir(const std::string& dir);
+/// What clear_cache_dir did.
+struct ClearResult {
+  uint64_t removed = 0;             // files deleted
+  std::vector<std::string> in_use;  // namespaces a running server holds (kept, with its files)
+};
+
+/// Deletes the prompt cache under `dir`, nothing else. A namespace no server uses (its DirLock,
+/// disk_files.h, is free): every entry file, index, lock and temporary file, then the namespace
+/// when it is left empty. A namespace a server uses: its entry files and index (under the index
+/// lock) and temporaries older than 10 minutes; its lock, the namespace and younger temporaries
+/// (writes in flight) stay. Errors: kNotFound when dir does not exist, kIOError naming what could
+/// not be deleted.
+Result<ClearResult> clear_cache_dir(const std::string& dir);
 
 }  // namespace mnemo::prompt_cache

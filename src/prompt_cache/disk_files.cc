@@ -53,6 +53,66 @@ FileLock::~FileLock() {
   }
 }
 
+namespace {
+
+int flock_retrying(int fd, int op) {
+  int rc = 0;
+  do {
+    rc = ::flock(fd, op);
+  } while (rc != 0 && errno == EINTR);
+  return rc;
+}
+
+}  // namespace
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the lock
+}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+Result<DirLock> DirLock::shared(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return Status::not_found("no such directory");
+    return Status::io_error(std::string("cannot open the directory: ") + std::strerror(e));
+  }
+  DirLock lock(fd);
+  if (flock_retrying(fd, LOCK_SH) != 0) {
+    return Status::io_error(std::string("cannot lock the directory: ") + std::strerror(errno));
+  }
+  // A clear may have removed the directory while this waited: the lock is then on a directory
+  // no longer there (or no longer at that name).
+  struct stat held, now;
+  if (::fstat(fd, &held) != 0 || ::stat(dir.c_str(), &now) != 0 || held.st_dev != now.st_dev ||
+      held.st_ino != now.st_ino || held.st_nlink == 0) {
+    return Status::not_found("the directory was removed");
+  }
+  return lock;
+}
+
+Result<DirLock> DirLock::try_exclusive(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::io_error(std::string("cannot open the directory: ") + std::strerror(errno));
+  }
+  if (flock_retrying(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(fd);
+    if (e == EWOULDBLOCK) return DirLock();
+    return Status::io_error(std::string("cannot lock the directory: ") + std::strerror(e));
+  }
+  return DirLock(fd);
+}
+
 Status sync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Status::io_error(std::string("cannot open: ") + std::strerror(errno));

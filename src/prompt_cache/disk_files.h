@@ -45,6 +45,33 @@ class FileLock {
   int fd_ = -1;
 };
 
+/// A flock(2) on a namespace directory telling whether a server uses it: an open cache with a
+/// disk tier holds it shared for as long as it is open; `mnemo cache clear` takes it exclusive,
+/// without waiting, before it deletes a namespace whole (docs/formats/prompt_cache.md). Independent
+/// of the index's FileLock (another file). Released by the destructor.
+class DirLock {
+ public:
+  DirLock() = default;
+  ~DirLock();
+  DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  DirLock& operator=(DirLock&& o) noexcept;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+  /// Locks the existing directory `dir` shared, waiting while a clear holds it. Errors:
+  /// kNotFound when `dir` is missing or was removed meanwhile (by that clear: create it again and
+  /// retry), kIOError.
+  static Result<DirLock> shared(const std::string& dir);
+  /// Locks `dir` exclusive if no one holds it; a lock that is not held() when a server does.
+  /// Errors: kIOError.
+  static Result<DirLock> try_exclusive(const std::string& dir);
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  explicit DirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 /// Makes the names in directory `dir` durable: fsync(2) of the directory, so that a rename into
 /// it survives a crash of the machine (POSIX leaves that to the directory's own sync).
 /// Errors: kIOError naming the OS reason.

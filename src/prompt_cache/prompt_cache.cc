@@ -139,10 +139,23 @@ void PromptCache::open_dir() {
   const std::string ns = params_.model.arch + "-" + hex16(root_);
   entry_dir_ = params_.dir + "/" + ns;
   std::error_code ec;
-  const bool created = fs::create_directories(entry_dir_, ec);
-  if (!fs::is_directory(entry_dir_, ec)) {
-    disk_error("cannot create the cache directory");
-    return;
+  bool created = false;
+  // Held shared while the cache is open, so that `mnemo cache clear` leaves the namespace's lock
+  // and files being written alone; a clear that removed the directory under the wait: again.
+  for (int attempt = 0; attempt < 3 && dir_lock_ == nullptr; ++attempt) {
+    created = fs::create_directories(entry_dir_, ec) || created;
+    if (!fs::is_directory(entry_dir_, ec)) {
+      disk_error("cannot create the cache directory");
+      return;
+    }
+    auto lock = DirLock::shared(entry_dir_);
+    if (lock.ok()) {
+      dir_lock_ = std::make_unique<DirLock>(std::move(lock).value());
+    } else if (lock.status().code() != StatusCode::kNotFound) {
+      MNEMO_LOG(kWarn) << "prompt cache: " << lock.status().message()
+                       << " (mnemo cache clear cannot tell that this server uses it)";
+      break;
+    }
   }
   if (created) sync_names(params_.dir);  // the namespace's own name
   uint64_t clock = 0;

@@ -97,6 +97,8 @@ struct CacheFetch {
   std::shared_ptr<const std::vector<uint8_t>> bytes;  // once done and OK: the whole state
 };
 
+class DirLock;
+
 class PromptCache {
  public:
   using Bytes = std::vector<uint8_t>;
@@ -183,6 +185,7 @@ class PromptCache {
   PromptCacheParams params_;
   uint64_t root_ = 0;      // hash of the model fingerprint: the seed of every block chain
   std::string entry_dir_;  // <dir>/<namespace>, "" without a disk tier
+  std::unique_ptr<DirLock> dir_lock_;  // entry_dir_ held shared while open (disk_files.h)
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Entry>> entries_;     // by key

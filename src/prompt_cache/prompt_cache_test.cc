@@ -676,10 +676,66 @@ TEST(CacheDir, ListVerifyAndClear) {
 
   auto n = clear_cache_dir(dir.str());
   ASSERT_TRUE(n.ok());
-  EXPECT_GE(*n, 3u);  // two entries and the index (and the lock)
+  EXPECT_GE(n->removed, 3u);  // two entries and the index (and the lock)
   EXPECT_FALSE(fs::exists(ns));
   EXPECT_TRUE(fs::exists(dir.str() + "/unrelated.txt"));
   EXPECT_EQ(scan_cache_dir(dir.str() + "/missing", false).status().code(), StatusCode::kNotFound);
+}
+
+TEST(CacheDir, ClearKeepsWhatARunningCacheNeeds) {
+  TempDir dir;
+  const auto a = tokens_of(48, 1), b = tokens_of(64, 2), d = tokens_of(80, 3);
+  auto c = open_cache(disk_params(dir.str(), 0, 1 << 30));
+  const std::string ns = c->entry_dir();
+  c->insert(a, state_of(a), kNever);
+  c->insert(b, state_of(b), kNever);
+  c->flush();
+  ASSERT_TRUE(fs::exists(ns + "/.lock"));
+  // A write in flight (its temporary is fresh) and the left-over of a process that died writing.
+  const std::string young = ns + "/0123456789abcdef.state.tmp.99999";
+  const std::string old = ns + "/fedcba9876543210.state.tmp.99998";
+  std::ofstream(young) << "being written";
+  std::ofstream(old) << "left over";
+  fs::last_write_time(old, fs::file_time_type::clock::now() - std::chrono::minutes(11));
+
+  auto n = clear_cache_dir(dir.str());
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  EXPECT_EQ(n->removed, 4u);  // two entries, the index, the left-over
+  ASSERT_EQ(n->in_use.size(), 1u);
+  EXPECT_EQ(n->in_use[0], fs::path(ns).filename().string());
+  EXPECT_TRUE(fs::exists(ns + "/.lock"));
+  EXPECT_TRUE(fs::exists(young));
+  EXPECT_FALSE(fs::exists(old));
+  EXPECT_FALSE(fs::exists(ns + "/index.json"));
+  EXPECT_TRUE(scan_cache_dir(dir.str(), false)->empty());
+
+  // The cache goes on: a deleted entry is a miss (not a disk error), new entries are written.
+  Status st;
+  EXPECT_EQ(fetch_now(*c, entry_key(a, model_root_hash(test_fingerprint())), &st), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_FALSE(c->contains(a));
+  c->insert(d, state_of(d, 7), kNever);
+  c->flush();
+  EXPECT_EQ(c->stats().disk_errors_total, 0u);
+  auto m = c->lookup(d);
+  ASSERT_TRUE(m.has_value());
+  auto bytes = fetch_now(*c, m->key);
+  ASSERT_NE(bytes, nullptr);
+  EXPECT_EQ(restored(*bytes), cells_of(80, 7));
+  EXPECT_TRUE(fs::exists(ns + "/index.json"));
+
+  // No cache open: the namespace goes whole, its lock and every temporary with it.
+  c.reset();
+  n = clear_cache_dir(dir.str());
+  ASSERT_TRUE(n.ok());
+  EXPECT_TRUE(n->in_use.empty());
+  EXPECT_FALSE(fs::exists(ns));
+  // A cache opened again creates the namespace anew.
+  c = open_cache(disk_params(dir.str(), 0, 1 << 30));
+  c->insert(a, state_of(a), kNever);
+  c->flush();
+  EXPECT_EQ(c->stats().entries_disk, 1u);
+  EXPECT_EQ(c->stats().disk_errors_total, 0u);
 }
 
 }  // namespace

@@ -26,7 +26,13 @@ int cache_main(const CacheFlags& f) {
       fmt::print(stderr, "mnemo cache: {}\n", n.status().message());
       return 1;
     }
-    fmt::print("removed {} files from {}\n", *n, f.dir);
+    fmt::print("removed {} files from {}\n", n->removed, f.dir);
+    for (const std::string& ns : n->in_use) {
+      fmt::print(
+          "{} is in use by a running server: its entries were deleted; its lock and the "
+          "files it is writing were kept\n",
+          ns);
+    }
     return 0;
   }
   const bool verify = f.action == "verify";

@@ -20,6 +20,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -372,6 +373,44 @@ def test_cache_command_lists_verifies_and_clears(binary, model, tmp_path):
     missing = subprocess.run([str(binary), "cache", "list", str(tmp_path / "nope")],
                              capture_output=True, text=True)
     assert missing.returncode == 1 and "not a directory" in missing.stderr
+
+
+def test_cache_clear_beside_a_running_server(binary, model, tmp_path):
+    """`mnemo cache clear` on a directory a server uses deletes the entries and the index, never
+    the lock nor a file being written; the server goes on (a deleted entry is a miss, not a disk
+    error). With no server left, the namespace goes whole."""
+    cache = tmp_path / "cache"
+    srv = smol_server(binary, model, "-np", 1, "--cache-ram", 0, "--cache-dir", cache)
+    try:
+        a = ids(200, 140)
+        r = complete(srv, a)
+        complete(srv, ids(100, 141))  # takes the slot: a's memory goes to disk
+        end = time.time() + 10
+        while not entry_files(cache) and time.time() < end:
+            time.sleep(0.05)
+        ns = next(cache.iterdir())
+        assert entry_files(cache) and (ns / ".lock").exists(), list(ns.iterdir())
+        in_flight = ns / "0123456789abcdef.state.tmp.99999"  # as a write in progress names it
+        in_flight.write_bytes(b"being written")
+        out = subprocess.run([str(binary), "cache", "clear", str(cache)], capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stderr
+        assert (ns / ".lock").exists() and in_flight.exists(), list(ns.iterdir())
+        assert "in use" in out.stdout, out.stdout
+        assert not entry_files(cache) and not (ns / "index.json").exists()
+        in_flight.unlink()
+        r2 = complete(srv, held(a, r) + [5])  # its entry is gone: read again
+        assert r2["timings"]["cache_n"] == 0, r2["timings"]
+        complete(srv, ids(100, 142))  # a new entry is written as before
+        assert metric(srv, "prompt_cache_disk_errors_total") == 0
+        assert not any("disk tier failing" in line for line in srv.lines), srv.log()
+    finally:
+        stop(srv)
+    assert entry_files(cache)
+    out = subprocess.run([str(binary), "cache", "clear", str(cache)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and "in use" not in out.stdout, (out.stdout, out.stderr)
+    assert cache.exists() and not list(cache.iterdir())
 
 
 # --- other memories ----------------------------------------------------------------------------
