@@ -43,7 +43,7 @@ struct ServerParams {
   uint32_t cache_block = 64;       // --cache-block: tokens per hashed block of the index
   std::string cache_type_k;        // --prompt-cache-type-k: K type of stored entries ("" = slot's)
   std::string cache_type_v;        // --prompt-cache-type-v
-  std::string cache_store;         // --cache-store redis://[:password@]host:port[/db] ("" = none)
+  std::string cache_store;         // --cache-store redis://[[user]:pw@]host[:port][/db] ("" = none)
   int cache_store_timeout_ms = 500;  // --cache-store-timeout: bound of every store command, ms
   std::string kv_events;             // --kv-events tcp://host:port: publish KV events ("" = none)
   std::string api_key;               // --api-key: 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'

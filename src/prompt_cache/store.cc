@@ -63,12 +63,17 @@ Result<StoreUrl> parse_store_url(const std::string& url) {
   }
   if (rest.empty()) {
     return Status::invalid_argument(
-        "--cache-store: expected redis://[:password@]host:port[/db] (or valkey://)");
+        "--cache-store: expected redis://[[user]:password@]host[:port][/db] (or valkey://)");
   }
   if (const size_t at = rest.rfind('@'); at != std::string::npos) {
     const std::string user_info = rest.substr(0, at);
     const size_t colon = user_info.find(':');
-    u.password = colon == std::string::npos ? user_info : user_info.substr(colon + 1);
+    if (colon == std::string::npos) {
+      u.password = user_info;
+    } else {
+      u.user = user_info.substr(0, colon);
+      u.password = user_info.substr(colon + 1);
+    }
     rest = rest.substr(at + 1);
   }
   std::string host_port = rest;
@@ -234,7 +239,9 @@ bool Store::connect() {
     why = "cannot set the timeout";
   } else {
     if (!params_.url.password.empty()) {
-      Reply r = command(c, {"AUTH", params_.url.password});
+      Reply r = params_.url.user.empty()
+                    ? command(c, {"AUTH", params_.url.password})
+                    : command(c, {"AUTH", params_.url.user, params_.url.password});
       if (!r || r->type == REDIS_REPLY_ERROR) why = "AUTH refused";
     }
     if (why.empty() && params_.url.db != 0) {

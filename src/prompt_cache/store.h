@@ -44,16 +44,19 @@ struct redisContext;
 
 namespace mnemo::prompt_cache {
 
-/// A parsed `redis://[:password@]host:port[/db]` (valkey:// is accepted as the same).
+/// A parsed `redis://[[user]:password@]host[:port][/db]` (valkey:// is accepted as the same).
 struct StoreUrl {
   std::string host;
   int port = 6379;
+  std::string user;      // a Redis 6+ ACL user: AUTH user password; "": AUTH password
   std::string password;  // "" = no AUTH
   int db = 0;
 };
 
-/// Parses a store URL. Errors: kInvalidArgument naming what is wrong (scheme, port, db). The
-/// message never repeats the password.
+/// Parses a store URL. The user information is everything before the last '@': "user:password"
+/// (the password may hold ':' and '@'), ":password", or a bare "password" (the default user).
+/// Errors: kInvalidArgument naming what is wrong (scheme, host, port, db). The message never
+/// repeats the password.
 Result<StoreUrl> parse_store_url(const std::string& url);
 
 struct StoreParams {

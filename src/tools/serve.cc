@@ -78,8 +78,8 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--prompt-cache-type-v", s.cache_type_v,
                  "V type of prompt-cache entries (default: the slot's own)");
   app.add_option("--cache-store", s.cache_store,
-                 "shared prompt cache for replicas: redis://[:password@]host:port[/db] (Redis or "
-                 "Valkey)");
+                 "shared prompt cache for replicas: redis://[[user]:password@]host[:port][/db] "
+                 "(Redis or Valkey)");
   app.add_option("--cache-store-timeout", s.cache_store_timeout_ms,
                  "ms any store command may take before it counts as a miss (default 500)");
   app.add_option("--kv-events", s.kv_events,

@@ -224,6 +224,31 @@ def test_fetched_values_are_verified_and_a_full_store_drops_writes(binary, model
         full.kill()
 
 
+def test_an_acl_user_authenticates_by_name(binary, model, redis):
+    """redis://user:password@host authenticates as that ACL user (AUTH user password); a wrong
+    password is refused, counted and logged without the password."""
+    redis.cli("ACL", "SETUSER", "alice", "on", ">s3cret", "~mnemo:*", "+@all")
+    # The default user keeps no password: AUTH with the password alone is refused.
+    a = replica(binary, model, f"redis://alice:s3cret@127.0.0.1:{redis.port}")
+    try:
+        turn(a, ids(200, 60))
+        assert metric(a, "prompt_cache_store_up") == 1
+        assert "user=alice" in redis.cli("CLIENT", "LIST")
+    finally:
+        stop(a)
+    assert "s3cret" not in a.log()
+    b = replica(binary, model, f"redis://alice:n0tit@127.0.0.1:{redis.port}")
+    try:
+        complete(b, ids(200, 61), 2)
+        wait_for(lambda: metric(b, "prompt_cache_store_errors_total") >= 1,
+                 what="the refused AUTH")
+        assert metric(b, "prompt_cache_store_up") == 0
+        assert any("AUTH refused" in line for line in b.lines), b.log()
+        assert "n0tit" not in b.log()
+    finally:
+        stop(b)
+
+
 def chain_ok(hashes, parent, tokens):
     """Every block hash is XXH3-64 of its tokens seeded with the previous block's hash."""
     for i, h in enumerate(hashes):
