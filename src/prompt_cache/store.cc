@@ -39,15 +39,39 @@ struct ReplyDeleter {
 };
 using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
-Reply command(redisContext* c, const std::vector<std::string>& args) {
+// Runs one command on a blocking context within `deadline` (now_ms() clock) as a whole: before
+// every socket write and read the time left becomes the socket's timeout, so the command ends by
+// the deadline however the server spaces its bytes. nullptr: the connection is unusable (*why).
+Reply command(redisContext* c, const std::vector<std::string>& args, int64_t deadline,
+              std::string* why) {
   std::vector<const char*> argv;
   std::vector<size_t> len;
   for (const std::string& a : args) {
     argv.push_back(a.data());
     len.push_back(a.size());
   }
-  return Reply(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), len.data())));
+  auto failed = [&] {
+    *why = now_ms() >= deadline ? "timed out" : c->errstr[0] != 0 ? c->errstr : "failed";
+    return nullptr;
+  };
+  // Sets the socket timeout to the time left; false once the deadline passed.
+  auto time_left = [&] {
+    const int64_t ms = deadline - now_ms();
+    return ms > 0 && redisSetTimeout(c, to_timeval(static_cast<int>(ms))) == REDIS_OK;
+  };
+  if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), len.data()) !=
+      REDIS_OK) {
+    return Reply(failed());
+  }
+  for (int done = 0; !done;) {
+    if (!time_left() || redisBufferWrite(c, &done) != REDIS_OK) return Reply(failed());
+  }
+  while (true) {
+    void* reply = nullptr;
+    if (redisGetReplyFromReader(c, &reply) != REDIS_OK) return Reply(failed());
+    if (reply != nullptr) return Reply(static_cast<redisReply*>(reply));
+    if (!time_left() || redisBufferRead(c) != REDIS_OK) return Reply(failed());
+  }
 }
 
 constexpr int64_t kBackoffFirstMs = 100;
@@ -227,26 +251,32 @@ void Store::worker() {
   }
 }
 
-bool Store::connect() {
+bool Store::connect(int64_t deadline) {
   if (ctx_ != nullptr) return true;
   if (now_ms() < retry_at_ms_) return false;
-  const timeval tv = to_timeval(params_.timeout_ms);
-  redisContext* c = redisConnectWithTimeout(params_.url.host.c_str(), params_.url.port, tv);
+  const int64_t left = deadline - now_ms();
+  redisContext* c = left <= 0 ? nullptr
+                              : redisConnectWithTimeout(params_.url.host.c_str(), params_.url.port,
+                                                        to_timeval(static_cast<int>(left)));
   std::string why;
-  if (c == nullptr || c->err) {
+  if (left <= 0) {
+    why = "timed out";
+  } else if (c == nullptr || c->err) {
     why = c != nullptr ? c->errstr : "out of memory";
-  } else if (redisSetTimeout(c, tv) != REDIS_OK) {
-    why = "cannot set the timeout";
   } else {
+    auto refused = [&](const Reply& r, const char* what) {
+      if (!r) return std::string(what) + ": " + why;  // why: the command's own reason
+      return r->type == REDIS_REPLY_ERROR ? std::string(what) + " refused" : std::string();
+    };
     if (!params_.url.password.empty()) {
-      Reply r = params_.url.user.empty()
-                    ? command(c, {"AUTH", params_.url.password})
-                    : command(c, {"AUTH", params_.url.user, params_.url.password});
-      if (!r || r->type == REDIS_REPLY_ERROR) why = "AUTH refused";
+      std::vector<std::string> auth = {"AUTH", params_.url.password};
+      if (!params_.url.user.empty()) auth = {"AUTH", params_.url.user, params_.url.password};
+      Reply r = command(c, auth, deadline, &why);
+      why = refused(r, "AUTH");
     }
     if (why.empty() && params_.url.db != 0) {
-      Reply r = command(c, {"SELECT", std::to_string(params_.url.db)});
-      if (!r || r->type == REDIS_REPLY_ERROR) why = "SELECT refused";
+      Reply r = command(c, {"SELECT", std::to_string(params_.url.db)}, deadline, &why);
+      why = refused(r, "SELECT");
     }
   }
   if (!why.empty()) {
@@ -292,7 +322,8 @@ void Store::fail(const std::string& what) {
 }
 
 void Store::run_put(const Job& job) {
-  if (!connect()) {
+  const int64_t deadline = now_ms() + params_.timeout_ms;
+  if (!connect(deadline)) {
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.dropped_total;
     return;
@@ -305,9 +336,10 @@ void Store::run_put(const Job& job) {
   // was not written (unless the store evicted it since, which is a miss).
   std::vector<std::string> set = {"SET", prefix_ + "e:" + last,
                                   std::string(job.bytes->begin(), job.bytes->end())};
-  Reply r = command(ctx_, set);
+  std::string why;
+  Reply r = command(ctx_, set, deadline, &why);
   if (!r) {
-    fail(std::string("write failed: ") + ctx_->errstr);
+    fail("write failed: " + why);
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.dropped_total;
     return;
@@ -328,9 +360,9 @@ void Store::run_put(const Job& job) {
     mset.push_back(prefix_ + "b:" + hex16(h));
     mset.push_back(last);
   }
-  r = command(ctx_, mset);
+  r = command(ctx_, mset, deadline, &why);
   if (!r || r->type == REDIS_REPLY_ERROR) {
-    if (!r) fail(std::string("write failed: ") + ctx_->errstr);
+    if (!r) fail("write failed: " + why);
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.dropped_total;
     ++stats_.errors_total;
@@ -356,12 +388,14 @@ void Store::run_lookup(const Job& job) {
   const std::vector<int32_t>& prompt = job.tokens;
   const std::vector<uint64_t> blocks = block_hashes(prompt, params_.block_tokens, root_);
   if (blocks.empty()) return miss(Status::not_found("the prompt is shorter than a block"));
-  if (!connect()) return miss(Status::io_error("the store is unreachable"));
+  const int64_t deadline = now_ms() + params_.timeout_ms;
+  if (!connect(deadline)) return miss(Status::io_error("the store is unreachable"));
   std::vector<std::string> mget = {"MGET"};
   for (uint64_t h : blocks) mget.push_back(prefix_ + "b:" + hex16(h));
-  Reply r = command(ctx_, mget);
+  std::string why;
+  Reply r = command(ctx_, mget, deadline, &why);
   if (!r) {
-    fail(std::string("lookup failed: ") + ctx_->errstr);
+    fail("lookup failed: " + why);
     return miss(Status::io_error("the store did not answer"));
   }
   if (r->type != REDIS_REPLY_ARRAY || r->elements != blocks.size()) {
@@ -380,9 +414,9 @@ void Store::run_lookup(const Job& job) {
   if (depth == 0 || depth * params_.block_tokens + params_.block_tokens <= job.min_match) {
     return miss(Status::not_found("no longer prefix is stored"));
   }
-  r = command(ctx_, {"GET", prefix_ + "e:" + entry});
+  r = command(ctx_, {"GET", prefix_ + "e:" + entry}, deadline, &why);
   if (!r) {
-    fail(std::string("lookup failed: ") + ctx_->errstr);
+    fail("lookup failed: " + why);
     return miss(Status::io_error("the store did not answer"));
   }
   if (r->type != REDIS_REPLY_STRING) return miss(Status::not_found("the entry was evicted"));

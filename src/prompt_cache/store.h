@@ -16,10 +16,12 @@
 // blocks the pointer vouched for; anything else is discarded and counted. The caller restores the
 // bytes like any entry (its own validation pass runs again).
 //
-// The store never fails a request: every command is bounded by the timeout; a store that is down,
-// slow or full makes lookups miss and writes drop (counted, one log line per outage), and the
-// connection is retried with backoff (100 ms doubling to at most 2 s, each attempt bounded by the
-// timeout). Commands run on the store's own thread; lookups go ahead of queued writes.
+// The store never fails a request: a lookup as a whole (connecting when needed, MGET, GET) and a
+// write as a whole (connecting, SET, MSET) end within the timeout, however the store spaces its
+// bytes: before every socket read and write the time left becomes the socket's timeout. A store
+// that is down, slow or full makes lookups miss and writes drop (counted, one log line per
+// outage), and the connection is retried with backoff (100 ms doubling to at most 2 s). Commands
+// run on the store's own thread; lookups go ahead of queued writes.
 //
 // Thread-safety: every public member may be called from any thread.
 #pragma once
@@ -61,7 +63,7 @@ Result<StoreUrl> parse_store_url(const std::string& url);
 
 struct StoreParams {
   StoreUrl url;
-  int timeout_ms = 500;  // bound of every command and connection attempt
+  int timeout_ms = 500;  // bound of a whole lookup, and of a whole write (connection included)
   uint32_t block_tokens = 64;
   ModelFingerprint model;                        // values of other models are discarded
   size_t max_pending_bytes = size_t{512} << 20;  // queued writes beyond this are dropped
@@ -116,7 +118,7 @@ class Store {
   struct Job;
   explicit Store(const StoreParams& params);
   void worker();
-  bool connect();                      // store thread; true when connected
+  bool connect(int64_t deadline);      // store thread; true when connected (by deadline)
   void fail(const std::string& what);  // store thread: drop the connection, back off, log once
   void run_put(const Job& job);
   void run_lookup(const Job& job);

@@ -1,9 +1,19 @@
-// The shared store without a Redis (store.h): the URL parser. End to end against a real
-// redis-server: tests/python/test_replicas.py.
+// The shared store without a Redis (store.h): the URL parser, and the timeout against a server
+// that answers one byte at a time. End to end against a real redis-server:
+// tests/python/test_replicas.py.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 
+#include "mnemo/check.h"
 #include "prompt_cache/store.h"
 
 namespace mnemo::prompt_cache {
@@ -80,6 +90,106 @@ TEST(PromptCacheStoreUrl, BadUrlsNameWhatIsWrongAndNeverThePassword) {
     EXPECT_EQ(u.status().message().find("s3cret"), std::string::npos) << c.url;
     EXPECT_NE(u.status().message().find("--cache-store"), std::string::npos) << c.url;
   }
+}
+
+// A TCP server on a loopback port that answers every connection's first bytes with `reply`, one
+// byte every `gap`: a store alive enough never to let a single read wait long.
+class TrickleServer {
+ public:
+  TrickleServer(std::string reply, std::chrono::milliseconds gap)
+      : reply_(std::move(reply)), gap_(gap) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    CHECK(::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) == 0);
+    CHECK(::listen(fd_, 8) == 0);
+    CHECK(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TrickleServer() {
+    stop_.store(true);
+    thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  void serve() {
+    while (!stop_.load()) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      char buf[4096];
+      pollfd q{c, POLLIN, 0};
+      while (!stop_.load() && ::poll(&q, 1, 20) == 0) {
+      }
+      if (::recv(c, buf, sizeof buf, 0) > 0) {
+        for (size_t i = 0; i < reply_.size() && !stop_.load(); ++i) {
+          if (::send(c, reply_.data() + i, 1, MSG_NOSIGNAL) != 1) break;
+          std::this_thread::sleep_for(gap_);
+        }
+      }
+      ::close(c);
+    }
+  }
+
+  std::string reply_;
+  std::chrono::milliseconds gap_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+StoreParams trickle_params(int port) {
+  StoreParams p;
+  p.url.host = "127.0.0.1";
+  p.url.port = port;
+  p.timeout_ms = 300;
+  p.block_tokens = 16;
+  return p;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(PromptCacheStore, TheTimeoutBoundsAWholeLookupNotEachRead) {
+  // MGET's answer for 4 blocks (none stored), 24 bytes at 100 ms each: 2.4 s in all, while no
+  // single read waits more than 100 ms.
+  TrickleServer srv("*4\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n", std::chrono::milliseconds(100));
+  auto store = Store::open(trickle_params(srv.port()));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto f = store->lookup(std::vector<int32_t>(64, 7), 0, nullptr);
+  while (!f->done.load(std::memory_order_acquire)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const double s = seconds_since(t0);
+  EXPECT_LT(s, 1.2) << "the lookup waited as long as the store kept trickling";
+  EXPECT_GE(s, 0.25);
+  EXPECT_FALSE(f->status.ok());
+  const StoreStats st = store->stats();
+  EXPECT_EQ(st.misses_total, 1u);
+  EXPECT_GE(st.errors_total, 1u);
+  EXPECT_FALSE(st.connected);
+}
+
+TEST(PromptCacheStore, TheTimeoutBoundsAWholeWrite) {
+  // SET's "+OK" padded to 30 bytes at 100 ms each: 3 s.
+  TrickleServer srv("+OK" + std::string(25, 'K') + "\r\n", std::chrono::milliseconds(100));
+  auto store = Store::open(trickle_params(srv.port()));
+  const auto t0 = std::chrono::steady_clock::now();
+  store->put(std::vector<int32_t>(32, 7), std::make_shared<std::vector<uint8_t>>(100, 1));
+  store->flush();
+  EXPECT_LT(seconds_since(t0), 1.2) << "the write waited as long as the store kept trickling";
+  const StoreStats st = store->stats();
+  EXPECT_EQ(st.writes_total, 0u);
+  EXPECT_EQ(st.dropped_total, 1u);
+  EXPECT_GE(st.errors_total, 1u);
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ RunFn register_serve(CLI::App& app) {
                  "shared prompt cache for replicas: redis://[[user]:password@]host[:port][/db] "
                  "(Redis or Valkey)");
   app.add_option("--cache-store-timeout", s.cache_store_timeout_ms,
-                 "ms any store command may take before it counts as a miss (default 500)");
+                 "ms a whole store lookup or write may take, connecting included, before it "
+                 "counts as a miss or a drop (default 500)");
   app.add_option("--kv-events", s.kv_events,
                  "publish KV events (vLLM's format) on this ZeroMQ endpoint, e.g. "
                  "tcp://127.0.0.1:5557");
