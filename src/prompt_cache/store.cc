@@ -75,6 +75,8 @@ Reply command(redisContext* c, const std::vector<std::string>& args, int64_t dea
 }
 
 constexpr int64_t kBackoffFirstMs = 100;
+// Entries one lookup GETs at most (deepest pointer first) before it counts a miss.
+constexpr size_t kMaxEntriesPerLookup = 4;
 constexpr int64_t kBackoffMaxMs = 2000;
 
 }  // namespace
@@ -386,6 +388,7 @@ void Store::run_lookup(const Job& job) {
     ++stats_.misses_total;
   };
   const std::vector<int32_t>& prompt = job.tokens;
+  const size_t B = params_.block_tokens;
   const std::vector<uint64_t> blocks = block_hashes(prompt, params_.block_tokens, root_);
   if (blocks.empty()) return miss(Status::not_found("the prompt is shorter than a block"));
   const int64_t deadline = now_ms() + params_.timeout_ms;
@@ -401,35 +404,53 @@ void Store::run_lookup(const Job& job) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements != blocks.size()) {
     return miss(Status::not_found("unexpected reply"));
   }
-  size_t depth = 0;  // blocks the deepest pointer vouches for
-  std::string entry;
+  // The entries the pointers lead to, deepest pointer first, each once (the pointers of a prefix
+  // that several entries share lead to the newest of them): when the deepest entry is gone or
+  // bad, the next-shallower one that is elsewhere serves a shorter prefix.
+  std::vector<std::pair<size_t, std::string>> candidates;  // (blocks vouched for, entry hash)
   for (size_t i = r->elements; i-- > 0;) {
     const redisReply* e = r->element[i];
-    if (e->type == REDIS_REPLY_STRING && e->len == 16) {
-      depth = i + 1;
-      entry.assign(e->str, e->len);
-      break;
+    if (e->type != REDIS_REPLY_STRING || e->len != 16) continue;
+    std::string h(e->str, e->len);
+    const bool seen = std::any_of(candidates.begin(), candidates.end(),
+                                  [&](const auto& c) { return c.second == h; });
+    if (!seen) candidates.emplace_back(i + 1, std::move(h));
+  }
+  r.reset();
+  Status last = Status::not_found("no longer prefix is stored");
+  for (size_t c = 0; c < candidates.size() && c < kMaxEntriesPerLookup; ++c) {
+    const auto& [depth, entry] = candidates[c];
+    if (depth * B + B <= job.min_match) break;  // this one and the shallower ones are too short
+    last = try_entry(prompt, job.min_match, depth, entry, deadline, &f);
+    if (last.ok()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.hits_total;
+      return;
     }
+    if (last.code() == StatusCode::kIOError) break;  // the connection is gone
   }
-  if (depth == 0 || depth * params_.block_tokens + params_.block_tokens <= job.min_match) {
-    return miss(Status::not_found("no longer prefix is stored"));
-  }
-  r = command(ctx_, {"GET", prefix_ + "e:" + entry}, deadline, &why);
+  miss(std::move(last));
+}
+
+Status Store::try_entry(const std::vector<int32_t>& prompt, uint32_t min_match, size_t depth,
+                        const std::string& entry, int64_t deadline, StoreFetch* f) {
+  std::string why;
+  Reply r = command(ctx_, {"GET", prefix_ + "e:" + entry}, deadline, &why);
   if (!r) {
     fail("lookup failed: " + why);
-    return miss(Status::io_error("the store did not answer"));
+    return Status::io_error("the store did not answer");
   }
-  if (r->type != REDIS_REPLY_STRING) return miss(Status::not_found("the entry was evicted"));
+  if (r->type != REDIS_REPLY_STRING) return Status::not_found("the entry was evicted");
   auto bytes = std::make_shared<Bytes>(r->str, r->str + r->len);
   r.reset();
   // Trust nothing fetched.
-  auto discard = [&](const std::string& why) {
+  auto discard = [&](const std::string& what) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       ++stats_.ignored_total;
     }
-    MNEMO_LOG(kWarn) << "cache store: discarded entry " << entry << ": " << why;
-    miss(Status::corruption("discarded: " + why));
+    MNEMO_LOG(kWarn) << "cache store: discarded entry " << entry << ": " << what;
+    return Status::corruption("discarded: " + what);
   };
   SpanSource src(*bytes);
   if (Status st = state_verify(&src); !st.ok()) return discard(st.message());
@@ -447,12 +468,11 @@ void Store::run_lookup(const Job& job) {
   }
   size_t n = vouched;
   while (n < tokens.size() && n < prompt.size() && tokens[n] == prompt[n]) ++n;
-  if (n < job.min_match) return miss(Status::not_found("no longer prefix is stored"));
-  f.bytes = std::move(bytes);
-  f.tokens = std::move(tokens);
-  f.n_match = static_cast<uint32_t>(n);
-  std::lock_guard<std::mutex> lk(mu_);
-  ++stats_.hits_total;
+  if (n < min_match) return Status::not_found("no longer prefix is stored");
+  f->bytes = std::move(bytes);
+  f->tokens = std::move(tokens);
+  f->n_match = static_cast<uint32_t>(n);
+  return Status();
 }
 
 }  // namespace mnemo::prompt_cache

@@ -8,12 +8,15 @@
 //   mnemo:<root>:b:<h>   for every full block of a stored entry: the hex hash of that entry's last
 //                        full block (a pointer from any block to the newest entry holding it)
 // Values are written with SET, so the store's own eviction (maxmemory with an LRU policy) bounds
-// them; a pointer whose entry was evicted is a miss.
+// them; a pointer whose entry was evicted leads nowhere (see below).
 //
 // A lookup is two round trips: MGET of the prompt's block pointers (the deepest present one wins),
 // then GET of that entry. Nothing fetched is trusted: every section checksum is verified, the
 // header must carry this model's fingerprint, and the token list must equal the prompt over the
-// blocks the pointer vouched for; anything else is discarded and counted. The caller restores the
+// blocks the pointer vouched for; anything else is discarded and counted. An entry that is gone
+// (evicted) or discarded is no miss yet: the next-shallower pointer leading to another entry is
+// followed (a GET more; at most 4 entries per lookup), and only when none serves the prompt is
+// the lookup a miss. The caller restores the
 // bytes like any entry (its own validation pass runs again).
 //
 // The store never fails a request: a lookup as a whole (connecting when needed, MGET, GET) and a
@@ -73,7 +76,7 @@ struct StoreParams {
 struct StoreStats {
   bool connected = false;
   uint64_t hits_total = 0;     // lookups that returned a verified entry
-  uint64_t misses_total = 0;   // lookups without one (none stored, evicted, too short)
+  uint64_t misses_total = 0;   // lookups without one (none stored, evicted, bad, too short)
   uint64_t ignored_total = 0;  // fetched values discarded: damaged, another model's, wrong tokens
   uint64_t writes_total = 0;   // entries written
   uint64_t dropped_total = 0;  // entries not written: store down, slow, full, or queue full
@@ -122,6 +125,11 @@ class Store {
   void fail(const std::string& what);  // store thread: drop the connection, back off, log once
   void run_put(const Job& job);
   void run_lookup(const Job& job);
+  // One entry a lookup's pointer at `depth` blocks leads to: GET, verify, match against the
+  // prompt. OK: *f filled; kNotFound: gone or too short; kCorruption: discarded (counted);
+  // kIOError: the connection failed (dropped).
+  Status try_entry(const std::vector<int32_t>& prompt, uint32_t min_match, size_t depth,
+                   const std::string& entry, int64_t deadline, StoreFetch* f);
 
   StoreParams params_;
   uint64_t root_ = 0;

@@ -224,6 +224,40 @@ def test_fetched_values_are_verified_and_a_full_store_drops_writes(binary, model
         full.kill()
 
 
+def test_a_missing_or_bad_deepest_entry_falls_back_to_a_shorter_prefix(binary, model, redis):
+    """The deepest block pointer of a prompt leads to an entry that is gone (evicted) or bad: the
+    lookup follows the next-shallower pointer that leads elsewhere and serves that prefix, and
+    counts no miss."""
+    a = replica(binary, model, redis.url())
+    cases = {}
+    try:
+        for k, damage in enumerate(("gone", "bad")):
+            system = ids(150, 90 + k)  # two full blocks, then 22 tokens into the third
+            x, y = system + ids(150, 92 + k), system + ids(150, 94 + k)
+            before = set(redis.cli("--scan", "--pattern", "mnemo:*:e:*").split())
+            rx = turn(a, x)
+            (entry_x,) = set(redis.cli("--scan", "--pattern", "mnemo:*:e:*").split()) - before
+            turn(a, y)  # its entry takes over the pointers of the two system blocks
+            cases[damage] = (system, held(x, rx) + [5], entry_x)
+    finally:
+        stop(a)
+    for damage, (system, nxt, entry_x) in cases.items():
+        if damage == "gone":
+            redis.cli("DEL", entry_x)
+        else:
+            redis.cli("SET", entry_x, "not a mnemo state " * 100)
+        b = replica(binary, model, redis.url())  # nothing of its own
+        try:
+            got = complete(b, nxt)
+            assert got["timings"]["cache_n"] == len(system), (damage, got["timings"])
+            assert metric(b, "prompt_cache_store_hits_total") == 1
+            assert metric(b, "prompt_cache_store_misses_total") == 0
+            assert metric(b, "prompt_cache_store_ignored_total") == (damage == "bad")
+            assert probs(got) == probs(complete(b, nxt, cache_prompt=False))
+        finally:
+            stop(b)
+
+
 def test_an_acl_user_authenticates_by_name(binary, model, redis):
     """redis://user:password@host authenticates as that ACL user (AUTH user password); a wrong
     password is refused, counted and logged without the password."""
