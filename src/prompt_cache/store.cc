@@ -323,6 +323,20 @@ void Store::fail(const std::string& what) {
   }
 }
 
+void Store::refused(const std::string& what) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.errors_total;
+  }
+  // Its own log line, once per run of refusals: a later outage is still logged (outage_logged_).
+  if (!refused_logged_) {
+    MNEMO_LOG(kWarn) << "cache store: write refused: " << what
+                     << " (writes are dropped while the store refuses them; counted in "
+                        "mnemo_prompt_cache_store_dropped_total)";
+    refused_logged_ = true;
+  }
+}
+
 void Store::run_put(const Job& job) {
   const int64_t deadline = now_ms() + params_.timeout_ms;
   if (!connect(deadline)) {
@@ -338,38 +352,30 @@ void Store::run_put(const Job& job) {
   // was not written (unless the store evicted it since, which is a miss).
   std::vector<std::string> set = {"SET", prefix_ + "e:" + last,
                                   std::string(job.bytes->begin(), job.bytes->end())};
+  // A command that did not go through: the connection failed (dropped, an outage) or the store
+  // refused it (full with maxmemory and noeviction, or a command it does not allow: the store is
+  // up). Either way the write is dropped and counted.
   std::string why;
-  Reply r = command(ctx_, set, deadline, &why);
-  if (!r) {
-    fail("write failed: " + why);
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.dropped_total;
-    return;
-  }
-  if (r->type == REDIS_REPLY_ERROR) {
-    // A full store (maxmemory with noeviction) or a refused command: the store is up.
-    if (!outage_logged_) {
-      MNEMO_LOG(kWarn) << "cache store: write refused: " << std::string(r->str, r->len);
-      outage_logged_ = true;
+  auto failed = [&](const Reply& r) {
+    if (!r) {
+      fail("write failed: " + why);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+      refused(std::string(r->str, r->len));
+    } else {
+      return false;
     }
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.dropped_total;
-    ++stats_.errors_total;
-    return;
-  }
+    return true;
+  };
+  if (failed(command(ctx_, set, deadline, &why))) return;
   std::vector<std::string> mset = {"MSET"};
   for (uint64_t h : blocks) {
     mset.push_back(prefix_ + "b:" + hex16(h));
     mset.push_back(last);
   }
-  r = command(ctx_, mset, deadline, &why);
-  if (!r || r->type == REDIS_REPLY_ERROR) {
-    if (!r) fail("write failed: " + why);
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.dropped_total;
-    ++stats_.errors_total;
-    return;
-  }
+  if (failed(command(ctx_, mset, deadline, &why))) return;
+  refused_logged_ = false;
   written_.insert(key);
   written_order_.push_back(key);
   if (written_order_.size() > 4096) {

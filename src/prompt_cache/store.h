@@ -123,6 +123,8 @@ class Store {
   void worker();
   bool connect(int64_t deadline);      // store thread; true when connected (by deadline)
   void fail(const std::string& what);  // store thread: drop the connection, back off, log once
+  // Store thread: a write the store refused (it is up): counted, logged once per run of refusals.
+  void refused(const std::string& what);
   void run_put(const Job& job);
   void run_lookup(const Job& job);
   // One entry a lookup's pointer at `depth` blocks leads to: GET, verify, match against the
@@ -143,7 +145,8 @@ class Store {
   std::deque<uint64_t> written_order_;
   int64_t retry_at_ms_ = 0;
   int64_t backoff_ms_ = 0;
-  bool outage_logged_ = false;
+  bool outage_logged_ = false;   // an outage (no connection) was logged; reset on reconnecting
+  bool refused_logged_ = false;  // a refused write was logged; reset by a write that succeeds
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;

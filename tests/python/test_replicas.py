@@ -283,6 +283,27 @@ def test_an_acl_user_authenticates_by_name(binary, model, redis):
         stop(b)
 
 
+def test_a_refused_write_is_logged_once_and_the_next_outage_still_is(binary, model):
+    full = Redis(None, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+    a = replica(binary, model, full.url())
+    try:
+        for i in range(3):
+            complete(a, ids(200, 130 + i), 2)
+        wait_for(lambda: metric(a, "prompt_cache_store_dropped_total") >= 3,
+                 what="three refused writes")
+        assert sum("write refused" in line for line in a.lines) == 1, a.log()
+        assert metric(a, "prompt_cache_store_up") == 1
+        full.kill()  # a real outage after the refusals: it is logged too
+        complete(a, ids(200, 140), 2)
+        wait_for(lambda: metric(a, "prompt_cache_store_up") == 0, what="A to see the outage")
+        outage = [line for line in a.lines
+                  if "cache store:" in line and "write refused" not in line]
+        assert len(outage) == 1, a.log()
+    finally:
+        stop(a)
+        full.kill()
+
+
 def chain_ok(hashes, parent, tokens):
     """Every block hash is XXH3-64 of its tokens seeded with the previous block's hash."""
     for i, h in enumerate(hashes):
