@@ -592,11 +592,12 @@ void PromptCache::write_entry(uint64_t key, const std::shared_ptr<const Bytes>& 
     }
     if (st.ok()) {
       // Counted as written either way: the file is whole; only its name's durability is unsure.
-      sync_names(entry_dir_);
+      const bool synced = sync_names(entry_dir_);
       std::vector<std::string> victims;
       bool orphan = false;
       {
         std::lock_guard<std::mutex> lk(mu_);
+        if (synced) disk_failing_ = false;  // a whole entry written: a run of failures ends
         ++counters_.disk_writes_total;
         auto it = entries_.find(key);
         if (it == entries_.end()) {
@@ -720,14 +721,13 @@ void PromptCache::save_index() {
   sync_names(entry_dir_);
 }
 
-void PromptCache::sync_names(const std::string& dir) {
+bool PromptCache::sync_names(const std::string& dir) {
   const Status st = params_.sync_dir ? params_.sync_dir(dir) : sync_dir(dir);
   if (!st.ok()) {
     disk_error("cannot sync the cache directory (" + st.message().substr(0, 200) + ")");
-    return;
+    return false;
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  disk_failing_ = false;
+  return true;
 }
 
 }  // namespace mnemo::prompt_cache

@@ -178,8 +178,8 @@ class PromptCache {
   void write_entry(uint64_t key, const std::shared_ptr<const Bytes>& bytes);
   void read_entry(const std::shared_ptr<CacheFetch>& f, const std::function<void()>& on_done);
   void save_index();
-  // Syncs `dir` after a rename into it (params_.sync_dir); a failure is a disk error.
-  void sync_names(const std::string& dir);
+  // Syncs `dir` after a rename into it (params_.sync_dir); false: failed, a disk error.
+  bool sync_names(const std::string& dir);
   void disk_error(const std::string& what);
 
   PromptCacheParams params_;
