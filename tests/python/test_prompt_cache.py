@@ -8,7 +8,7 @@ a request pinned to a slot still finding other slots' and the cache's prefixes, 
 false bypassing every tier, the disk tier's failures (unusable directory, full disk, damaged /
 truncated / other-model entries, a lying or missing index, two servers on one directory), the
 sliding-window (Gemma 3), recurrent and hybrid memories, entries stored in another K/V type, and
-`mnemo cache list | verify | clear`.
+`mnemo cache list | verify | clear` (clear beside a running server too).
 
 Prompts are token ids (no chat template), so which tokens a slot holds is known exactly: after a
 request with prompt P that generated G, the slot holds P + G[:-1] (the last sampled token is

@@ -7,7 +7,8 @@ replica reads only the new turn (timings.prompt_n) and answers exactly as the fi
 on the same prompt (byte-equal log-probabilities). Redis killed mid-conversation: every request is
 still answered; Redis back: sharing resumes within seconds. Redis paused (SIGSTOP): requests wait
 no longer than the store timeout. Full store, damaged values and values of other conversations:
-counted, never served. A ZeroMQ subscriber checks the event stream: chained block hashes against
+counted, never served; refused writes logged once without hiding the next outage; a deepest
+entry gone or bad falls back to a shorter stored prefix; an ACL user authenticates by name. A ZeroMQ subscriber checks the event stream: chained block hashes against
 XXH3 from the `xxhash` package, and the blocks held against what the replica holds and evicted.
 
 Prompts are token ids; after a request with prompt P that generated G a slot holds P + G[:-1].
