@@ -39,6 +39,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -58,16 +59,27 @@ struct KvJournal;
 class KvCache;
 class KvPartReader;  // kv_cache_io.cc: state restore of one KVPT part
 
-struct KvCacheConfig {
+/// What a K/V cache holds: cells per stream, sequences and streams, the K/V types, and the row
+/// widths of every model layer. The start of every KvCacheConfig; MemoryParams (make_memory.h)
+/// carries one, which make_memory hands to each cache it makes.
+struct KvCacheShape {
   uint32_t n_ctx = 0;      // cells per stream
   uint32_t n_seq_max = 1;  // sequences [0, n_seq_max); <= kMaxSeq
   bool unified = false;    // true: 1 stream for all sequences; false: 1 stream per sequence
   GgmlType k_type = GgmlType::F16;
   GgmlType v_type = GgmlType::F16;
-  /// Optional [n_stream] per-stream K/V types overriding k_type / v_type.
-  std::vector<KvStorage::StreamTypes> stream_types;
   std::vector<uint32_t> n_embd_k_gqa;  // [n_layer] K row width (elements) of each model layer
   std::vector<uint32_t> n_embd_v_gqa;  // [n_layer] V row width
+};
+
+/// A KvCache: its shape (KvCacheShape: n_ctx, n_seq_max, unified, k_type / v_type, row widths)
+/// and how it serves the layers it holds.
+struct KvCacheConfig : KvCacheShape {
+  KvCacheConfig() = default;
+  explicit KvCacheConfig(KvCacheShape shape) : KvCacheShape(std::move(shape)) {}
+
+  /// Optional [n_stream] per-stream K/V types overriding k_type / v_type.
+  std::vector<KvStorage::StreamTypes> stream_types;
   /// Which model layers this cache holds (null: all). Views exist only for held layers.
   std::function<bool(uint32_t il)> layer_filter;
   SwaType swa_type = SwaType::kNone;  // the window of the held layers (and what find_slot reuses)
