@@ -40,9 +40,7 @@ HybridMemoryConfig config(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
 }
 
 std::unique_ptr<HybridMemory> make(HybridMemoryConfig c) {
-  auto r = HybridMemory::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<HybridMemory>(std::move(c));
 }
 
 Batch tokens(SeqId s, Pos p0, int n, int32_t tok0 = 1) {

@@ -71,16 +71,12 @@ class PropertyRun {
       c.is_swa_layer = [](uint32_t il) { return il != 1; };
       c.n_ubatch = p.n_ubatch_max;
       c.swa_full = p.swa_full;
-      auto r = SwaKvCache::create(std::move(c));
-      CHECK(r.ok()) << r.status().to_string();
-      swa_ = std::move(r).value();
+      swa_ = testing::create_or_die<SwaKvCache>(std::move(c));
       mem_ = swa_.get();
       children_.push_back({&swa_->base(), RefMemory(p.unified, p.n_seq_max), false});
       children_.push_back({&swa_->swa(), RefMemory(p.unified, p.n_seq_max), !p.swa_full});
     } else {
-      auto r = KvCache::create(std::move(kv));
-      CHECK(r.ok()) << r.status().to_string();
-      kv_ = std::move(r).value();
+      kv_ = testing::create_or_die<KvCache>(std::move(kv));
       mem_ = kv_.get();
       children_.push_back(
           {kv_.get(), RefMemory(p.unified, p.n_seq_max), p.swa_type != SwaType::kNone});

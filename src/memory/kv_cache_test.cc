@@ -28,9 +28,7 @@ KvCacheConfig small(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
 }
 
 std::unique_ptr<KvCache> make(KvCacheConfig c) {
-  Result<std::unique_ptr<KvCache>> r = KvCache::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<KvCache>(std::move(c));
 }
 
 // Runs every ubatch of `b` with the fake model; returns the placements (cells of the first

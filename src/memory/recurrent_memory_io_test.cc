@@ -17,6 +17,7 @@
 #include "mnemo/state.h"
 #include "support/memory_testing.h"
 #include "support/recurrent_testing.h"
+#include "support/state_test_util.h"
 
 namespace mnemo {
 namespace {
@@ -48,9 +49,7 @@ RecurrentMemoryConfig rs_config(uint32_t n_seq, uint32_t n_ckpt = 3, uint32_t n_
 }
 
 std::unique_ptr<RecurrentMemory> make_rs(RecurrentMemoryConfig c) {
-  auto r = RecurrentMemory::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<RecurrentMemory>(std::move(c));
 }
 
 std::unique_ptr<HybridMemory> make_hybrid(uint32_t n_seq, bool unified) {
@@ -62,9 +61,7 @@ std::unique_ptr<HybridMemory> make_hybrid(uint32_t n_seq, bool unified) {
   c.kv.n_embd_v_gqa.assign(kLayers, 32);
   c.kv.n_pad = 8;
   c.rs = rs_config(n_seq);
-  auto r = HybridMemory::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<HybridMemory>(std::move(c));
 }
 
 void decode(Memory& m, SeqId s, const std::vector<int32_t>& toks, int from, int to,
@@ -81,22 +78,10 @@ void decode(Memory& m, SeqId s, const std::vector<int32_t>& toks, int from, int 
 }
 
 std::vector<uint8_t> save_seq(const Memory& m, SeqId s) {
-  Result<size_t> n = state_seq_get_size(m, fingerprint(), s);
-  CHECK(n.ok()) << n.status().to_string();
-  std::vector<uint8_t> buf(*n);
-  Result<size_t> w = state_seq_get_data(m, fingerprint(), s, buf);
-  CHECK(w.ok()) << w.status().to_string();
-  CHECK_EQ(*w, *n);
-  return buf;
+  return testing::save_seq(m, s, fingerprint());
 }
 
-std::vector<uint8_t> save_whole(const Memory& m) {
-  Result<size_t> n = state_get_size(m, fingerprint());
-  CHECK(n.ok()) << n.status().to_string();
-  std::vector<uint8_t> buf(*n);
-  CHECK(state_get_data(m, fingerprint(), buf).ok());
-  return buf;
-}
+std::vector<uint8_t> save_whole(const Memory& m) { return testing::save_whole(m, fingerprint()); }
 
 bool same_floats(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "support/memory_testing.h"
 #include "support/recurrent_testing.h"
 
 namespace mnemo {
@@ -41,9 +42,7 @@ RecurrentMemoryConfig config(uint32_t n_seq_max, uint32_t interval = 0, uint32_t
 }
 
 std::unique_ptr<RecurrentMemory> make(RecurrentMemoryConfig c) {
-  auto r = RecurrentMemory::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<RecurrentMemory>(std::move(c));
 }
 
 // Decodes `b`, running the fake forward pass after each apply().
