@@ -185,6 +185,17 @@ struct Fragment {
   size_t len;
 };
 
+// One pass of detokenize's space clean-up over non-empty s: out starts with s[0], then
+// step(s, i, out) handles s[i] for i = 1, 2, ... (it may advance i over what it consumes).
+template <class Step>
+std::string clean_pass(std::string s, Step step) {
+  std::string out;
+  out.reserve(s.size());
+  out.push_back(s[0]);
+  for (size_t i = 1; i < s.size(); ++i) step(s, i, out);
+  return out;
+}
+
 }  // namespace
 
 // llama.cpp: tokenizer_st_partition, then llama_vocab::impl::tokenize.
@@ -332,45 +343,35 @@ std::string Tokenizer::detokenize(std::span<const TokenId> ids,
   if (!(opts.clean_spaces && v.clean_spaces) || text.empty()) return text;
 
   // Pass 1: no space before ? ! . ,
-  std::string t1;
-  t1.reserve(text.size());
-  t1.push_back(text[0]);
-  for (size_t i = 1; i < text.size(); ++i) {
-    const char x = text[i];
-    if (text[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) t1.pop_back();
-    t1.push_back(x);
-  }
+  text = clean_pass(std::move(text), [](std::string& s, size_t& i, std::string& out) {
+    const char x = s[i];
+    if (s[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) out.pop_back();
+    out.push_back(x);
+  });
   // Pass 2: " ' " -> "'"
-  std::string t2;
-  t2.reserve(t1.size());
-  t2.push_back(t1[0]);
-  for (size_t i = 1; i < t1.size(); ++i) {
-    const char x = t1[i];
-    if (x == '\'' && i + 1 < t1.size() && t1[i - 1] == ' ' && t1[i + 1] == ' ') {
-      t2.pop_back();
-      t2.push_back(x);
-      t1[++i] = '\0';  // drop the space after; llama.cpp then sees no space before the next char
-      continue;
+  text = clean_pass(std::move(text), [](std::string& s, size_t& i, std::string& out) {
+    const char x = s[i];
+    if (x == '\'' && i + 1 < s.size() && s[i - 1] == ' ' && s[i + 1] == ' ') {
+      out.pop_back();
+      out.push_back(x);
+      s[++i] = '\0';  // drop the space after; llama.cpp then sees no space before the next char
+      return;
     }
-    t2.push_back(x);
-  }
+    out.push_back(x);
+  });
   // Pass 3: " 's", " 'm", " 're", " 've" -> no space before the apostrophe.
-  std::string t3;
-  t3.reserve(t2.size());
-  t3.push_back(t2[0]);
-  for (size_t i = 1; i < t2.size(); ++i) {
-    const char x = t2[i];
-    if (t2[i - 1] == ' ' && x == '\'' && i + 1 < t2.size()) {
-      const char x1 = t2[i + 1];
-      const bool two = i + 2 < t2.size();
+  return clean_pass(std::move(text), [](std::string& s, size_t& i, std::string& out) {
+    const char x = s[i];
+    if (s[i - 1] == ' ' && x == '\'' && i + 1 < s.size()) {
+      const char x1 = s[i + 1];
+      const bool two = i + 2 < s.size();
       if (x1 == 's' || x1 == 'm' ||
-          (two && ((x1 == 'r' && t2[i + 2] == 'e') || (x1 == 'v' && t2[i + 2] == 'e')))) {
-        t3.pop_back();
+          (two && ((x1 == 'r' && s[i + 2] == 'e') || (x1 == 'v' && s[i + 2] == 'e')))) {
+        out.pop_back();
       }
     }
-    t3.push_back(x);
-  }
-  return t3;
+    out.push_back(x);
+  });
 }
 
 }  // namespace mnemo
