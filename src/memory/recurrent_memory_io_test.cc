@@ -22,7 +22,6 @@
 namespace mnemo {
 namespace {
 
-using testing::fake_rs_forward;
 using testing::ref_rs_state;
 using testing::snapshot;
 
@@ -68,13 +67,8 @@ void decode(Memory& m, SeqId s, const std::vector<int32_t>& toks, int from, int 
             uint64_t gen = 1) {
   Batch b;
   for (int i = from; i < to; ++i) b.add(toks[i], i, {s}, false);
-  auto ctx = m.init_batch(b, 3);
-  ASSERT_TRUE(ctx->ok()) << ctx->message();
-  do {
-    ASSERT_TRUE(ctx->apply().ok());
-    testing::write_fake_kv(*ctx, kLayers, gen);
-    fake_rs_forward(*ctx, kLayers);
-  } while (ctx->next());
+  const Status st = testing::decode_fake(m, b, 3, kLayers, gen);
+  ASSERT_TRUE(st.ok()) << st.to_string();
 }
 
 std::vector<uint8_t> save_seq(const Memory& m, SeqId s) {

@@ -47,12 +47,8 @@ std::unique_ptr<RecurrentMemory> make(RecurrentMemoryConfig c) {
 
 // Decodes `b`, running the fake forward pass after each apply().
 void decode(RecurrentMemory& m, const Batch& b, uint32_t n_ubatch) {
-  auto ctx = m.init_batch(b, n_ubatch);
-  ASSERT_TRUE(ctx->ok()) << ctx->message();
-  do {
-    ASSERT_TRUE(ctx->apply().ok());
-    fake_rs_forward(*ctx, kLayers);
-  } while (ctx->next());
+  const Status st = testing::decode_fake(m, b, n_ubatch, kLayers, /*generation=*/1);
+  ASSERT_TRUE(st.ok()) << st.to_string();
 }
 
 // Appends tokens[from, to) of sequence s at positions from.. to b.
