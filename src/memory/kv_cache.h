@@ -45,6 +45,7 @@
 #include "kernels/kernels.h"
 #include "memory/kv_cells.h"
 #include "memory/kv_storage.h"
+#include "memory/planned_context.h"
 #include "mnemo/batch.h"
 #include "mnemo/memory.h"
 #include "mnemo/quant.h"
@@ -108,7 +109,7 @@ struct StreamSlots {
 
 /// The transaction returned by KvCache::init_batch / init_full / init_update (see MemoryContext
 /// for the protocol). Views, placement and masks are what the model's attention needs.
-class KvCacheContext final : public MemoryContext {
+class KvCacheContext final : public PlannedContext {
  public:
   enum class Mode : uint8_t { kBatch, kFull, kUpdate };
 
@@ -121,11 +122,7 @@ class KvCacheContext final : public MemoryContext {
 
   ~KvCacheContext() override;
 
-  // MemoryContext.
-  std::span<const Ubatch> ubatches() const override;
-  uint32_t ubatch_index() const override { return cur_; }
-  const Ubatch& ubatch() const override;
-  bool next() override;
+  // MemoryContext (ubatches, ubatch_index, ubatch, next: PlannedContext).
   Status apply() override;
   void rollback() override;
   const KvCacheContext* kv_for_layer(uint32_t il) const override;
@@ -197,11 +194,9 @@ class KvCacheContext final : public MemoryContext {
 
   KvCache* cache_;
   Mode mode_;
-  std::shared_ptr<const std::vector<Ubatch>> ubatches_;
   std::vector<std::vector<StreamSlots>> placements_;  // [n_ubatches]
   std::vector<StreamShifts> shifts_;
   std::unique_ptr<KvJournal> journal_;
-  uint32_t cur_ = 0;        // current ubatch
   uint32_t n_applied_ = 0;  // ubatches applied so far (they are applied in order)
   // attention_input's per-ubatch caches: mask and visiting order per placement entry.
   mutable uint32_t inputs_ubatch_ = UINT32_MAX;

@@ -69,28 +69,12 @@ std::string pos_list(const std::vector<Pos>& v) {
 
 RecurrentMemoryContext::RecurrentMemoryContext(RecurrentMemory* state, Mode mode,
                                                MemoryStatus status, std::string message)
-    : MemoryContext(status, std::move(message)),
+    : PlannedContext(status, std::move(message)),
       state_(state),
       mode_(mode),
       journal_(std::make_unique<RsJournal>()) {}
 
 RecurrentMemoryContext::~RecurrentMemoryContext() = default;
-
-std::span<const Ubatch> RecurrentMemoryContext::ubatches() const {
-  if (!ubatches_) return {};
-  return {ubatches_->data(), ubatches_->size()};
-}
-
-const Ubatch& RecurrentMemoryContext::ubatch() const {
-  if (!ubatches_ || ubatches_->empty()) return MemoryContext::ubatch();
-  return (*ubatches_)[cur_];
-}
-
-bool RecurrentMemoryContext::next() {
-  if (!ubatches_ || cur_ + 1 >= ubatches_->size()) return false;
-  ++cur_;
-  return true;
-}
 
 Status RecurrentMemoryContext::apply() {
   if (!ok()) return MemoryContext::apply();
