@@ -54,6 +54,11 @@ struct SpmBigram {
   int32_t left;
   int32_t right;
   uint32_t size;  // bytes of left + right when proposed
+
+  // Either symbol was merged since (away, or grown).
+  bool stale(const Symbol& l, const Symbol& r) const {
+    return l.n == 0 || r.n == 0 || l.n + r.n != size;
+  }
 };
 struct SpmLess {
   bool operator()(const SpmBigram& a, const SpmBigram& b) const {
@@ -68,12 +73,40 @@ struct BpeBigram {
   int32_t right;
   uint32_t left_n;  // sizes when proposed: a merge is stale once either symbol changed
   uint32_t right_n;
+
+  bool stale(const Symbol& l, const Symbol& r) const {
+    return l.n == 0 || r.n == 0 || l.n != left_n || r.n != right_n;
+  }
 };
 struct BpeLess {
   bool operator()(const BpeBigram& a, const BpeBigram& b) const {
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
   }
 };
+
+// The merge loop of SPM and BPE (llama.cpp's): every adjacent pair of syms is proposed
+// (try_add(l, r) pushes a Bigram onto queue when the pair may merge); then the best proposal
+// that is not stale is merged, right symbol into left, and the merged symbol's pairs with its
+// neighbours are proposed, until no proposal is left.
+template <class Bigram, class Less, class TryAdd>
+void merge_symbols(std::vector<Symbol>& syms,
+                   std::priority_queue<Bigram, std::vector<Bigram>, Less>& queue,
+                   const TryAdd& try_add) {
+  for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) try_add(i - 1, i);
+  while (!queue.empty()) {
+    const Bigram bg = queue.top();
+    queue.pop();
+    Symbol& l = syms[bg.left];
+    Symbol& r = syms[bg.right];
+    if (bg.stale(l, r)) continue;
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = bg.left;
+    try_add(l.prev, bg.left);
+    try_add(bg.left, l.next);
+  }
+}
 
 }  // namespace
 
@@ -89,20 +122,7 @@ void Tokenizer::Impl::tokenize_spm(std::string_view s, std::vector<TokenId>* out
     if (id == kTokenNull) return;
     queue.push({score[id], l, r, syms[l].n + syms[r].n});
   };
-  for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) try_add(i - 1, i);
-  while (!queue.empty()) {
-    const SpmBigram bg = queue.top();
-    queue.pop();
-    Symbol& l = syms[bg.left];
-    Symbol& r = syms[bg.right];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != bg.size) continue;  // stale
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) syms[r.next].prev = bg.left;
-    try_add(l.prev, bg.left);
-    try_add(bg.left, l.next);
-  }
+  merge_symbols(syms, queue, try_add);
   for (int32_t i = 0; i != -1; i = syms[i].next) {
     const std::string_view piece = s.substr(syms[i].off, syms[i].n);
     const TokenId id = find(piece);
@@ -146,20 +166,7 @@ void Tokenizer::Impl::tokenize_bpe(std::string_view s, std::vector<TokenId>* out
       if (it == merge_rank.end()) return;
       queue.push({it->second, l, r, syms[l].n, syms[r].n});
     };
-    for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) try_add(i - 1, i);
-    while (!queue.empty()) {
-      const BpeBigram bg = queue.top();
-      queue.pop();
-      Symbol& l = syms[bg.left];
-      Symbol& r = syms[bg.right];
-      if (l.n == 0 || r.n == 0 || l.n != bg.left_n || r.n != bg.right_n) continue;  // stale
-      l.n += r.n;
-      r.n = 0;
-      l.next = r.next;
-      if (r.next >= 0) syms[r.next].prev = bg.left;
-      try_add(l.prev, bg.left);
-      try_add(bg.left, l.next);
-    }
+    merge_symbols(syms, queue, try_add);
     if (syms.empty()) continue;
     for (int32_t i = 0; i != -1; i = syms[i].next) {
       const std::string_view piece(word.data() + syms[i].off, syms[i].n);
