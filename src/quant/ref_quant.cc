@@ -114,8 +114,8 @@ inline void min_quants(const float* x, int bits, uint16_t* d_half, uint16_t* m_h
   for (int j = 0; j < 32; ++j) q[j] = trunc_small(clampf((x[j] - mn) * id + 0.5f, 0.0f, top));
 }
 
-// The 32 quants q of a Q4_0 / Q4_1 / IQ4_NL block (each 0..15) into qs: element j in the low nibble of
-// qs[j], element j + 16 in the high nibble.
+// The 32 quants q of a Q4_0 / Q4_1 / IQ4_NL block (each 0..15) into qs: element j in the low nibble
+// of qs[j], element j + 16 in the high nibble.
 inline void pack_4bit(const int* q, uint8_t* qs) {
   for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
 }
