@@ -31,6 +31,12 @@ std::vector<uint8_t> bytes_of(const msgpack::sbuffer& b) {
                               reinterpret_cast<const uint8_t*>(b.data()) + b.size());
 }
 
+// The block_hashes field of BlockStored and BlockRemoved: an array of uint64.
+void pack_hashes(Packer& p, std::span<const uint64_t> hashes) {
+  p.pack_array(static_cast<uint32_t>(hashes.size()));
+  for (uint64_t h : hashes) p.pack_uint64(h);
+}
+
 std::vector<uint8_t> block_stored(std::span<const uint64_t> hashes, const uint64_t* parent,
                                   std::span<const int32_t> tokens, uint32_t block_size,
                                   const std::string& medium) {
@@ -38,8 +44,7 @@ std::vector<uint8_t> block_stored(std::span<const uint64_t> hashes, const uint64
   Packer p(b);
   p.pack_array(7);
   p.pack(std::string("BlockStored"));
-  p.pack_array(static_cast<uint32_t>(hashes.size()));
-  for (uint64_t h : hashes) p.pack_uint64(h);
+  pack_hashes(p, hashes);
   if (parent != nullptr) {
     p.pack_uint64(*parent);
   } else {
@@ -58,8 +63,7 @@ std::vector<uint8_t> block_removed(std::span<const uint64_t> hashes, const std::
   Packer p(b);
   p.pack_array(3);
   p.pack(std::string("BlockRemoved"));
-  p.pack_array(static_cast<uint32_t>(hashes.size()));
-  for (uint64_t h : hashes) p.pack_uint64(h);
+  pack_hashes(p, hashes);
   p.pack(medium);
   return bytes_of(b);
 }
