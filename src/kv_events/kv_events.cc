@@ -118,7 +118,6 @@ void KvEventPublisher::run(void* pub_socket, void* router_socket) {
         queue_.pop_front();
       }
     }
-    if (router) serve_replay(replay);
     if (!events.empty()) {
       std::vector<uint8_t> payload = encode_batch(params_.format, now_seconds(), events);
       uint8_t seq_be[8];
@@ -140,9 +139,10 @@ void KvEventPublisher::run(void* pub_socket, void* router_socket) {
         }
       }
       ++seq;
-      continue;  // drain the queue before stopping
     }
-    if (stopping) break;
+    // After the batch went out and into the buffer: a replay answers with it.
+    if (router) serve_replay(replay);
+    if (events.empty() && stopping) break;  // the queue is drained
   }
   if (router) router->close();
   pub->close();
