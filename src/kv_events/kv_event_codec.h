@@ -66,10 +66,12 @@ struct BlockStoredEvent {
 /// One encoded event (a msgpack value), written into a batch by encode_batch.
 using EncodedEvent = std::vector<uint8_t>;
 
+/// BlockStored of `e` (kLegacy drops e.group).
 EncodedEvent encode_block_stored(EventFormat f, const BlockStoredEvent& e);
 /// BlockRemoved of `hashes` in `medium`, group `group_idx` (kVllm only).
 EncodedEvent encode_block_removed(EventFormat f, std::span<const uint64_t> hashes,
                                   std::string_view medium, uint32_t group_idx);
+/// AllBlocksCleared: the subscriber forgets every block of this replica.
 EncodedEvent encode_all_blocks_cleared(EventFormat f);
 /// A batch: `ts` in seconds since the epoch, the events in order. kVllm also writes
 /// data_parallel_rank (0: a replica is one rank).
