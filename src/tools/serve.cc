@@ -73,6 +73,12 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--kv-events", s.kv_events,
                  "publish KV events (vLLM's format) on this ZeroMQ endpoint, e.g. "
                  "tcp://127.0.0.1:5557");
+  app.add_option("--kv-events-replay", s.kv_events_replay,
+                 "answer vLLM's replay requests for missed KV-event batches on this ZeroMQ "
+                 "endpoint, e.g. tcp://127.0.0.1:5558");
+  app.add_option("--kv-events-format", s.kv_events_format,
+                 "KV-event wire form: vllm (today's vLLM: maps, KV-cache groups; default) or "
+                 "legacy (older vLLM's positional arrays)");
   app.add_option("--api-key", s.api_key,
                  "require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (not on /health, "
                  "/models)");
