@@ -207,6 +207,10 @@ struct MemoryBreakdown {
   size_t tensor_bytes = 0;
   size_t mapped_bytes = 0;
 
+  /// Appends one stream and its tensors: each tensor takes the stream's part, stream index and
+  /// n_cells, the stream's tensor_bytes is set to the sum of their bytes, and the totals grow by
+  /// the stream's tensor and mapped bytes.
+  void add_stream(Stream stream, std::vector<Tensor> stream_tensors);
   /// A readable table: one line per stream, then totals.
   std::string to_string() const;
 };

@@ -46,7 +46,13 @@ struct ServerParams {
   std::string cache_store;         // --cache-store redis://[[user]:pw@]host[:port][/db] ("" = none)
   int cache_store_timeout_ms = 500;  // --cache-store-timeout: bound of every store command, ms
   std::string kv_events;             // --kv-events tcp://host:port: publish KV events ("" = none)
-  std::string api_key;               // --api-key: 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'
+  /// --kv-events-replay tcp://host:port: vLLM's replay socket (ZeroMQ ROUTER) that resends the
+  /// buffered event batches from a sequence number on ("" = none; needs --kv-events).
+  std::string kv_events_replay;
+  /// --kv-events-format: "vllm" (today's vLLM: tagged maps with KV-cache groups) or "legacy"
+  /// (older vLLM's positional arrays). docs/deployment.md "KV events".
+  std::string kv_events_format = "vllm";
+  std::string api_key;  // --api-key: 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'
   /// --allowed-origins: the browser origins (scheme://host[:port], comma-separated) whose pages
   /// may call the API (CORS); "*" (the default, as llama-server) allows every origin.
   std::string allowed_origins = "*";

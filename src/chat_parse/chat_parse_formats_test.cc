@@ -7,15 +7,18 @@
 namespace mnemo::chat_parse {
 namespace {
 
-using testing::call;
-using testing::check;
-using testing::msg;
-using testing::options;
+using namespace testing;  // NOLINT(build/namespaces): chat_parse_test_util.h's helpers
 
 const ToolCall kParis = call("get_weather", "{\"city\": \"Paris\"}");
 const ToolCall kCode = call("python", "{\"code\": \"print(1)\"}");
 // XML formats build compact arguments.
 const ToolCall kParisXml = call("get_weather", "{\"city\":\"Paris\",\"days\":3}");
+
+// A call (kParis, kCode) under the id the format gives it.
+ToolCall with_id(ToolCall c, std::string id) {
+  c.id = std::move(id);
+  return c;
+}
 
 ParseOptions forced(ChatFormat f) {
   ParseOptions o = options(f);
@@ -134,10 +137,7 @@ TEST(HermesFormatsTest, NemotronAprielCommandR) {
       "{\"city\": \"Paris\"}},\n"
       "    {\"tool_call_id\": \"1\", \"tool_name\": \"python\", \"parameters\": "
       "{\"code\": \"print(1)\"}}\n]<|END_ACTION|>",
-      r,
-      msg("", "Plan: look it up.",
-          {call("get_weather", "{\"city\": \"Paris\"}", "0"),
-           call("python", "{\"code\": \"print(1)\"}", "1")}));
+      r, msg("", "Plan: look it up.", {with_id(kParis, "0"), with_id(kCode, "1")}));
   check("<|START_THINKING|>Easy.<|END_THINKING|><|START_RESPONSE|>Hello<|END_RESPONSE|>", r,
         msg("Hello", "Easy."));
   check("<|START_TEXT|>Hello<|END_TEXT|>", r, msg("Hello"));
@@ -203,14 +203,11 @@ TEST(MistralFormatsTest, Nemo) {
       "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, "
       "\"id\": \"abcdefghi\"}, {\"name\": \"python\", \"arguments\": {\"code\": \"print(1)\"}, "
       "\"id\": \"123456789\"}]",
-      o,
-      msg("", "",
-          {call("get_weather", "{\"city\": \"Paris\"}", "abcdefghi"),
-           call("python", "{\"code\": \"print(1)\"}", "123456789")}));
+      o, msg("", "", {with_id(kParis, "abcdefghi"), with_id(kCode, "123456789")}));
   check(
       "Sure. [TOOL_CALLS][{\"id\": \"abcdefghi\", \"name\": \"get_weather\", \"arguments\": "
       "{\"city\": \"Paris\"}}]",
-      o, msg("Sure.", "", {call("get_weather", "{\"city\": \"Paris\"}", "abcdefghi")}));
+      o, msg("Sure.", "", {with_id(kParis, "abcdefghi")}));
   const std::string bad = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\"}]";
   check(bad, o, msg(bad), false);
 }
@@ -221,10 +218,7 @@ TEST(MistralFormatsTest, NamedForm) {
   check(
       "[TOOL_CALLS]get_weather[CALL_ID]abcdefghi[ARGS]{\"city\": \"Paris\"}"
       "[TOOL_CALLS]python[CALL_ID]123456789[ARGS]{\"code\": \"print(1)\"}",
-      o,
-      msg("", "",
-          {call("get_weather", "{\"city\": \"Paris\"}", "abcdefghi"),
-           call("python", "{\"code\": \"print(1)\"}", "123456789")}));
+      o, msg("", "", {with_id(kParis, "abcdefghi"), with_id(kCode, "123456789")}));
   check("[THINK]I'm\nthinking[/THINK]Hello, world!", o, msg("Hello, world!", "I'm\nthinking"));
   check("[THINK]Call it.[/THINK]Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", o,
         msg("Sure.", "Call it.", {kParis}));
@@ -288,14 +282,12 @@ TEST(KimiFormatsTest, K2) {
       "{\"code\": \"print(1)\"}<|tool_call_end|><|tool_calls_section_end|>",
       o,
       msg("", "I need two calls",
-          {call("get_weather", "{\"city\": \"Paris\"}", "functions.get_weather:0"),
-           call("python", "{\"code\": \"print(1)\"}", "functions.python:1")}));
+          {with_id(kParis, "functions.get_weather:0"), with_id(kCode, "functions.python:1")}));
   check(
       "Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
       "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
       "<|tool_calls_section_end|>",
-      o,
-      msg("Sure.", "", {call("get_weather", "{\"city\": \"Paris\"}", "functions.get_weather:0")}));
+      o, msg("Sure.", "", {with_id(kParis, "functions.get_weather:0")}));
   const std::string bad =
       "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
       "<|tool_call_argument_begin|>{\"city\"}<|tool_call_end|>"
@@ -348,10 +340,7 @@ TEST(GenericFormatTest, Json) {
       "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, "
       "\"id\": \"call_1\"}, {\"name\": \"python\", \"arguments\": {\"code\": \"print(1)\"}, "
       "\"id\": \"call_2\"}]}",
-      o,
-      msg("", "",
-          {call("get_weather", "{\"city\": \"Paris\"}", "call_1"),
-           call("python", "{\"code\": \"print(1)\"}", "call_2")}));
+      o, msg("", "", {with_id(kParis, "call_1"), with_id(kCode, "call_2")}));
   check("```json\n{\"response\": \"Hi\"}\n```", o, msg("Hi"));
   check("Just text.", o, msg("Just text."));
   check("{\"answer\": 1}", o, msg("{\"answer\": 1}"), false);

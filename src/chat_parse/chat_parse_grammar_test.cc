@@ -9,10 +9,7 @@
 namespace mnemo::chat_parse {
 namespace {
 
-using testing::call;
-using testing::check;
-using testing::msg;
-using testing::options;
+using namespace testing;  // NOLINT(build/namespaces): chat_parse_test_util.h's helpers
 
 ParseOptions fallback(ChatFormat f = ChatFormat::kHermes) {
   ParseOptions o = options(f);

@@ -9,9 +9,7 @@
 namespace mnemo::chat_parse {
 namespace {
 
-using testing::call;
-using testing::check;
-using testing::options;
+using namespace testing;  // NOLINT(build/namespaces): chat_parse_test_util.h's helpers
 
 // Argument strings that stress escaping and markers (none holds an XML closer).
 const char* const kCities[] = {"Paris",      "São Paulo", "a \"quoted\" city", "back\\slash",

@@ -8,10 +8,7 @@
 namespace mnemo::chat_parse {
 namespace {
 
-using testing::call;
-using testing::check;
-using testing::msg;
-using testing::options;
+using namespace testing;  // NOLINT(build/namespaces): chat_parse_test_util.h's helpers
 
 TEST(JsonScanTest, CompleteIncompleteInvalid) {
   struct Case {

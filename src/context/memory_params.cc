@@ -5,8 +5,8 @@ namespace mnemo {
 MemoryParams memory_params(const HParams& hp, const ContextParams& params, uint32_t n_ctx_seq,
                            ThreadPool* pool) {
   MemoryParams p;
-  p.n_embd_k_gqa.assign(hp.n_layer, hp.n_embd_k_gqa());
-  p.n_embd_v_gqa.assign(hp.n_layer, hp.n_embd_v_gqa());
+  p.kv.n_embd_k_gqa.assign(hp.n_layer, hp.n_embd_k_gqa());
+  p.kv.n_embd_v_gqa.assign(hp.n_layer, hp.n_embd_v_gqa());
   p.head_dim = hp.head_dim_k;
   p.swa_type = hp.swa_type;
   p.n_swa = hp.n_swa;
@@ -20,11 +20,11 @@ MemoryParams memory_params(const HParams& hp, const ContextParams& params, uint3
     p.n_embd_r.assign(hp.n_layer, hp.n_embd_r());
     p.n_embd_s.assign(hp.n_layer, hp.n_embd_s());
   }
-  p.n_ctx = n_ctx_seq;
-  p.n_seq_max = params.n_seq_max;
-  p.unified = params.kv_unified;
-  p.k_type = params.type_k;
-  p.v_type = params.type_v;
+  p.kv.n_ctx = n_ctx_seq;
+  p.kv.n_seq_max = params.n_seq_max;
+  p.kv.unified = params.kv_unified;
+  p.kv.k_type = params.type_k;
+  p.kv.v_type = params.type_v;
   p.kv_rotation = params.kv_rotation;
   p.n_ubatch = params.n_ubatch;
   p.swa_full = params.swa_full;

@@ -122,71 +122,41 @@ Status read_array(Cursor& c, int depth, Value* out) {
   return Status();
 }
 
+// Reads one scalar of wire type T (errors name `what`) into out->v, widened to Stored: uint64_t
+// for the unsigned integers, int64_t for the signed ones, double for the floats.
+template <class T, class Stored>
+Status read_scalar(Cursor& c, const char* what, Value* out) {
+  T x = 0;
+  MNEMO_RETURN_IF_ERROR(c.read(&x, what));
+  out->v = Stored{x};
+  return Status();
+}
+
 // Reads one value of a known type (its tag already consumed). depth = arrays enclosing it.
 Status read_value(Cursor& c, ValueType type, int depth, Value* out) {
   const uint64_t start = c.pos();
   out->type = type;
   switch (type) {
-    case ValueType::UINT8: {
-      uint8_t x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "uint8 value"));
-      out->v = uint64_t{x};
-      return Status();
-    }
-    case ValueType::INT8: {
-      int8_t x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "int8 value"));
-      out->v = int64_t{x};
-      return Status();
-    }
-    case ValueType::UINT16: {
-      uint16_t x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "uint16 value"));
-      out->v = uint64_t{x};
-      return Status();
-    }
-    case ValueType::INT16: {
-      int16_t x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "int16 value"));
-      out->v = int64_t{x};
-      return Status();
-    }
-    case ValueType::UINT32: {
-      uint32_t x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "uint32 value"));
-      out->v = uint64_t{x};
-      return Status();
-    }
-    case ValueType::INT32: {
-      int32_t x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "int32 value"));
-      out->v = int64_t{x};
-      return Status();
-    }
-    case ValueType::UINT64: {
-      uint64_t x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "uint64 value"));
-      out->v = x;
-      return Status();
-    }
-    case ValueType::INT64: {
-      int64_t x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "int64 value"));
-      out->v = x;
-      return Status();
-    }
-    case ValueType::FLOAT32: {
-      float x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "float32 value"));
-      out->v = double{x};
-      return Status();
-    }
-    case ValueType::FLOAT64: {
-      double x = 0;
-      MNEMO_RETURN_IF_ERROR(c.read(&x, "float64 value"));
-      out->v = x;
-      return Status();
-    }
+    case ValueType::UINT8:
+      return read_scalar<uint8_t, uint64_t>(c, "uint8 value", out);
+    case ValueType::INT8:
+      return read_scalar<int8_t, int64_t>(c, "int8 value", out);
+    case ValueType::UINT16:
+      return read_scalar<uint16_t, uint64_t>(c, "uint16 value", out);
+    case ValueType::INT16:
+      return read_scalar<int16_t, int64_t>(c, "int16 value", out);
+    case ValueType::UINT32:
+      return read_scalar<uint32_t, uint64_t>(c, "uint32 value", out);
+    case ValueType::INT32:
+      return read_scalar<int32_t, int64_t>(c, "int32 value", out);
+    case ValueType::UINT64:
+      return read_scalar<uint64_t, uint64_t>(c, "uint64 value", out);
+    case ValueType::INT64:
+      return read_scalar<int64_t, int64_t>(c, "int64 value", out);
+    case ValueType::FLOAT32:
+      return read_scalar<float, double>(c, "float32 value", out);
+    case ValueType::FLOAT64:
+      return read_scalar<double, double>(c, "float64 value", out);
     case ValueType::BOOL: {
       uint8_t x = 0;
       MNEMO_RETURN_IF_ERROR(c.read(&x, "bool value"));

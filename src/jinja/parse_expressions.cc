@@ -49,14 +49,15 @@ Status Parser::expr(NodePtr* out) {
   return Status();
 }
 
-Status Parser::or_expr(NodePtr* out) {
+Status Parser::word_chain(std::string_view word, NodeKind kind, Status (Parser::*operand)(NodePtr*),
+                          NodePtr* out) {
   NodePtr a;
-  MNEMO_RETURN_IF_ERROR(and_expr(&a));
-  while (is_name("or")) {
+  MNEMO_RETURN_IF_ERROR((this->*operand)(&a));
+  while (is_name(word)) {
     const int line = next().line;
     NodePtr b;
-    MNEMO_RETURN_IF_ERROR(and_expr(&b));
-    auto n = node(NodeKind::kOr, line);
+    MNEMO_RETURN_IF_ERROR((this->*operand)(&b));
+    auto n = node(kind, line);
     n->kids.push_back(std::move(a));
     n->kids.push_back(std::move(b));
     MNEMO_RETURN_IF_ERROR(measure(n.get()));
@@ -66,21 +67,12 @@ Status Parser::or_expr(NodePtr* out) {
   return Status();
 }
 
+Status Parser::or_expr(NodePtr* out) {
+  return word_chain("or", NodeKind::kOr, &Parser::and_expr, out);
+}
+
 Status Parser::and_expr(NodePtr* out) {
-  NodePtr a;
-  MNEMO_RETURN_IF_ERROR(not_expr(&a));
-  while (is_name("and")) {
-    const int line = next().line;
-    NodePtr b;
-    MNEMO_RETURN_IF_ERROR(not_expr(&b));
-    auto n = node(NodeKind::kAnd, line);
-    n->kids.push_back(std::move(a));
-    n->kids.push_back(std::move(b));
-    MNEMO_RETURN_IF_ERROR(measure(n.get()));
-    a = std::move(n);
-  }
-  *out = std::move(a);
-  return Status();
+  return word_chain("and", NodeKind::kAnd, &Parser::not_expr, out);
 }
 
 Status Parser::not_expr(NodePtr* out) {
@@ -255,9 +247,13 @@ Status Parser::parenthesized(int line, NodePtr* out) {
     MNEMO_RETURN_IF_ERROR(expr(&e));
     tup->kids.push_back(std::move(e));
   }
-  MNEMO_RETURN_IF_ERROR(expect_op(")"));
-  MNEMO_RETURN_IF_ERROR(measure(tup.get()));
-  *out = std::move(tup);
+  return close_display(")", std::move(tup), out);
+}
+
+Status Parser::close_display(std::string_view closer, NodePtr n, NodePtr* out) {
+  MNEMO_RETURN_IF_ERROR(expect_op(closer));
+  MNEMO_RETURN_IF_ERROR(measure(n.get()));
+  *out = std::move(n);
   return Status();
 }
 
@@ -270,10 +266,7 @@ Status Parser::list_display(int line, NodePtr* out) {
     if (!is_op(",")) break;
     next();
   }
-  MNEMO_RETURN_IF_ERROR(expect_op("]"));
-  MNEMO_RETURN_IF_ERROR(measure(list.get()));
-  *out = std::move(list);
-  return Status();
+  return close_display("]", std::move(list), out);
 }
 
 Status Parser::dict_display(int line, NodePtr* out) {
@@ -288,10 +281,7 @@ Status Parser::dict_display(int line, NodePtr* out) {
     if (!is_op(",")) break;
     next();
   }
-  MNEMO_RETURN_IF_ERROR(expect_op("}"));
-  MNEMO_RETURN_IF_ERROR(measure(dict.get()));
-  *out = std::move(dict);
-  return Status();
+  return close_display("}", std::move(dict), out);
 }
 
 // . name, [ item or slice ], ( call ).

@@ -84,8 +84,13 @@ class Parser {
     ~DepthGuard() { --*d; }
   };
   Status expr(NodePtr* out);
+  // `a or b or ...` and `a and b and ...`: word_chain over and_expr / not_expr operands.
   Status or_expr(NodePtr* out);
   Status and_expr(NodePtr* out);
+  // A left-associative chain `operand (word operand)*`, each link a node of `kind` whose kids
+  // are the chain so far and the next operand.
+  Status word_chain(std::string_view word, NodeKind kind, Status (Parser::*operand)(NodePtr*),
+                    NodePtr* out);
   Status not_expr(NodePtr* out);
   Status compare(NodePtr* out);
   // Binary operators of precedence `level` (0: + -, 1: ~, 2: * / // %, 3: **) and tighter.
@@ -99,6 +104,8 @@ class Parser {
   // [ ... ] and { k: v, ... }.
   Status list_display(int line, NodePtr* out);
   Status dict_display(int line, NodePtr* out);
+  // The end of a tuple, list or dict: expects `closer`, then measures n and hands it out.
+  Status close_display(std::string_view closer, NodePtr n, NodePtr* out);
   // . name, [ item or slice ], ( call ).
   Status postfix(NodePtr* a);
   Status subscript(int line, NodePtr* a);

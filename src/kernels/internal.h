@@ -37,6 +37,12 @@ struct MatmulArgs {
   ThreadPool* pool = nullptr;
 };
 
+/// The arguments of w times x -> y (x: [n_tokens x w.n_in], row stride x_stride; y: [n_tokens x
+/// w.n_out], row stride y_stride). Packing passes the weight alone (x, y null, n_tokens 0).
+MatmulArgs matmul_args(const WeightMatrix& w, const float* x = nullptr, int64_t x_stride = 0,
+                       int64_t n_tokens = 0, float* y = nullptr, int64_t y_stride = 0,
+                       ThreadPool* pool = nullptr);
+
 /// A growable 64-byte-aligned buffer; contents are undefined after a call that grows it.
 class Scratch {
  public:

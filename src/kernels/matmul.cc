@@ -26,6 +26,23 @@ void* Scratch::get(size_t bytes) {
   return data_.get();
 }
 
+MatmulArgs matmul_args(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
+                       float* y, int64_t y_stride, ThreadPool* pool) {
+  MatmulArgs a;
+  a.type = w.type;
+  a.w = static_cast<const uint8_t*>(w.data);
+  a.w_row_bytes = row_size(w.type, w.n_in);
+  a.n_out = w.n_out;
+  a.n_in = w.n_in;
+  a.x = x;
+  a.x_stride = x_stride;
+  a.n_tokens = n_tokens;
+  a.y = y;
+  a.y_stride = y_stride;
+  a.pool = pool;
+  return a;
+}
+
 Scratch& thread_scratch(ScratchSlot slot) {
   thread_local Scratch scratch[kNumSlots];
   return scratch[slot];
@@ -62,18 +79,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_t
   CHECK(w.n_out >= 0 && n_tokens >= 0 && x_stride >= w.n_in && y_stride >= w.n_out)
       << "matmul: bad shape n_out=" << w.n_out << " n_tokens=" << n_tokens;
   if (w.n_out == 0 || n_tokens == 0) return;
-  internal::MatmulArgs a;
-  a.type = w.type;
-  a.w = static_cast<const uint8_t*>(w.data);
-  a.w_row_bytes = row_size(w.type, w.n_in);
-  a.n_out = w.n_out;
-  a.n_in = w.n_in;
-  a.x = x;
-  a.x_stride = x_stride;
-  a.n_tokens = n_tokens;
-  a.y = y;
-  a.y_stride = y_stride;
-  a.pool = pool;
+  const internal::MatmulArgs a = internal::matmul_args(w, x, x_stride, n_tokens, y, y_stride, pool);
   switch (w.type) {
     case GgmlType::F32:
       return internal::matmul_f32(a);

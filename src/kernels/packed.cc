@@ -210,18 +210,6 @@ bool amx_available() {
 
 void PackedMatrix::Free::operator()(void* p) const { std::free(p); }
 
-namespace {
-internal::MatmulArgs args_of(const WeightMatrix& w) {
-  internal::MatmulArgs a;
-  a.type = w.type;
-  a.w = static_cast<const uint8_t*>(w.data);
-  a.w_row_bytes = row_size(w.type, w.n_in);
-  a.n_out = w.n_out;
-  a.n_in = w.n_in;
-  return a;
-}
-}  // namespace
-
 PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
   CHECK(matmul_supports(w.type)) << "pack_matrix: unsupported type " << type_name(w.type);
   CHECK(w.n_in > 0 && w.n_in % block_size(w.type) == 0) << "pack_matrix: bad n_in " << w.n_in;
@@ -244,7 +232,7 @@ PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
     pm.group_bytes_ = layout.group_bytes;
     pm.layout_ = static_cast<int>(kind);
     HWY_DYNAMIC_DISPATCH(PackAll)
-    (args_of(w), static_cast<int>(format), layout, static_cast<uint8_t*>(data), pool);
+    (internal::matmul_args(w), static_cast<int>(format), layout, static_cast<uint8_t*>(data), pool);
   } else if (kind == internal::PackedLayoutKind::kRows8) {
     const int64_t group_bytes = HWY_DYNAMIC_DISPATCH(Pack8GroupBytes)(w.type, w.n_in);
     if (group_bytes == 0) return pm;
@@ -256,7 +244,7 @@ PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
     pm.bytes_ = bytes;
     pm.group_bytes_ = group_bytes;
     pm.layout_ = static_cast<int>(kind);
-    HWY_DYNAMIC_DISPATCH(Pack8All)(args_of(w), static_cast<uint8_t*>(data), pool);
+    HWY_DYNAMIC_DISPATCH(Pack8All)(internal::matmul_args(w), static_cast<uint8_t*>(data), pool);
   }
   return pm;
 }
@@ -272,13 +260,7 @@ void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_t
   CHECK(n_tokens >= 0 && x_stride >= s.n_in && y_stride >= s.n_out)
       << "matmul: bad shape n_out=" << s.n_out << " n_tokens=" << n_tokens;
   if (n_tokens == 0 || s.n_out == 0) return;
-  internal::MatmulArgs a = args_of(s);
-  a.x = x;
-  a.x_stride = x_stride;
-  a.n_tokens = n_tokens;
-  a.y = y;
-  a.y_stride = y_stride;
-  a.pool = pool;
+  const internal::MatmulArgs a = internal::matmul_args(s, x, x_stride, n_tokens, y, y_stride, pool);
   if (w.layout_ == static_cast<int>(internal::PackedLayoutKind::kRows8)) {
     return HWY_DYNAMIC_DISPATCH(Packed8MatmulOp)(a, static_cast<const uint8_t*>(w.data_.get()));
   }

@@ -40,6 +40,27 @@ float max_abs(const std::vector<float>& v) {
   return m;
 }
 
+// Splitting a run carries the state: from state s0, run(part, first, state, out, pool) over
+// tokens [0, k) (no pool) then [k, T) (with pool), k = T / 3 + 1, T = p.n_tokens, with part = p
+// cut to the tokens of each call and each token's output written at its place in out, must give
+// exactly `out` and `state` of the one call.
+template <class Params, class Run>
+void expect_split_run_exact(const Params& p, const std::vector<float>& s0,
+                            const std::vector<float>& out, const std::vector<float>& state,
+                            ThreadPool* pool, const Run& run) {
+  const int64_t T = p.n_tokens;
+  if (T <= 1) return;
+  const int64_t k = T / 3 + 1;
+  std::vector<float> s2 = s0, out2(out.size());
+  Params part = p;
+  part.n_tokens = k;
+  run(part, 0, s2.data(), out2.data(), nullptr);
+  part.n_tokens = T - k;
+  run(part, k, s2.data(), out2.data(), pool);
+  EXPECT_EQ(out2, out);
+  EXPECT_EQ(s2, state);
+}
+
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, float tol,
                   const char* what) {
   ASSERT_EQ(got.size(), want.size());
@@ -129,20 +150,12 @@ void ScanMatchesTwinAndCarriesState() {
     expect_close(s, s_ref, 1e-4f * (max_abs(s_ref) + 1), "state");
 
     // Splitting the run carries the state: bit-identical to one call.
-    if (c.T > 1) {
-      const int64_t k = c.T / 3 + 1;
-      std::vector<float> s2 = s0, y2(y.size());
-      SsmScanParams a = p, b = p;
-      a.n_tokens = k;
-      b.n_tokens = c.T - k;
-      ssm_scan(a, s2.data(), x, row, dt, row, dt_bias.data(), A.data(), B, row, C, row, D.data(),
-               y2.data(), d_inner, nullptr);
-      ssm_scan(b, s2.data(), x + k * row, row, dt + k * row, row, dt_bias.data(), A.data(),
-               B + k * row, row, C + k * row, row, D.data(), y2.data() + k * d_inner, d_inner,
-               &pool);
-      EXPECT_EQ(y2, y);
-      EXPECT_EQ(s2, s);
-    }
+    expect_split_run_exact(
+        p, s0, y, s, &pool,
+        [&](const SsmScanParams& part, int64_t t0, float* st, float* out, ThreadPool* tp) {
+          ssm_scan(part, st, x + t0 * row, row, dt + t0 * row, row, dt_bias.data(), A.data(),
+                   B + t0 * row, row, C + t0 * row, row, D.data(), out + t0 * d_inner, d_inner, tp);
+        });
   }
 }
 TEST(SsmKernelsTest, ScanMatchesTwinAndCarriesStateOnEveryTarget) {
@@ -240,20 +253,13 @@ TEST(SsmKernelsTest, DeltaNetMatchesTwinOnEveryTarget) {
       expect_close(o, o_ref, 1e-4f * (max_abs(o_ref) + 1), "out");
       expect_close(s, s_ref, 1e-4f * (max_abs(s_ref) + 1), "state");
       // Splitting the run carries the state: bit-identical to one call.
-      if (c.T > 1) {
-        const int64_t m = c.T / 3 + 1;
-        std::vector<float> s2 = s0, o2(o.size());
-        DeltaNetParams a = p, b = p;
-        a.n_tokens = m;
-        b.n_tokens = c.T - m;
-        gated_delta_net(a, s2.data(), q, k, row, v, row, g.data(), beta.data(), c.Hv, o2.data(),
-                        c.Hv * c.d, nullptr);
-        gated_delta_net(b, s2.data(), q + m * row, k + m * row, row, v + m * row, row,
-                        g.data() + m * c.Hv, beta.data() + m * c.Hv, c.Hv,
-                        o2.data() + m * c.Hv * c.d, c.Hv * c.d, &pool);
-        EXPECT_EQ(o2, o);
-        EXPECT_EQ(s2, s);
-      }
+      expect_split_run_exact(
+          p, s0, o, s, &pool,
+          [&](const DeltaNetParams& part, int64_t t0, float* st, float* out, ThreadPool* tp) {
+            gated_delta_net(part, st, q + t0 * row, k + t0 * row, row, v + t0 * row, row,
+                            g.data() + t0 * c.Hv, beta.data() + t0 * c.Hv, c.Hv,
+                            out + t0 * c.Hv * c.d, c.Hv * c.d, tp);
+          });
     });
   }
 }

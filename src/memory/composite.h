@@ -320,6 +320,9 @@ class CompositeMemory : public Memory {
   Pos seq_pos_min(SeqId seq) const override {
     return std::max(first().seq_pos_min(seq), second().seq_pos_min(seq));
   }
+  /// The children's sequences (both have the same n_seq_max: the composites' create checks it
+  /// or gives both the same config).
+  uint32_t n_seq_max() const override { return first().n_seq_max(); }
   /// Empties both children.
   void clear() override {
     first().clear();

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "memory/composite.h"
+#include "memory/pos_range.h"
 
 namespace mnemo {
 
@@ -81,12 +82,10 @@ Status HybridMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
   CHECK(rs_->seq_rm(seq, p0, p1).ok());
   // The recurrent child may have been cut back further (to a checkpoint) or emptied: the KV
   // child is cut to the same end, so both hold the same positions.
-  const SeqId s0 = seq < 0 ? 0 : seq;
-  const SeqId s1 = seq < 0 ? static_cast<SeqId>(n_seq_max()) : seq + 1;
-  for (SeqId s = s0; s < s1; ++s) {
+  for_each_seq(seq, n_seq_max(), [&](SeqId s) {
     CHECK(kv_->seq_rm(s, p0, p1).ok());
     CHECK(kv_->seq_rm(s, rs_->seq_pos_max(s) + 1, -1).ok());
-  }
+  });
   return Status();
 }
 

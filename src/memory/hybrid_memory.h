@@ -87,7 +87,7 @@ class HybridMemory final : public composite::CompositeMemory<HybridMemory> {
   /// The KV child's stream, types, cells and free cells; bytes of both children (see
   /// Memory::seq_info).
   Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
-  uint32_t n_seq_max() const override { return rs_->n_seq_max(); }
+  // n_seq_max: CompositeMemory.
 
   // State save / restore (recurrent_memory_io.cc): the KV child's part (KVPT role kv ...) then the
   // recurrent child's (RSPT ...); both are validated before either is applied, and a failed

@@ -40,9 +40,7 @@ HybridMemoryConfig config(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
 }
 
 std::unique_ptr<HybridMemory> make(HybridMemoryConfig c) {
-  auto r = HybridMemory::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<HybridMemory>(std::move(c));
 }
 
 Batch tokens(SeqId s, Pos p0, int n, int32_t tok0 = 1) {
@@ -52,13 +50,8 @@ Batch tokens(SeqId s, Pos p0, int n, int32_t tok0 = 1) {
 }
 
 void decode(HybridMemory& m, const Batch& b, uint32_t n_ubatch, uint64_t gen = 1) {
-  auto ctx = m.init_batch(b, n_ubatch);
-  ASSERT_TRUE(ctx->ok()) << ctx->message();
-  do {
-    ASSERT_TRUE(ctx->apply().ok());
-    testing::write_fake_kv(*ctx, kLayers, gen);
-    fake_rs_forward(*ctx, kLayers);
-  } while (ctx->next());
+  const Status st = testing::decode_fake(m, b, n_ubatch, kLayers, gen);
+  ASSERT_TRUE(st.ok()) << st.to_string();
 }
 
 void expect_consistent(const HybridMemory& m) {

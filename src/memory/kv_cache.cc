@@ -164,12 +164,7 @@ std::unique_ptr<MemoryContext> KvCache::init_update() {
 // --- sequence operations -----------------------------------------------------------------------
 
 Status KvCache::check_seq(SeqId seq, const char* op, const char* what) const {
-  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) {
-    return Status::invalid_argument(
-        std::string(op) + ": " + what + " " + std::to_string(seq) +
-        " is outside [0, n_seq_max = " + std::to_string(config_.n_seq_max) + ")");
-  }
-  return Status();
+  return check_seq_id(seq, config_.n_seq_max, op, what);
 }
 
 void KvCache::note_freed(uint32_t stream, uint32_t cell) {
@@ -198,11 +193,7 @@ Status KvCache::seq_rm(SeqId seq, Pos p0, Pos p1) {
       if (seqs.none()) note_freed(st, cell);
     }
   };
-  if (seq < 0) {
-    for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) rm_one(s);
-  } else {
-    rm_one(seq);
-  }
+  for_each_seq(seq, config_.n_seq_max, rm_one);
   ++epoch_;
   return Status();
 }
@@ -379,7 +370,7 @@ void KvCache::clear() {
 MemoryBreakdown KvCache::breakdown() const {
   MemoryBreakdown b;
   for (uint32_t s = 0; s < n_stream(); ++s) {
-    MemoryBreakdown::Stream& st = b.streams.emplace_back();
+    MemoryBreakdown::Stream st;
     st.part = "kv";
     st.stream = s;
     st.n_cells = cells_[s].size();
@@ -389,22 +380,18 @@ MemoryBreakdown KvCache::breakdown() const {
     st.v_type = storage_.v_type(s);
     st.rotation = storage_.rotation(s);
     st.mapped_bytes = storage_.mapped_bytes(s);
+    std::vector<MemoryBreakdown::Tensor> tensors;
     for (uint32_t l = 0; l < storage_.n_layer(); ++l) {
       for (char kind : {'K', 'V'}) {
-        MemoryBreakdown::Tensor& t = b.tensors.emplace_back();
-        t.part = "kv";
+        MemoryBreakdown::Tensor& t = tensors.emplace_back();
         t.layer = storage_.layer(l).il;
-        t.stream = s;
         t.kind = kind;
         t.type = kind == 'K' ? st.k_type : st.v_type;
         t.n_embd = kind == 'K' ? storage_.layer(l).n_embd_k : storage_.layer(l).n_embd_v;
-        t.n_cells = st.n_cells;
         t.bytes = storage_.tensor_bytes(l, s, kind);
-        st.tensor_bytes += t.bytes;
       }
     }
-    b.tensor_bytes += st.tensor_bytes;
-    b.mapped_bytes += st.mapped_bytes;
+    b.add_stream(std::move(st), std::move(tensors));
   }
   return b;
 }

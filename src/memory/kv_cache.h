@@ -39,11 +39,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
 #include "memory/kv_cells.h"
 #include "memory/kv_storage.h"
+#include "memory/planned_context.h"
 #include "mnemo/batch.h"
 #include "mnemo/memory.h"
 #include "mnemo/quant.h"
@@ -58,16 +60,27 @@ struct KvJournal;
 class KvCache;
 class KvPartReader;  // kv_cache_io.cc: state restore of one KVPT part
 
-struct KvCacheConfig {
+/// What a K/V cache holds: cells per stream, sequences and streams, the K/V types, and the row
+/// widths of every model layer. The start of every KvCacheConfig; MemoryParams (make_memory.h)
+/// carries one, which make_memory hands to each cache it makes.
+struct KvCacheShape {
   uint32_t n_ctx = 0;      // cells per stream
   uint32_t n_seq_max = 1;  // sequences [0, n_seq_max); <= kMaxSeq
   bool unified = false;    // true: 1 stream for all sequences; false: 1 stream per sequence
   GgmlType k_type = GgmlType::F16;
   GgmlType v_type = GgmlType::F16;
-  /// Optional [n_stream] per-stream K/V types overriding k_type / v_type.
-  std::vector<KvStorage::StreamTypes> stream_types;
   std::vector<uint32_t> n_embd_k_gqa;  // [n_layer] K row width (elements) of each model layer
   std::vector<uint32_t> n_embd_v_gqa;  // [n_layer] V row width
+};
+
+/// A KvCache: its shape (KvCacheShape: n_ctx, n_seq_max, unified, k_type / v_type, row widths)
+/// and how it serves the layers it holds.
+struct KvCacheConfig : KvCacheShape {
+  KvCacheConfig() = default;
+  explicit KvCacheConfig(KvCacheShape shape) : KvCacheShape(std::move(shape)) {}
+
+  /// Optional [n_stream] per-stream K/V types overriding k_type / v_type.
+  std::vector<KvStorage::StreamTypes> stream_types;
   /// Which model layers this cache holds (null: all). Views exist only for held layers.
   std::function<bool(uint32_t il)> layer_filter;
   SwaType swa_type = SwaType::kNone;  // the window of the held layers (and what find_slot reuses)
@@ -96,7 +109,7 @@ struct StreamSlots {
 
 /// The transaction returned by KvCache::init_batch / init_full / init_update (see MemoryContext
 /// for the protocol). Views, placement and masks are what the model's attention needs.
-class KvCacheContext final : public MemoryContext {
+class KvCacheContext final : public PlannedContext {
  public:
   enum class Mode : uint8_t { kBatch, kFull, kUpdate };
 
@@ -109,11 +122,7 @@ class KvCacheContext final : public MemoryContext {
 
   ~KvCacheContext() override;
 
-  // MemoryContext.
-  std::span<const Ubatch> ubatches() const override;
-  uint32_t ubatch_index() const override { return cur_; }
-  const Ubatch& ubatch() const override;
-  bool next() override;
+  // MemoryContext (ubatches, ubatch_index, ubatch, next: PlannedContext).
   Status apply() override;
   void rollback() override;
   const KvCacheContext* kv_for_layer(uint32_t il) const override;
@@ -185,11 +194,9 @@ class KvCacheContext final : public MemoryContext {
 
   KvCache* cache_;
   Mode mode_;
-  std::shared_ptr<const std::vector<Ubatch>> ubatches_;
   std::vector<std::vector<StreamSlots>> placements_;  // [n_ubatches]
   std::vector<StreamShifts> shifts_;
   std::unique_ptr<KvJournal> journal_;
-  uint32_t cur_ = 0;        // current ubatch
   uint32_t n_applied_ = 0;  // ubatches applied so far (they are applied in order)
   // attention_input's per-ubatch caches: mask and visiting order per placement entry.
   mutable uint32_t inputs_ubatch_ = UINT32_MAX;

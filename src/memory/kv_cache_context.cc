@@ -11,28 +11,12 @@
 namespace mnemo {
 
 KvCacheContext::KvCacheContext(KvCache* cache, Mode mode, MemoryStatus status, std::string message)
-    : MemoryContext(status, std::move(message)),
+    : PlannedContext(status, std::move(message)),
       cache_(cache),
       mode_(mode),
       journal_(std::make_unique<KvJournal>()) {}
 
 KvCacheContext::~KvCacheContext() = default;
-
-std::span<const Ubatch> KvCacheContext::ubatches() const {
-  if (!ubatches_) return {};
-  return {ubatches_->data(), ubatches_->size()};
-}
-
-const Ubatch& KvCacheContext::ubatch() const {
-  if (!ubatches_ || ubatches_->empty()) return MemoryContext::ubatch();
-  return (*ubatches_)[cur_];
-}
-
-bool KvCacheContext::next() {
-  if (!ubatches_ || cur_ + 1 >= ubatches_->size()) return false;
-  ++cur_;
-  return true;
-}
 
 Status KvCacheContext::apply() {
   if (!ok()) return MemoryContext::apply();

@@ -53,44 +53,30 @@ struct Child {
 class PropertyRun {
  public:
   PropertyRun(const Param& p, uint32_t seed) : p_(p), rng_(seed) {
-    std::vector<uint32_t> k = {32, 64, 32};
-    std::vector<uint32_t> v = {64, 32, 32};
+    // The cache (SwaKvCache: what both children share; swa_type / n_swa are its window).
+    KvCacheConfig kv;
+    kv.n_ctx = p.n_ctx;
+    kv.n_seq_max = p.n_seq_max;
+    kv.unified = p.unified;
+    kv.k_type = p.k_type;
+    kv.v_type = p.v_type;
+    kv.n_embd_k_gqa = {32, 64, 32};
+    kv.n_embd_v_gqa = {64, 32, 32};
+    kv.swa_type = p.swa_type;
+    kv.n_swa = p.n_swa;
+    kv.n_pad = 8;
     if (p.swa_cache) {
       SwaKvCacheConfig c;
-      c.kv.n_ctx = p.n_ctx;
-      c.kv.n_seq_max = p.n_seq_max;
-      c.kv.unified = p.unified;
-      c.kv.k_type = p.k_type;
-      c.kv.v_type = p.v_type;
-      c.kv.n_embd_k_gqa = k;
-      c.kv.n_embd_v_gqa = v;
+      c.kv = std::move(kv);
       c.is_swa_layer = [](uint32_t il) { return il != 1; };
-      c.kv.swa_type = p.swa_type;
-      c.kv.n_swa = p.n_swa;
       c.n_ubatch = p.n_ubatch_max;
       c.swa_full = p.swa_full;
-      c.kv.n_pad = 8;
-      auto r = SwaKvCache::create(std::move(c));
-      CHECK(r.ok()) << r.status().to_string();
-      swa_ = std::move(r).value();
+      swa_ = testing::create_or_die<SwaKvCache>(std::move(c));
       mem_ = swa_.get();
       children_.push_back({&swa_->base(), RefMemory(p.unified, p.n_seq_max), false});
       children_.push_back({&swa_->swa(), RefMemory(p.unified, p.n_seq_max), !p.swa_full});
     } else {
-      KvCacheConfig c;
-      c.n_ctx = p.n_ctx;
-      c.n_seq_max = p.n_seq_max;
-      c.unified = p.unified;
-      c.k_type = p.k_type;
-      c.v_type = p.v_type;
-      c.n_embd_k_gqa = k;
-      c.n_embd_v_gqa = v;
-      c.swa_type = p.swa_type;
-      c.n_swa = p.n_swa;
-      c.n_pad = 8;
-      auto r = KvCache::create(std::move(c));
-      CHECK(r.ok()) << r.status().to_string();
-      kv_ = std::move(r).value();
+      kv_ = testing::create_or_die<KvCache>(std::move(kv));
       mem_ = kv_.get();
       children_.push_back(
           {kv_.get(), RefMemory(p.unified, p.n_seq_max), p.swa_type != SwaType::kNone});

@@ -28,9 +28,7 @@ KvCacheConfig small(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
 }
 
 std::unique_ptr<KvCache> make(KvCacheConfig c) {
-  Result<std::unique_ptr<KvCache>> r = KvCache::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<KvCache>(std::move(c));
 }
 
 // Runs every ubatch of `b` with the fake model; returns the placements (cells of the first
@@ -89,13 +87,20 @@ TEST(KvCacheTest, ConfigErrors) {
   EXPECT_NE(create_error(c).find("stream_types has 1"), std::string::npos);
 }
 
-TEST(KvCacheTest, BreakdownIsExact) {
+// Three split streams of 100 cells with their own K/V types (f16 / f16, q8_0 / q4_0,
+// f32 / iq4_nl) over two layers of widths K 64 / V 64 and K 128 / V 32.
+KvCacheConfig mixed_streams() {
   KvCacheConfig c = small(100, 3, false);
   c.n_embd_k_gqa = {64, 128};
   c.n_embd_v_gqa = {64, 32};
   c.stream_types = {{GgmlType::F16, GgmlType::F16},
                     {GgmlType::Q8_0, GgmlType::Q4_0},
                     {GgmlType::F32, GgmlType::IQ4_NL}};
+  return c;
+}
+
+TEST(KvCacheTest, BreakdownIsExact) {
+  const KvCacheConfig c = mixed_streams();
   auto kv = make(c);
   decode(*kv, tokens(1, 0, 7));
   const MemoryBreakdown b = kv->breakdown();
@@ -134,12 +139,7 @@ TEST(KvCacheTest, BreakdownIsExact) {
 
 // seq_info against row_size arithmetic done here and against breakdown() totals.
 TEST(KvCacheTest, SeqInfoSplitIsTheSequencesStream) {
-  KvCacheConfig c = small(100, 3, false);
-  c.n_embd_k_gqa = {64, 128};
-  c.n_embd_v_gqa = {64, 32};
-  c.stream_types = {{GgmlType::F16, GgmlType::F16},
-                    {GgmlType::Q8_0, GgmlType::Q4_0},
-                    {GgmlType::F32, GgmlType::IQ4_NL}};
+  const KvCacheConfig c = mixed_streams();
   auto kv = make(c);
   decode(*kv, tokens(1, 0, 7));
   decode(*kv, tokens(2, 0, 3));

@@ -15,11 +15,7 @@
 namespace mnemo {
 namespace {
 
-using testing::fill;
-using testing::full_snapshot;
-using testing::make_cache;
-using testing::seq_bytes;
-using testing::state_config;
+using namespace testing;  // NOLINT(build/namespaces): support/state_test_util.h's helpers
 
 void expect_values(const KvCache& c, SeqId s, uint64_t gen, int n, double tol) {
   const auto vals = testing::seq_values(c, s);
@@ -96,17 +92,7 @@ TEST(RequantizeTest, ErrorsChangeNothing) {
 }
 
 TEST(RequantizeTest, SlidingWindowCacheConvertsBothChildren) {
-  SwaKvCacheConfig c;
-  c.kv.n_ctx = 64;
-  c.kv.n_seq_max = 2;
-  c.kv.n_embd_k_gqa = {64, 128};
-  c.kv.n_embd_v_gqa = {64, 64};
-  c.is_swa_layer = [](uint32_t il) { return il == 0; };
-  c.kv.swa_type = SwaType::kStandard;
-  c.kv.n_swa = 8;
-  c.n_ubatch = 16;
-  c.kv.n_pad = 8;
-  auto m = std::move(SwaKvCache::create(c)).value();
+  auto m = create_or_die<SwaKvCache>(swa_state_config(64, 2, false));
   fill(*m, 0, 12, 1);
   fill(*m, 1, 12, 2);
   const auto base1 = seq_bytes(m->base(), 1);

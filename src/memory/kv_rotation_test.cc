@@ -53,24 +53,22 @@ TEST(KvRotationTest, ValidSizesAndPolicy) {
 TEST(KvRotationTest, RotationReducesFourBitError) {
   const uint32_t n = 256;
   const std::vector<float> x = ramp(n);
-  std::vector<uint8_t> q(row_size(GgmlType::Q4_0, n));
-  std::vector<float> scratch(n), back(n);
-  // Plain.
-  ASSERT_TRUE(
-      kv_row_convert(GgmlType::F32, 0, x.data(), GgmlType::Q4_0, 0, q.data(), n, scratch.data())
-          .ok());
-  ASSERT_TRUE(
-      kv_row_convert(GgmlType::Q4_0, 0, q.data(), GgmlType::F32, 0, back.data(), n, scratch.data())
-          .ok());
-  const double plain = testing::rel_rms(back, x);
-  // Rotated on the way in, un-rotated on the way out.
-  ASSERT_TRUE(
-      kv_row_convert(GgmlType::F32, 0, x.data(), GgmlType::Q4_0, 64, q.data(), n, scratch.data())
-          .ok());
-  ASSERT_TRUE(
-      kv_row_convert(GgmlType::Q4_0, 64, q.data(), GgmlType::F32, 0, back.data(), n, scratch.data())
-          .ok());
-  const double rotated = testing::rel_rms(back, x);
+  // x to q4_0 stored with `rotation` (rotated on the way in) and back (un-rotated on the way
+  // out): *error receives the relative RMS error of the round trip.
+  const auto round_trip = [&](uint32_t rotation, double* error) {
+    std::vector<uint8_t> q(row_size(GgmlType::Q4_0, n));
+    std::vector<float> scratch(n), back(n);
+    ASSERT_TRUE(kv_row_convert(GgmlType::F32, 0, x.data(), GgmlType::Q4_0, rotation, q.data(), n,
+                               scratch.data())
+                    .ok());
+    ASSERT_TRUE(kv_row_convert(GgmlType::Q4_0, rotation, q.data(), GgmlType::F32, 0, back.data(), n,
+                               scratch.data())
+                    .ok());
+    *error = testing::rel_rms(back, x);
+  };
+  double plain = 0, rotated = 0;
+  ASSERT_NO_FATAL_FAILURE(round_trip(0, &plain));
+  ASSERT_NO_FATAL_FAILURE(round_trip(64, &rotated));
   EXPECT_LT(rotated, 0.75 * plain) << "plain " << plain << " rotated " << rotated;
 }
 

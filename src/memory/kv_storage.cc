@@ -103,14 +103,10 @@ Result<KvStorage> KvStorage::copy() const {
   out.n_cells_ = n_cells_;
   out.layers_ = layers_;
   for (const Stream& st : streams_) {
-    Stream c;
-    c.types = st.types;
-    c.k_off = st.k_off;
-    c.v_off = st.v_off;
-    c.k_row = st.k_row;
-    c.v_row = st.v_row;
-    c.cell_bytes = st.cell_bytes;
-    MNEMO_ASSIGN_OR_RETURN(c.buf, st.buf.copy());
+    // Every stream's layout follows from the layers and its types (make_stream): a fresh stream
+    // of the same types, then the bytes.
+    MNEMO_ASSIGN_OR_RETURN(Stream c, make_stream(n_cells_, layers_, st.types));
+    if (st.buf.size() > 0) std::memcpy(c.buf.data(), st.buf.data(), st.buf.size());
     out.streams_.push_back(std::move(c));
   }
   return out;

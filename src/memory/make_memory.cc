@@ -22,14 +22,7 @@ std::function<bool(uint32_t)> flagged(std::vector<uint8_t> flags) {
 // The K/V cache settings every kind shares (the SWA child and the hybrid's attention child
 // start from these too).
 KvCacheConfig kv_config(const MemoryParams& p) {
-  KvCacheConfig c;
-  c.n_ctx = p.n_ctx;
-  c.n_seq_max = p.n_seq_max;
-  c.unified = p.unified;
-  c.k_type = p.k_type;
-  c.v_type = p.v_type;
-  c.n_embd_k_gqa = p.n_embd_k_gqa;
-  c.n_embd_v_gqa = p.n_embd_v_gqa;
+  KvCacheConfig c(p.kv);
   // Quantized rows are rotated per head, when the head size is a power of two.
   c.rotation_dim = p.kv_rotation && is_valid_kv_rotation(p.head_dim) ? p.head_dim : 0;
   c.pool = p.pool;
@@ -38,7 +31,7 @@ KvCacheConfig kv_config(const MemoryParams& p) {
 
 RecurrentMemoryConfig rs_config(const MemoryParams& p) {
   RecurrentMemoryConfig c;
-  c.n_seq_max = p.n_seq_max;
+  c.n_seq_max = p.kv.n_seq_max;
   c.n_embd_r = p.n_embd_r;
   c.n_embd_s = p.n_embd_s;
   c.layer_filter = flagged(p.recurrent_layer);

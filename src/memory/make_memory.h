@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "memory/kv_cache.h"
 #include "mnemo/memory.h"
 #include "mnemo/quant.h"
 #include "mnemo/status.h"
@@ -31,9 +32,13 @@ namespace mnemo {
 /// What a memory holds and how: the model's layers (from its hyper-parameters) and the
 /// context's settings (from ContextParams). Plain data; copyable.
 struct MemoryParams {
+  /// What every K/V cache among the memory's children holds: the model's K / V row widths per
+  /// layer (n_embd_k_gqa, n_embd_v_gqa) and the context's cells per stream (n_ctx; split mode:
+  /// the context's n_ctx / n_seq_max), sequences [0, n_seq_max) (those of the recurrent state
+  /// too), one KV stream for all sequences (unified) or one per sequence, and K/V types.
+  KvCacheShape kv;
+
   // --- the model's layers -----------------------------------------------------------------------
-  std::vector<uint32_t> n_embd_k_gqa;  // [n_layer] K row width (elements) of each layer
-  std::vector<uint32_t> n_embd_v_gqa;  // [n_layer] V row width
   /// Attention head size (of K): the block of the Hadamard rotation when kv_rotation is on.
   uint32_t head_dim = 0;
   /// [n_layer] 1: the layer attends through the sliding window (SwaKvCache's window child).
@@ -48,11 +53,6 @@ struct MemoryParams {
   std::vector<uint32_t> n_embd_s;  // [n_layer] ssm state floats per sequence (recurrent layers)
 
   // --- the context's settings -------------------------------------------------------------------
-  uint32_t n_ctx = 0;      // KV cells per stream (split mode: the context's n_ctx / n_seq_max)
-  uint32_t n_seq_max = 1;  // sequences [0, n_seq_max)
-  bool unified = false;    // one KV stream for all sequences (else one per sequence)
-  GgmlType k_type = GgmlType::F16;
-  GgmlType v_type = GgmlType::F16;
   bool kv_rotation = true;  // rotate quantized K/V rows (see the header comment)
   uint32_t n_ubatch = 512;  // the largest ubatch (sizes the sliding-window cache)
   bool swa_full = false;    // give the window layers as many cells as the others

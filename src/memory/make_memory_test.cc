@@ -21,13 +21,13 @@ constexpr uint32_t kLayers = 4;
 // Four attention layers of 2 heads x 32, 64 cells per stream, 2 sequences, q8_0 K/V.
 MemoryParams attention_params() {
   MemoryParams p;
-  p.n_embd_k_gqa.assign(kLayers, 64);
-  p.n_embd_v_gqa.assign(kLayers, 64);
+  p.kv.n_embd_k_gqa.assign(kLayers, 64);
+  p.kv.n_embd_v_gqa.assign(kLayers, 64);
   p.head_dim = 32;
-  p.n_ctx = 64;
-  p.n_seq_max = 2;
-  p.k_type = GgmlType::Q8_0;
-  p.v_type = GgmlType::Q8_0;
+  p.kv.n_ctx = 64;
+  p.kv.n_seq_max = 2;
+  p.kv.k_type = GgmlType::Q8_0;
+  p.kv.v_type = GgmlType::Q8_0;
   p.n_ubatch = 16;
   return p;
 }
@@ -57,7 +57,7 @@ TEST(MakeMemoryTest, AttentionLayersGetAKvCache) {
   EXPECT_EQ(kv->n_ctx(), 64u);
   EXPECT_EQ(kv->config().rotation_dim, 32u);
   MemoryParams p = attention_params();
-  p.unified = true;
+  p.kv.unified = true;
   p.kv_rotation = false;
   auto u = make(p);
   EXPECT_EQ(dynamic_cast<KvCache&>(*u).n_stream(), 1u);
@@ -119,7 +119,7 @@ TEST(MakeMemoryTest, RefusesWhatNoChildCanHold) {
   p.recurrent_layer.assign(kLayers, 0);  // a recurrent part with no recurrent layer
   EXPECT_EQ(make_memory(p).status().code(), StatusCode::kInvalidArgument);
   p = attention_params();
-  p.n_ctx = 0;
+  p.kv.n_ctx = 0;
   EXPECT_EQ(make_memory(p).status().code(), StatusCode::kInvalidArgument);
 }
 

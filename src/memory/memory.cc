@@ -35,6 +35,20 @@ Status MemoryContext::apply() {
                                                  : Status::invalid_argument(m);
 }
 
+void MemoryBreakdown::add_stream(Stream stream, std::vector<Tensor> stream_tensors) {
+  stream.tensor_bytes = 0;
+  for (Tensor& t : stream_tensors) {
+    t.part = stream.part;
+    t.stream = stream.stream;
+    t.n_cells = stream.n_cells;
+    stream.tensor_bytes += t.bytes;
+    tensors.push_back(std::move(t));
+  }
+  tensor_bytes += stream.tensor_bytes;
+  mapped_bytes += stream.mapped_bytes;
+  streams.push_back(std::move(stream));
+}
+
 std::string MemoryBreakdown::to_string() const {
   std::string out;
   char line[256];

@@ -1,10 +1,12 @@
-// Position bounds and half-open position ranges shared by the memory implementations
-// (module-private).
+// Position bounds, half-open position ranges and the sequence id check shared by the memory
+// implementations (module-private).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mnemo/batch.h"
+#include "mnemo/status.h"
 
 namespace mnemo {
 
@@ -32,5 +34,27 @@ struct PosRange {
 // The range [p0, p1) of the memory.h sequence operations: p0 < 0 means 0, p1 < 0 means
 // "to the end" (INT32_MAX, past every position a cell can hold).
 inline PosRange open_range(Pos p0, Pos p1) { return {p0 < 0 ? 0 : p0, p1 < 0 ? INT32_MAX : p1}; }
+
+// Calls f(s) for the sequences an operation on `seq` touches: seq itself, or every sequence
+// [0, n_seq_max) in order when seq < 0 (seq_rm's "all sequences", memory.h).
+template <class F>
+void for_each_seq(SeqId seq, uint32_t n_seq_max, F&& f) {
+  if (seq >= 0) {
+    f(seq);
+    return;
+  }
+  for (SeqId s = 0; s < static_cast<SeqId>(n_seq_max); ++s) f(s);
+}
+
+// OK when seq is one of the memory's sequences [0, n_seq_max); otherwise kInvalidArgument
+// "<op>: <what> <seq> is outside [0, n_seq_max = <n_seq_max>)".
+inline Status check_seq_id(SeqId seq, uint32_t n_seq_max, const char* op, const char* what) {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= n_seq_max) {
+    return Status::invalid_argument(std::string(op) + ": " + what + " " + std::to_string(seq) +
+                                    " is outside [0, n_seq_max = " + std::to_string(n_seq_max) +
+                                    ")");
+  }
+  return Status();
+}
 
 }  // namespace mnemo

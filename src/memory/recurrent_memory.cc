@@ -69,28 +69,12 @@ std::string pos_list(const std::vector<Pos>& v) {
 
 RecurrentMemoryContext::RecurrentMemoryContext(RecurrentMemory* state, Mode mode,
                                                MemoryStatus status, std::string message)
-    : MemoryContext(status, std::move(message)),
+    : PlannedContext(status, std::move(message)),
       state_(state),
       mode_(mode),
       journal_(std::make_unique<RsJournal>()) {}
 
 RecurrentMemoryContext::~RecurrentMemoryContext() = default;
-
-std::span<const Ubatch> RecurrentMemoryContext::ubatches() const {
-  if (!ubatches_) return {};
-  return {ubatches_->data(), ubatches_->size()};
-}
-
-const Ubatch& RecurrentMemoryContext::ubatch() const {
-  if (!ubatches_ || ubatches_->empty()) return MemoryContext::ubatch();
-  return (*ubatches_)[cur_];
-}
-
-bool RecurrentMemoryContext::next() {
-  if (!ubatches_ || cur_ + 1 >= ubatches_->size()) return false;
-  ++cur_;
-  return true;
-}
 
 Status RecurrentMemoryContext::apply() {
   if (!ok()) return MemoryContext::apply();
@@ -393,12 +377,7 @@ void RecurrentMemory::undo(RsJournal* journal) {
 // --- sequence operations -----------------------------------------------------------------------
 
 Status RecurrentMemory::check_seq(SeqId seq, const char* op, const char* what) const {
-  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) {
-    return Status::invalid_argument(
-        std::string(op) + ": " + what + " " + std::to_string(seq) +
-        " is outside [0, n_seq_max = " + std::to_string(config_.n_seq_max) + ")");
-  }
-  return Status();
+  return check_seq_id(seq, config_.n_seq_max, op, what);
 }
 
 Status RecurrentMemory::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
@@ -449,11 +428,7 @@ Status RecurrentMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
                                  [keep](const Checkpoint& k) { return k.pos > keep; }),
                   m.ckpts.end());
   };
-  if (seq < 0) {
-    for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) rm_one(s);
-  } else {
-    rm_one(seq);
-  }
+  for_each_seq(seq, config_.n_seq_max, rm_one);
   ++epoch_;
   return Status();
 }
@@ -636,7 +611,7 @@ MemoryBreakdown RecurrentMemory::breakdown() const {
     const bool ckpt = part[2] == '_';
     const uint32_t rows = ckpt ? n_ckpt_rows : config_.n_seq_max;
     if (rows == 0) continue;
-    MemoryBreakdown::Stream& st = b.streams.emplace_back();
+    MemoryBreakdown::Stream st;
     st.part = part;
     st.n_cells = rows;
     for (const SeqMeta& m : seqs_) st.used += ckpt ? uint32_t(m.ckpts.size()) : (m.pos_max >= 0);
@@ -644,22 +619,19 @@ MemoryBreakdown RecurrentMemory::breakdown() const {
     st.k_type = GgmlType::F32;
     st.v_type = GgmlType::F32;
     st.mapped_bytes = ckpt ? ckpt_pool_.mapped_bytes() : cells_.mapped_bytes();
+    std::vector<MemoryBreakdown::Tensor> tensors;
     for (uint32_t il = 0; il < layer_off_r_.size(); ++il) {
       if (!holds_layer(il)) continue;
       for (char kind : {'R', 'S'}) {
-        MemoryBreakdown::Tensor& t = b.tensors.emplace_back();
-        t.part = part;
+        MemoryBreakdown::Tensor& t = tensors.emplace_back();
         t.layer = il;
         t.kind = kind;
         t.type = GgmlType::F32;
         t.n_embd = kind == 'R' ? config_.n_embd_r[il] : config_.n_embd_s[il];
-        t.n_cells = rows;
         t.bytes = size_t(t.n_embd) * rows * sizeof(float);
-        st.tensor_bytes += t.bytes;
       }
     }
-    b.tensor_bytes += st.tensor_bytes;
-    b.mapped_bytes += st.mapped_bytes;
+    b.add_stream(std::move(st), std::move(tensors));
   }
   return b;
 }

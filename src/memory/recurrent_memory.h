@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "base/buffer.h"
+#include "memory/planned_context.h"
 #include "mnemo/batch.h"
 #include "mnemo/memory.h"
 #include "mnemo/state_format.h"
@@ -88,16 +89,12 @@ struct RecurrentMemoryConfig {
 /// The transaction returned by RecurrentMemory::init_batch / init_full (see MemoryContext for the
 /// protocol). Between apply() and the next apply() / rollback(), the forward pass reads and
 /// writes the state of the current ubatch's sequence through conv_state() / ssm_state().
-class RecurrentMemoryContext final : public MemoryContext {
+class RecurrentMemoryContext final : public PlannedContext {
  public:
   enum class Mode : uint8_t { kBatch, kFull };
   ~RecurrentMemoryContext() override;
 
-  // MemoryContext.
-  std::span<const Ubatch> ubatches() const override;
-  uint32_t ubatch_index() const override { return cur_; }
-  const Ubatch& ubatch() const override;
-  bool next() override;
+  // MemoryContext (ubatches, ubatch_index, ubatch, next: PlannedContext).
   Status apply() override;
   void rollback() override;
   const RecurrentMemoryContext* rs_for_layer(uint32_t il) const override;
@@ -119,9 +116,7 @@ class RecurrentMemoryContext final : public MemoryContext {
 
   RecurrentMemory* state_;
   Mode mode_;
-  std::shared_ptr<const std::vector<Ubatch>> ubatches_;
   std::unique_ptr<RsJournal> journal_;
-  uint32_t cur_ = 0;
   uint32_t n_applied_ = 0;
   uint64_t epoch_ = 0;
   bool spent_ = false;

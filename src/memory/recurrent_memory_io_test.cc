@@ -17,11 +17,11 @@
 #include "mnemo/state.h"
 #include "support/memory_testing.h"
 #include "support/recurrent_testing.h"
+#include "support/state_test_util.h"
 
 namespace mnemo {
 namespace {
 
-using testing::fake_rs_forward;
 using testing::ref_rs_state;
 using testing::snapshot;
 
@@ -48,9 +48,7 @@ RecurrentMemoryConfig rs_config(uint32_t n_seq, uint32_t n_ckpt = 3, uint32_t n_
 }
 
 std::unique_ptr<RecurrentMemory> make_rs(RecurrentMemoryConfig c) {
-  auto r = RecurrentMemory::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<RecurrentMemory>(std::move(c));
 }
 
 std::unique_ptr<HybridMemory> make_hybrid(uint32_t n_seq, bool unified) {
@@ -62,41 +60,22 @@ std::unique_ptr<HybridMemory> make_hybrid(uint32_t n_seq, bool unified) {
   c.kv.n_embd_v_gqa.assign(kLayers, 32);
   c.kv.n_pad = 8;
   c.rs = rs_config(n_seq);
-  auto r = HybridMemory::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<HybridMemory>(std::move(c));
 }
 
 void decode(Memory& m, SeqId s, const std::vector<int32_t>& toks, int from, int to,
             uint64_t gen = 1) {
   Batch b;
   for (int i = from; i < to; ++i) b.add(toks[i], i, {s}, false);
-  auto ctx = m.init_batch(b, 3);
-  ASSERT_TRUE(ctx->ok()) << ctx->message();
-  do {
-    ASSERT_TRUE(ctx->apply().ok());
-    testing::write_fake_kv(*ctx, kLayers, gen);
-    fake_rs_forward(*ctx, kLayers);
-  } while (ctx->next());
+  const Status st = testing::decode_fake(m, b, 3, kLayers, gen);
+  ASSERT_TRUE(st.ok()) << st.to_string();
 }
 
 std::vector<uint8_t> save_seq(const Memory& m, SeqId s) {
-  Result<size_t> n = state_seq_get_size(m, fingerprint(), s);
-  CHECK(n.ok()) << n.status().to_string();
-  std::vector<uint8_t> buf(*n);
-  Result<size_t> w = state_seq_get_data(m, fingerprint(), s, buf);
-  CHECK(w.ok()) << w.status().to_string();
-  CHECK_EQ(*w, *n);
-  return buf;
+  return testing::save_seq(m, s, fingerprint());
 }
 
-std::vector<uint8_t> save_whole(const Memory& m) {
-  Result<size_t> n = state_get_size(m, fingerprint());
-  CHECK(n.ok()) << n.status().to_string();
-  std::vector<uint8_t> buf(*n);
-  CHECK(state_get_data(m, fingerprint(), buf).ok());
-  return buf;
-}
+std::vector<uint8_t> save_whole(const Memory& m) { return testing::save_whole(m, fingerprint()); }
 
 bool same_floats(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "support/memory_testing.h"
 #include "support/recurrent_testing.h"
 
 namespace mnemo {
@@ -41,19 +42,13 @@ RecurrentMemoryConfig config(uint32_t n_seq_max, uint32_t interval = 0, uint32_t
 }
 
 std::unique_ptr<RecurrentMemory> make(RecurrentMemoryConfig c) {
-  auto r = RecurrentMemory::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<RecurrentMemory>(std::move(c));
 }
 
 // Decodes `b`, running the fake forward pass after each apply().
 void decode(RecurrentMemory& m, const Batch& b, uint32_t n_ubatch) {
-  auto ctx = m.init_batch(b, n_ubatch);
-  ASSERT_TRUE(ctx->ok()) << ctx->message();
-  do {
-    ASSERT_TRUE(ctx->apply().ok());
-    fake_rs_forward(*ctx, kLayers);
-  } while (ctx->next());
+  const Status st = testing::decode_fake(m, b, n_ubatch, kLayers, /*generation=*/1);
+  ASSERT_TRUE(st.ok()) << st.to_string();
 }
 
 // Appends tokens[from, to) of sequence s at positions from.. to b.

@@ -15,11 +15,7 @@ namespace mnemo {
 namespace {
 
 namespace sf = state_format;
-using testing::fill;
-using testing::full_snapshot;
-using testing::make_cache;
-using testing::state_config;
-using testing::test_fingerprint;
+using namespace testing;  // NOLINT(build/namespaces): support/state_test_util.h's helpers
 
 struct Fixture {
   std::unique_ptr<KvCache> src;

@@ -8,7 +8,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,37 +19,13 @@
 
 #include "memory/kv_rotation.h"
 #include "mnemo/state_format.h"
+#include "support/file_limit.h"
 #include "support/state_test_util.h"
 
 namespace mnemo {
 namespace {
 
-using testing::fill;
-using testing::full_snapshot;
-using testing::make_cache;
-using testing::seq_bytes;
-using testing::state_config;
-using testing::test_fingerprint;
-
-std::vector<uint8_t> save_seq(const Memory& m, SeqId s) {
-  Result<size_t> n = state_seq_get_size(m, test_fingerprint(), s);
-  CHECK(n.ok()) << n.status().to_string();
-  std::vector<uint8_t> buf(*n);
-  Result<size_t> w = state_seq_get_data(m, test_fingerprint(), s, buf);
-  CHECK(w.ok()) << w.status().to_string();
-  CHECK_EQ(*w, *n);
-  return buf;
-}
-
-std::vector<uint8_t> save_whole(const Memory& m) {
-  Result<size_t> n = state_get_size(m, test_fingerprint());
-  CHECK(n.ok()) << n.status().to_string();
-  std::vector<uint8_t> buf(*n);
-  Result<size_t> w = state_get_data(m, test_fingerprint(), buf);
-  CHECK(w.ok()) << w.status().to_string();
-  CHECK_EQ(*w, *n);
-  return buf;
-}
+using namespace testing;  // NOLINT(build/namespaces): support/state_test_util.h's helpers
 
 std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "/mnemo_state_" + std::to_string(::getpid()) + "_" + name;
@@ -315,24 +290,11 @@ TEST(StateTest, RotationIsConvertedOnRestore) {
 // --- sliding-window caches ---------------------------------------------------------------------
 
 SwaKvCacheConfig swa_config(uint32_t n_seq_max, bool unified) {
-  SwaKvCacheConfig c;
-  c.kv.n_ctx = 64;
-  c.kv.n_seq_max = n_seq_max;
-  c.kv.unified = unified;
-  c.kv.n_embd_k_gqa = {64, 128};
-  c.kv.n_embd_v_gqa = {64, 64};
-  c.is_swa_layer = [](uint32_t il) { return il == 0; };
-  c.kv.swa_type = SwaType::kStandard;
-  c.kv.n_swa = 8;
-  c.n_ubatch = 16;
-  c.kv.n_pad = 8;
-  return c;
+  return swa_state_config(64, n_seq_max, unified);
 }
 
 std::unique_ptr<SwaKvCache> make_swa(const SwaKvCacheConfig& c) {
-  auto r = SwaKvCache::create(c);
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return create_or_die<SwaKvCache>(c);
 }
 
 // Both children travel: the SWA child keeps every cell it actually holds, also those behind the
@@ -416,12 +378,8 @@ TEST(StateTest, FailedSaveLeavesNoFileBehind) {
   const std::string path = temp_path("full-disk.mnst");
   const std::string older = "an older save of this name";
   std::ofstream(path, std::ios::binary) << older;
-  ::signal(SIGXFSZ, SIG_IGN);
   rlimit old;
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  rlimit small = old;
-  small.rlim_cur = 4096;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  ASSERT_NO_FATAL_FAILURE(testing::limit_file_size(4096, &old));
   const Status st = state_seq_save_file(*src, test_fingerprint(), path, 1, tokens);
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
   EXPECT_EQ(st.code(), StatusCode::kIOError) << st.to_string();

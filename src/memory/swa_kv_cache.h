@@ -95,7 +95,7 @@ class SwaKvCache final : public composite::CompositeMemory<SwaKvCache> {
   /// The base child's stream, types, cells and free cells; bytes of both children (see
   /// Memory::seq_info).
   Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
-  uint32_t n_seq_max() const override { return config_.kv.n_seq_max; }
+  // n_seq_max: CompositeMemory.
 
   // State (swa_kv_cache_io.cc): parts kv_base then kv_swa, both validated before either is
   // applied; the SWA part holds every cell the window child holds (also the ones behind the

@@ -33,9 +33,7 @@ SwaKvCacheConfig gemma_like(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
 }
 
 std::unique_ptr<SwaKvCache> make(SwaKvCacheConfig c) {
-  auto r = SwaKvCache::create(std::move(c));
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return testing::create_or_die<SwaKvCache>(std::move(c));
 }
 
 Batch tokens(SeqId s, Pos p0, int n) {

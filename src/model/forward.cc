@@ -82,6 +82,16 @@ void Forward::add_bias(const Weight& b, float* y, int64_t n_tokens) {
   for (int64_t t = 0; t < n_tokens; ++t) kernels::add(y + t * b.ne0, b.f32(), b.ne0, y + t * b.ne0);
 }
 
+void Forward::norm_rows(const float* in, const Weight& w, float* out) {
+  kernels::rms_norm(in, w.f32(), hp_.rms_eps, n_tokens_, hp_.n_embd, out);
+}
+
+void Forward::add_residual(float scale) {
+  const int64_t n = int64_t{n_tokens_} * hp_.n_embd;
+  if (scale != 1.0f) kernels::scale(h_.data(), n, scale);
+  kernels::add(x_.data(), h_.data(), n, x_.data());
+}
+
 kernels::RopeParams Forward::rope_params(uint32_t il) const {
   kernels::RopeParams p;
   p.n_dims = hp_.rope_dim;

@@ -98,6 +98,11 @@ class Forward {
   static kernels::WeightMatrix matrix(const Weight& w);
   void matmul(const Weight& w, const float* x, int64_t n_tokens, float* y);
   void add_bias(const Weight& b, float* y, int64_t n_tokens);
+  // The residual stream of a block, over the ubatch's T rows of n_embd: norm_rows writes
+  // rms_norm(in) * w (eps rms_eps) to out (in: x_, or h_ in place for a post-norm);
+  // add_residual adds h_, times scale when scale != 1, to x_.
+  void norm_rows(const float* in, const Weight& w, float* out);
+  void add_residual(float scale = 1.0f);
 
   const Model& model_;
   const HParams& hp_;

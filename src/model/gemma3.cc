@@ -10,20 +10,17 @@ namespace mnemo {
 
 void Forward::gemma3_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub) {
   const LayerWeights& L = model_.layers()[il];
-  const int64_t T = n_tokens_;
-  const int64_t n_embd = hp_.n_embd;
-  const float eps = hp_.rms_eps;
 
   // The loader requires the q/k norms of gemma3 and binds no biases for it.
-  kernels::rms_norm(x_.data(), L.attn_norm.f32(), eps, T, n_embd, h_.data());
+  norm_rows(x_.data(), L.attn_norm, h_.data());
   attention_sublayer(il, kv, ub, h_.data(), h_.data());
-  kernels::rms_norm(h_.data(), L.post_attn_norm.f32(), eps, T, n_embd, h_.data());
-  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
+  norm_rows(h_.data(), L.post_attn_norm, h_.data());
+  add_residual();
 
-  kernels::rms_norm(x_.data(), L.ffn_norm.f32(), eps, T, n_embd, h_.data());
+  norm_rows(x_.data(), L.ffn_norm, h_.data());
   gated_ffn(il, FfnAct::kGelu, h_.data(), h_.data());
-  kernels::rms_norm(h_.data(), L.post_ffn_norm.f32(), eps, T, n_embd, h_.data());
-  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
+  norm_rows(h_.data(), L.post_ffn_norm, h_.data());
+  add_residual();
 }
 
 }  // namespace mnemo

@@ -23,12 +23,9 @@ namespace mnemo {
 
 void Forward::hybrid_layer(uint32_t il, const MemoryContext& mctx, const Ubatch& ub) {
   const LayerWeights& L = model_.layers()[il];
-  const int64_t T = n_tokens_;
-  const int64_t n_embd = hp_.n_embd;
-  const float eps = hp_.rms_eps;
   const bool qwen35 = hp_.arch == Arch::kQwen35 || hp_.arch == Arch::kQwen35Moe;
 
-  kernels::rms_norm(x_.data(), L.attn_norm.f32(), eps, T, n_embd, h_.data());
+  norm_rows(x_.data(), L.attn_norm, h_.data());
   if (hp_.is_recurrent_layer(il)) {
     const RecurrentMemoryContext* rs = mctx.rs_for_layer(il);
     CHECK(rs != nullptr) << "no recurrent state for layer " << il;
@@ -46,17 +43,15 @@ void Forward::hybrid_layer(uint32_t il, const MemoryContext& mctx, const Ubatch&
       attention_sublayer(il, *kv, ub, h_.data(), h_.data());
     }
   }
-  if (hp_.residual_scale != 1.0f) kernels::scale(h_.data(), T * n_embd, hp_.residual_scale);
-  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
+  add_residual(hp_.residual_scale);
 
-  kernels::rms_norm(x_.data(), L.ffn_norm.f32(), eps, T, n_embd, h_.data());
+  norm_rows(x_.data(), L.ffn_norm, h_.data());
   if (hp_.is_moe()) {
     moe_ffn(il, h_.data(), h_.data());
   } else {
     gated_ffn(il, FfnAct::kSilu, h_.data(), h_.data());
   }
-  if (hp_.residual_scale != 1.0f) kernels::scale(h_.data(), T * n_embd, hp_.residual_scale);
-  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
+  add_residual(hp_.residual_scale);
 }
 
 }  // namespace mnemo

@@ -10,23 +10,20 @@ namespace mnemo {
 
 void Forward::llama_layer(uint32_t il, const KvCacheContext& kv, const Ubatch& ub) {
   const LayerWeights& L = model_.layers()[il];
-  const int64_t T = n_tokens_;
-  const int64_t n_embd = hp_.n_embd;
-  const float eps = hp_.rms_eps;
 
   // Attention (biases: qwen2; q/k norms: qwen3).
-  kernels::rms_norm(x_.data(), L.attn_norm.f32(), eps, T, n_embd, h_.data());
+  norm_rows(x_.data(), L.attn_norm, h_.data());
   attention_sublayer(il, kv, ub, h_.data(), h_.data());
-  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
+  add_residual();
 
   // Feed-forward (SwiGLU).
-  kernels::rms_norm(x_.data(), L.ffn_norm.f32(), eps, T, n_embd, h_.data());
+  norm_rows(x_.data(), L.ffn_norm, h_.data());
   if (hp_.is_moe()) {
     moe_ffn(il, h_.data(), h_.data());
   } else {
     gated_ffn(il, FfnAct::kSilu, h_.data(), h_.data());
   }
-  kernels::add(x_.data(), h_.data(), T * n_embd, x_.data());
+  add_residual();
 }
 
 }  // namespace mnemo

@@ -31,6 +31,17 @@ Status read_f32_key(const gguf::File& f, const char* suffix, float* out) {
   return Status();
 }
 
+Status read_n_vocab(const gguf::File& f, uint32_t* out) {
+  if (const gguf::Value* v = f.find(f.arch_key("vocab_size"))) {
+    auto n = v->as_uint();
+    if (!n || *n == 0 || *n > (1u << 24)) return Status::invalid_argument("bad vocab_size");
+    *out = static_cast<uint32_t>(*n);
+  } else if (auto tokens = f.get_array("tokenizer.ggml.tokens"); tokens.ok()) {
+    *out = static_cast<uint32_t>((*tokens)->items.size());
+  }
+  return Status();
+}
+
 Status bind_tensor(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
                    bool required, bool f32_only, Weight* out) {
   const gguf::TensorInfo* t = f.find_tensor(name);

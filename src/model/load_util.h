@@ -19,6 +19,11 @@ Status read_u32_key(const gguf::File& f, const char* suffix, uint32_t* out, bool
 /// InvalidArgument for another type or a value that is not finite.
 Status read_f32_key(const gguf::File& f, const char* suffix, float* out);
 
+/// The vocabulary size into *out: "{arch}.vocab_size" (InvalidArgument "bad vocab_size" unless
+/// an unsigned in [1, 2^24]), else the length of the tokenizer's list "tokenizer.ggml.tokens";
+/// with neither, *out is left as it is (the loader then takes token_embd's rows).
+Status read_n_vocab(const gguf::File& f, uint32_t* out);
+
 /// Binds tensor `name` to *out, checking that its shape is [ne0, ne1] (ne1: the product of the
 /// dimensions after the first; 1 for vectors). Absent: InvalidArgument when `required`, else
 /// *out stays absent. A wrong shape is InvalidArgument naming the tensor; a type mnemo cannot

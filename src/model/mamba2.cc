@@ -66,13 +66,11 @@ void Forward::ssm_block(uint32_t il, const MemoryContext& mctx, const Ubatch& ub
     hybrid_layer(il, mctx, ub);     // src/model/hybrid.cc
     return;
   }
-  const LayerWeights& L = model_.layers()[il];
-  const int64_t T = n_tokens_;
   const RecurrentMemoryContext* rs = mctx.rs_for_layer(il);
   CHECK(rs != nullptr) << "no recurrent state for layer " << il;
-  kernels::rms_norm(x_.data(), L.attn_norm.f32(), hp_.rms_eps, T, hp_.n_embd, h_.data());
+  norm_rows(x_.data(), model_.layers()[il].attn_norm, h_.data());
   mamba2_mixer(il, *rs, h_.data(), h_.data());
-  kernels::add(x_.data(), h_.data(), T * hp_.n_embd, x_.data());
+  add_residual();
 }
 
 }  // namespace mnemo

@@ -262,13 +262,7 @@ Status Model::load_hparams() {
   if (scale_factor > 0.0f) hp_.rope_freq_scale = 1.0f / scale_factor;
 
   // Vocabulary size: {arch}.vocab_size, else the tokenizer's token list, else token_embd rows.
-  if (const gguf::Value* v = f.find(f.arch_key("vocab_size"))) {
-    auto n = v->as_uint();
-    if (!n || *n == 0 || *n > (1u << 24)) return Status::invalid_argument("bad vocab_size");
-    hp_.n_vocab = static_cast<uint32_t>(*n);
-  } else if (auto tokens = f.get_array("tokenizer.ggml.tokens"); tokens.ok()) {
-    hp_.n_vocab = static_cast<uint32_t>((*tokens)->items.size());
-  }
+  MNEMO_RETURN_IF_ERROR(model_load::read_n_vocab(f, &hp_.n_vocab));
 
   hp_.attn_scale = 1.0f / std::sqrt(float(hp_.head_dim_k));
   switch (hp_.arch) {

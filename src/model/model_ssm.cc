@@ -160,14 +160,7 @@ Status Model::load_ssm_hparams() {
     hp_.attn_scale = s != 0.0f ? s : 1.0f / std::sqrt(float(hp_.head_dim_k));
   }
 
-  if (const gguf::Value* v = f.find(f.arch_key("vocab_size"))) {
-    auto n = v->as_uint();
-    if (!n || *n == 0 || *n > (1u << 24)) return Status::invalid_argument("bad vocab_size");
-    hp_.n_vocab = static_cast<uint32_t>(*n);
-  } else if (auto tokens = f.get_array("tokenizer.ggml.tokens"); tokens.ok()) {
-    hp_.n_vocab = static_cast<uint32_t>((*tokens)->items.size());
-  }
-  return Status();
+  return model_load::read_n_vocab(f, &hp_.n_vocab);
 }
 
 Status Model::bind_embedding_and_output() {

@@ -6,7 +6,6 @@
 #include "prompt_cache/prompt_cache.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <xxhash.h>
@@ -20,17 +19,14 @@
 
 #include "prompt_cache/block_hash.h"
 #include "prompt_cache/cache_dir.h"
+#include "support/file_limit.h"
 #include "support/state_test_util.h"
 
 namespace mnemo::prompt_cache {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::fill;
-using testing::make_cache;
-using testing::seq_bytes;
-using testing::state_config;
-using testing::test_fingerprint;
+using namespace testing;  // NOLINT(build/namespaces): support/state_test_util.h's helpers
 using Bytes = std::vector<uint8_t>;
 
 std::vector<int32_t> tokens_of(int n, int salt = 0) {
@@ -586,12 +582,8 @@ TEST(PromptCacheDisk, AFullDiskKeepsEntriesInRam) {
   const auto a = tokens_of(48);
   auto bytes = state_of(a);
   // The process may write no file larger than 4 KiB: as a disk that fills up mid-write.
-  ::signal(SIGXFSZ, SIG_IGN);
   rlimit old;
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  rlimit small = old;
-  small.rlim_cur = 4096;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  ASSERT_NO_FATAL_FAILURE(testing::limit_file_size(4096, &old));
   ASSERT_GT(bytes->size(), 4096u);
   c->insert(a, bytes, kNever);
   c->flush();

@@ -30,6 +30,37 @@ inline void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// One Q4_K or Q5_K super-block -> kQK_K floats: in chunk c (64 elements) element l < 32 is
+// d * sc_2c * q - dmin * m_2c with q the low nibble of qs[32c + l], element 32 + l the same with
+// the high nibble and sub-block 2c + 1. Q5_K's qh (null for Q4_K) adds 16 to q when bit 2c (low
+// nibble) or 2c + 1 (high nibble) of qh[l] is set.
+void dequantize_k4_block(uint16_t d16, uint16_t dmin16, const uint8_t* scales, const uint8_t* qs,
+                         const uint8_t* qh, float* y) {
+  const float d = half(d16);
+  const float dmin = half(dmin16);
+  const uint8_t* q = qs;
+  for (int c = 0; c < 4; ++c, q += 32) {
+    uint8_t sc;
+    uint8_t m;
+    k4_scale_min(2 * c, scales, &sc, &m);
+    const float d1 = d * static_cast<float>(sc);
+    const float m1 = dmin * static_cast<float>(m);
+    k4_scale_min(2 * c + 1, scales, &sc, &m);
+    const float d2 = d * static_cast<float>(sc);
+    const float m2 = dmin * static_cast<float>(m);
+    const uint8_t u1 = static_cast<uint8_t>(1u << (2 * c));
+    const uint8_t u2 = static_cast<uint8_t>(2u << (2 * c));
+    for (int l = 0; l < 32; ++l) {
+      const int v = (q[l] & 0x0f) + ((qh != nullptr && (qh[l] & u1)) ? 16 : 0);
+      *y++ = d1 * static_cast<float>(v) - m1;
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int v = (q[l] >> 4) + ((qh != nullptr && (qh[l] & u2)) ? 16 : 0);
+      *y++ = d2 * static_cast<float>(v) - m2;
+    }
+  }
+}
+
 }  // namespace
 
 void dequantize_row_f32(const void* vx, float* y, int64_t n) {
@@ -168,51 +199,15 @@ void dequantize_row_q3_K(const void* vx, float* y, int64_t n) {
 
 void dequantize_row_q4_K(const void* vx, float* y, int64_t n) {
   const auto* b = static_cast<const block_q4_K*>(vx);
-  for (int64_t i = 0; i < n / kQK_K; ++i, ++b) {
-    const float d = half(b->d);
-    const float dmin = half(b->dmin);
-    const uint8_t* q = b->qs;
-    for (int c = 0; c < 4; ++c, q += 32) {
-      uint8_t sc;
-      uint8_t m;
-      k4_scale_min(2 * c, b->scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = dmin * static_cast<float>(m);
-      k4_scale_min(2 * c + 1, b->scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = dmin * static_cast<float>(m);
-      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0f) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
-    }
+  for (int64_t i = 0; i < n / kQK_K; ++i, ++b, y += kQK_K) {
+    dequantize_k4_block(b->d, b->dmin, b->scales, b->qs, nullptr, y);
   }
 }
 
 void dequantize_row_q5_K(const void* vx, float* y, int64_t n) {
   const auto* b = static_cast<const block_q5_K*>(vx);
-  for (int64_t i = 0; i < n / kQK_K; ++i, ++b) {
-    const float d = half(b->d);
-    const float dmin = half(b->dmin);
-    const uint8_t* q = b->qs;
-    for (int c = 0; c < 4; ++c, q += 32) {
-      uint8_t sc;
-      uint8_t m;
-      k4_scale_min(2 * c, b->scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = dmin * static_cast<float>(m);
-      k4_scale_min(2 * c + 1, b->scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = dmin * static_cast<float>(m);
-      const uint8_t u1 = static_cast<uint8_t>(1u << (2 * c));
-      const uint8_t u2 = static_cast<uint8_t>(2u << (2 * c));
-      for (int l = 0; l < 32; ++l) {
-        const int v = (q[l] & 0x0f) + ((b->qh[l] & u1) ? 16 : 0);
-        *y++ = d1 * static_cast<float>(v) - m1;
-      }
-      for (int l = 0; l < 32; ++l) {
-        const int v = (q[l] >> 4) + ((b->qh[l] & u2) ? 16 : 0);
-        *y++ = d2 * static_cast<float>(v) - m2;
-      }
-    }
+  for (int64_t i = 0; i < n / kQK_K; ++i, ++b, y += kQK_K) {
+    dequantize_k4_block(b->d, b->dmin, b->scales, b->qs, b->qh, y);
   }
 }
 

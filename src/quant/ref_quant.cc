@@ -86,6 +86,52 @@ inline void min_max(const float* x, int n, float* min_out, float* max_out) {
   *max_out = mx;
 }
 
+// The 32 quants of a Q4_0 / Q5_0 block of x (bits 4 / 5) into q, as the comment of
+// quantize_row_q4_0 says; returns the scale d.
+inline float symmetric_quants(const float* x, int bits, int* q) {
+  const int half = 1 << (bits - 1);
+  float amax;
+  const float max = signed_absmax(x, 32, &amax);
+  const float d = max / static_cast<float>(-half);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float offset = static_cast<float>(half) + 0.5f;  // 8.5 / 16.5, exact
+  const float top = static_cast<float>(2 * half - 1);
+  for (int j = 0; j < 32; ++j) q[j] = trunc_small(clampf(x[j] * id + offset, 0.0f, top));
+  return d;
+}
+
+// The 32 quants of a Q4_1 / Q5_1 block of x (bits 4 / 5) into q, its scale d and min m (fp16)
+// into *d_half and *m_half, as the comment of quantize_row_q4_1 says.
+inline void min_quants(const float* x, int bits, uint16_t* d_half, uint16_t* m_half, int* q) {
+  const float top = static_cast<float>((1 << bits) - 1);
+  float mn;
+  float mx;
+  min_max(x, 32, &mn, &mx);
+  const float d = (mx - mn) / top;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  *d_half = float_to_half(d);
+  *m_half = float_to_half(mn);
+  for (int j = 0; j < 32; ++j) q[j] = trunc_small(clampf((x[j] - mn) * id + 0.5f, 0.0f, top));
+}
+
+// The 32 quants q of a Q4_0 / Q4_1 / IQ4_NL block (each 0..15) into qs: element j in the low nibble
+// of qs[j], element j + 16 in the high nibble.
+inline void pack_4bit(const int* q, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+}
+
+// The 32 quants q of a Q5_0 / Q5_1 block (each 0..31): their low four bits into qs as pack_4bit,
+// bit 4 of element j into bit j of the little-endian 32-bit qh.
+inline void pack_5bit(const int* q, uint8_t* qs, uint8_t* qh_bytes) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<uint8_t>((q[j] & 0x0f) | ((q[j + 16] & 0x0f) << 4));
+    qh |= static_cast<uint32_t>(q[j] >> 4) << j;
+    qh |= static_cast<uint32_t>(q[j + 16] >> 4) << (j + 16);
+  }
+  std::memcpy(qh_bytes, &qh, 4);
+}
+
 }  // namespace
 
 void quantize_row_f32(const float* x, void* vy, int64_t n) {
@@ -108,83 +154,43 @@ void quantize_row_bf16(const float* x, void* vy, int64_t n) {
   }
 }
 
-// d = (signed absmax) / -8, q = min(15, trunc(x / d + 8.5)).
+// Q4_0 and Q5_0 (bits 4 / 5, half = 2^(bits - 1): 8 / 16):
+// d = (signed absmax) / -half, q = min(2^bits - 1, trunc(x / d + half + 0.5)).
 void quantize_row_q4_0(const float* x, void* vy, int64_t n) {
   auto* b = static_cast<block_q4_0*>(vy);
   for (int64_t i = 0; i < n / kQK4_0; ++i, ++b, x += kQK4_0) {
-    float amax;
-    const float max = signed_absmax(x, kQK4_0, &amax);
-    const float d = max / -8;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = float_to_half(d);
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      const int q0 = trunc_small(clampf(x[j] * id + 8.5f, 0.0f, 15.0f));
-      const int q1 = trunc_small(clampf(x[j + kQK4_0 / 2] * id + 8.5f, 0.0f, 15.0f));
-      b->qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
-    }
+    int q[kQK4_0];
+    b->d = float_to_half(symmetric_quants(x, 4, q));
+    pack_4bit(q, b->qs);
   }
 }
 
-// d = (max - min) / 15, m = min, q = min(15, trunc((x - min) / d + 0.5)).
-void quantize_row_q4_1(const float* x, void* vy, int64_t n) {
-  auto* b = static_cast<block_q4_1*>(vy);
-  for (int64_t i = 0; i < n / kQK4_1; ++i, ++b, x += kQK4_1) {
-    float mn;
-    float mx;
-    min_max(x, kQK4_1, &mn, &mx);
-    const float d = (mx - mn) / 15;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = float_to_half(d);
-    b->m = float_to_half(mn);
-    for (int j = 0; j < kQK4_1 / 2; ++j) {
-      const int q0 = trunc_small(clampf((x[j] - mn) * id + 0.5f, 0.0f, 15.0f));
-      const int q1 = trunc_small(clampf((x[j + kQK4_1 / 2] - mn) * id + 0.5f, 0.0f, 15.0f));
-      b->qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
-    }
-  }
-}
-
-// d = (signed absmax) / -16, q = min(31, trunc(x / d + 16.5)).
 void quantize_row_q5_0(const float* x, void* vy, int64_t n) {
   auto* b = static_cast<block_q5_0*>(vy);
   for (int64_t i = 0; i < n / kQK5_0; ++i, ++b, x += kQK5_0) {
-    float amax;
-    const float max = signed_absmax(x, kQK5_0, &amax);
-    const float d = max / -16;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = float_to_half(d);
-    uint32_t qh = 0;
-    for (int j = 0; j < kQK5_0 / 2; ++j) {
-      const int q0 = trunc_small(clampf(x[j] * id + 16.5f, 0.0f, 31.0f));
-      const int q1 = trunc_small(clampf(x[j + kQK5_0 / 2] * id + 16.5f, 0.0f, 31.0f));
-      b->qs[j] = static_cast<uint8_t>((q0 & 0x0f) | ((q1 & 0x0f) << 4));
-      qh |= static_cast<uint32_t>(q0 >> 4) << j;
-      qh |= static_cast<uint32_t>(q1 >> 4) << (j + kQK5_0 / 2);
-    }
-    std::memcpy(b->qh, &qh, 4);
+    int q[kQK5_0];
+    b->d = float_to_half(symmetric_quants(x, 5, q));
+    pack_5bit(q, b->qs, b->qh);
   }
 }
 
-// d = (max - min) / 31, m = min, q = trunc((x - min) / d + 0.5) (at most 31).
+// Q4_1 and Q5_1: d = (max - min) / (2^bits - 1), m = min,
+// q = min(2^bits - 1, trunc((x - min) / d + 0.5)).
+void quantize_row_q4_1(const float* x, void* vy, int64_t n) {
+  auto* b = static_cast<block_q4_1*>(vy);
+  for (int64_t i = 0; i < n / kQK4_1; ++i, ++b, x += kQK4_1) {
+    int q[kQK4_1];
+    min_quants(x, 4, &b->d, &b->m, q);
+    pack_4bit(q, b->qs);
+  }
+}
+
 void quantize_row_q5_1(const float* x, void* vy, int64_t n) {
   auto* b = static_cast<block_q5_1*>(vy);
   for (int64_t i = 0; i < n / kQK5_1; ++i, ++b, x += kQK5_1) {
-    float mn;
-    float mx;
-    min_max(x, kQK5_1, &mn, &mx);
-    const float d = (mx - mn) / 31;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = float_to_half(d);
-    b->m = float_to_half(mn);
-    uint32_t qh = 0;
-    for (int j = 0; j < kQK5_1 / 2; ++j) {
-      const int q0 = trunc_small(clampf((x[j] - mn) * id + 0.5f, 0.0f, 31.0f));
-      const int q1 = trunc_small(clampf((x[j + kQK5_1 / 2] - mn) * id + 0.5f, 0.0f, 31.0f));
-      b->qs[j] = static_cast<uint8_t>((q0 & 0x0f) | ((q1 & 0x0f) << 4));
-      qh |= static_cast<uint32_t>(q0 >> 4) << j;
-      qh |= static_cast<uint32_t>(q1 >> 4) << (j + kQK5_1 / 2);
-    }
-    std::memcpy(b->qh, &qh, 4);
+    int q[kQK5_1];
+    min_quants(x, 5, &b->d, &b->m, q);
+    pack_5bit(q, b->qs, b->qh);
   }
 }
 
@@ -212,15 +218,8 @@ void quantize_row_q8_0(const float* x, void* vy, int64_t n) {
 void quantize_row_q8_K(const float* x, void* vy, int64_t n) {
   auto* b = static_cast<block_q8_K*>(vy);
   for (int64_t i = 0; i < n / kQK_K; ++i, ++b, x += kQK_K) {
-    float amax = 0.0f;
-    float max = 0.0f;
-    for (int j = 0; j < kQK_K; ++j) {
-      const float a = std::fabs(x[j]);
-      if (a > amax) {
-        amax = a;
-        max = x[j];
-      }
-    }
+    float amax;
+    const float max = signed_absmax(x, kQK_K, &amax);
     if (amax == 0.0f) {
       std::memset(b, 0, sizeof(*b));
       continue;
@@ -246,16 +245,9 @@ void quantize_row_iq4_nl(const float* x, void* vy, int64_t n) {
   constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS
   auto* b = static_cast<block_iq4_nl*>(vy);
   for (int64_t i = 0; i < n / kQK4_NL; ++i, ++b, x += kQK4_NL) {
-    float amax = 0.0f;
-    float max = 0.0f;
-    for (int j = 0; j < kQK4_NL; ++j) {
-      const float a = std::fabs(x[j]);
-      if (a > amax) {
-        amax = a;
-        max = x[j];
-      }
-    }
-    uint8_t idx[kQK4_NL] = {};
+    float amax;
+    const float max = signed_absmax(x, kQK4_NL, &amax);
+    int idx[kQK4_NL] = {};
     float d = 0.0f;
     if (amax >= kGroupMaxEps) {
       const float id = 1 / (max / static_cast<float>(kIq4nlValues[0]));
@@ -263,7 +255,7 @@ void quantize_row_iq4_nl(const float* x, void* vy, int64_t n) {
       float sumq2 = 0.0f;
       for (int j = 0; j < kQK4_NL; ++j) {
         const int l = best_index_iq4nl(id * x[j]);
-        idx[j] = static_cast<uint8_t>(l);
+        idx[j] = l;
         const float q = static_cast<float>(kIq4nlValues[l]);
         const float w = x[j] * x[j];
         sumqx += w * q * x[j];
@@ -272,9 +264,7 @@ void quantize_row_iq4_nl(const float* x, void* vy, int64_t n) {
       d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
     }
     b->d = float_to_half(d);
-    for (int j = 0; j < kQK4_NL / 2; ++j) {
-      b->qs[j] = static_cast<uint8_t>(idx[j] | (idx[j + kQK4_NL / 2] << 4));
-    }
+    pack_4bit(idx, b->qs);
   }
 }
 

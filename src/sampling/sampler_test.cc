@@ -14,6 +14,17 @@ std::vector<TokenCandidate> make(std::vector<float> logits) {
   return c;
 }
 
+// Sampling from the softmax at temperature `temp` alone (top-k, top-p and min-p off).
+SamplingParams temperature_only(float temp, uint64_t seed) {
+  SamplingParams p;
+  p.temp = temp;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = seed;
+  return p;
+}
+
 TEST(SamplingTest, GreedyIsArgmaxWithLowestIndexOnTies) {
   SamplingParams p;
   p.temp = 0.0f;
@@ -33,12 +44,8 @@ TEST(SamplingTest, LogitBiasShiftsAndBans) {
   EXPECT_EQ(Sampler(p).sample(logits), 3);
   p.logit_bias = {{1, -INFINITY}, {3, -INFINITY}};
   EXPECT_EQ(Sampler(p).sample(logits), 0);
+  p = temperature_only(1.0f, 3);
   p.logit_bias = {{1, -INFINITY}, {2, 2.1f}, {99, 5.0f}};  // 99: outside the vocabulary, ignored
-  p.temp = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.seed = 3;
   Sampler s(p);
   std::map<int32_t, int> n;
   const int draws = 20000;
@@ -90,12 +97,7 @@ TEST(SamplingTest, TopKTopPMinPKeepTheRightSets) {
 }
 
 TEST(SamplingTest, SameSeedSameDrawsAndFrequenciesMatchProbabilities) {
-  SamplingParams p;
-  p.temp = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.seed = 1234;
+  const SamplingParams p = temperature_only(1.0f, 1234);
   std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
   Sampler a(p), b(p);
   std::map<int, int> counts;
@@ -112,13 +114,7 @@ TEST(SamplingTest, SameSeedSameDrawsAndFrequenciesMatchProbabilities) {
 }
 
 TEST(SamplingTest, LowTemperatureConcentratesOnTheBest) {
-  SamplingParams p;
-  p.temp = 0.05f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.seed = 7;
-  Sampler s(p);
+  Sampler s(temperature_only(0.05f, 7));
   std::vector<float> logits = {1.0f, 1.5f, 0.5f};
   for (int i = 0; i < 200; ++i) EXPECT_EQ(s.sample(logits), 1);
 }

@@ -44,6 +44,7 @@
 #include <thread>
 
 #include "base/buffer.h"
+#include "kv_events/kv_event_codec.h"
 #include "mnemo/chat.h"
 #include "mnemo/log.h"
 #include "mnemo/quant.h"
@@ -138,7 +139,13 @@ Status cache_params(const ServerParams& p, EngineParams* ep) {
     sp.timeout_ms = p.cache_store_timeout_ms;
     ep->reuse.store = std::move(sp);
   }
-  ep->reuse.kv_events = p.kv_events;
+  MNEMO_ASSIGN_OR_RETURN(ep->reuse.events.format,
+                         kv_events::parse_event_format(p.kv_events_format));
+  if (!p.kv_events_replay.empty() && p.kv_events.empty()) {
+    return Status::invalid_argument("--kv-events-replay needs --kv-events");
+  }
+  ep->reuse.events.endpoint = p.kv_events;
+  ep->reuse.events.replay_endpoint = p.kv_events_replay;
   ep->reuse.block_tokens = p.cache_block;
   if (ram == 0 && p.cache_dir.empty()) {
     // No local tier, but the block size still names the store's and the events' blocks.

@@ -108,8 +108,19 @@ Result<std::unique_ptr<PromptReuse>> PromptReuse::create(Context& ctx,
   r->block_ = params.cache ? params.cache->block_tokens : params.block_tokens;
   r->type_k_ = params.cache_type_k;
   r->type_v_ = params.cache_type_v;
-  if (!params.kv_events.empty()) {
-    auto ev = kv_events::KvEventPublisher::open(params.kv_events, r->block_, r->root_);
+  if (!params.events.endpoint.empty()) {
+    kv_events::PublisherParams ep = params.events;
+    ep.block_tokens = r->block_;
+    ep.root = r->root_;
+    // The local layers' window, when some layers have one and keep only it (not --swa-full).
+    const HParams& hp = ctx.model().hparams();
+    bool local = false;
+    for (uint32_t il = 0; il < hp.n_layer; ++il) local = local || hp.is_swa_layer(il);
+    if (local && hp.swa_type != SwaType::kNone && !ctx.params().swa_full) {
+      ep.swa_type = hp.swa_type;
+      ep.n_swa = hp.n_swa;
+    }
+    auto ev = kv_events::KvEventPublisher::open(ep);
     if (!ev.ok()) return ev.status();
     r->events_ = std::move(ev).value();
   }
@@ -117,8 +128,15 @@ Result<std::unique_ptr<PromptReuse>> PromptReuse::create(Context& ctx,
     prompt_cache::PromptCacheParams cp = *params.cache;
     cp.model = fp;
     if (kv_events::KvEventPublisher* ev = r->events_.get()) {
-      cp.on_added = [ev](uint64_t key, std::span<const int32_t> tokens) {
-        ev->hold("entry:" + prompt_cache::hex16(key), tokens, "CPU_CACHE");
+      cp.on_added = [ev, self = r.get()](uint64_t key, std::span<const int32_t> tokens) {
+        Pos first = kv_events::kFirstPosUnknown;
+        {
+          std::lock_guard<std::mutex> lk(self->entry_first_mu_);
+          if (auto it = self->entry_first_.find(key); it != self->entry_first_.end()) {
+            first = it->second;
+          }
+        }
+        ev->hold("entry:" + prompt_cache::hex16(key), tokens, "CPU_CACHE", first);
       };
       cp.on_removed = [ev](uint64_t key) { ev->release("entry:" + prompt_cache::hex16(key)); };
     }
@@ -344,8 +362,12 @@ size_t PromptReuse::apply_entry(std::span<const TokenId> prompt, HeldSeq& target
 // ---------------------------------------------------------------------------------------------
 // Where memory goes
 
+Pos PromptReuse::first_held(SeqId seq) const {
+  return std::max<Pos>(0, ctx_.memory().seq_pos_min(seq));
+}
+
 void PromptReuse::publish(const HeldSeq& s) {
-  if (events_) events_->hold("slot:" + std::to_string(s.seq), s.tokens, "CPU");
+  if (events_) events_->hold("slot:" + std::to_string(s.seq), s.tokens, "CPU", first_held(s.seq));
 }
 
 void PromptReuse::stash(HeldSeq& s) {
@@ -382,10 +404,18 @@ void PromptReuse::stash(HeldSeq& s) {
   if (store_) store_->put(s.tokens, bytes);
   // An entry holding a prefix of these tokens is redundant once this one can be cut back to it.
   if (cache_ && !have) {
+    if (events_) {
+      std::lock_guard<std::mutex> lk(entry_first_mu_);
+      entry_first_[key] = first_held(s.seq);
+    }
     cache_->insert(s.tokens, std::move(bytes), [&](uint32_t n) {
       auto plan = mem.plan_truncate(s.seq, static_cast<Pos>(n));
       return plan.ok() && plan->keep == static_cast<Pos>(n);
     });
+    if (events_) {
+      std::lock_guard<std::mutex> lk(entry_first_mu_);
+      entry_first_.erase(key);
+    }
   }
   MNEMO_LOG(kDebug) << fmt::format(
       "seq {}: {} tokens stored in the prompt cache ({} bytes, {:.1f} ms)", s.seq, s.tokens.size(),

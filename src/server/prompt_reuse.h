@@ -24,9 +24,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kv_events/kv_events.h"
@@ -60,8 +62,9 @@ struct PromptReuseParams {
   std::optional<GgmlType> cache_type_v;
   /// The shared store; nullopt: none. `model` and `block_tokens` are filled in by create().
   std::optional<prompt_cache::StoreParams> store;
-  /// A ZeroMQ endpoint to publish KV events on; "" for none.
-  std::string kv_events;
+  /// The KV-event publisher: endpoint "" for none. block_tokens, root and the sliding window
+  /// are filled in by create() (from the model and the context).
+  kv_events::PublisherParams events;
   /// Tokens per hashed block when there is no local tier (else the cache's block_tokens).
   uint32_t block_tokens = 64;
 };
@@ -178,9 +181,19 @@ class PromptReuse {
   uint64_t root_ = 0;           // model_root_hash(fingerprint): the block hashes' chain root
   uint32_t block_ = 64;         // tokens per hashed block
   std::optional<GgmlType> type_k_, type_v_;
+  // The lowest position every layer of `seq` holds (the local layers' first one): what the
+  // KV events say the sliding-window layers keep. 0 for an empty sequence.
+  Pos first_held(SeqId seq) const;
+
   std::unique_ptr<kv_events::KvEventPublisher> events_;  // thread-safe; before cache_ (it calls it)
-  std::unique_ptr<prompt_cache::PromptCache> cache_;     // thread-safe
-  std::unique_ptr<prompt_cache::Store> store_;           // thread-safe
+  // first_held of entries being inserted into the cache by stash(), by entry key: the cache's
+  // on_added callback (on the inserting thread) passes it to the publisher. Entries the cache
+  // adds otherwise (the disk tier at start-up, the store's) are not here: the publisher then
+  // assumes only the last window is held.
+  std::mutex entry_first_mu_;
+  std::unordered_map<uint64_t, Pos> entry_first_;
+  std::unique_ptr<prompt_cache::PromptCache> cache_;  // thread-safe
+  std::unique_ptr<prompt_cache::Store> store_;        // thread-safe
 };
 
 }  // namespace mnemo::server

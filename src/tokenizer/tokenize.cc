@@ -54,6 +54,11 @@ struct SpmBigram {
   int32_t left;
   int32_t right;
   uint32_t size;  // bytes of left + right when proposed
+
+  // Either symbol was merged since (away, or grown).
+  bool stale(const Symbol& l, const Symbol& r) const {
+    return l.n == 0 || r.n == 0 || l.n + r.n != size;
+  }
 };
 struct SpmLess {
   bool operator()(const SpmBigram& a, const SpmBigram& b) const {
@@ -68,12 +73,40 @@ struct BpeBigram {
   int32_t right;
   uint32_t left_n;  // sizes when proposed: a merge is stale once either symbol changed
   uint32_t right_n;
+
+  bool stale(const Symbol& l, const Symbol& r) const {
+    return l.n == 0 || r.n == 0 || l.n != left_n || r.n != right_n;
+  }
 };
 struct BpeLess {
   bool operator()(const BpeBigram& a, const BpeBigram& b) const {
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
   }
 };
+
+// The merge loop of SPM and BPE (llama.cpp's): every adjacent pair of syms is proposed
+// (try_add(l, r) pushes a Bigram onto queue when the pair may merge); then the best proposal
+// that is not stale is merged, right symbol into left, and the merged symbol's pairs with its
+// neighbours are proposed, until no proposal is left.
+template <class Bigram, class Less, class TryAdd>
+void merge_symbols(std::vector<Symbol>& syms,
+                   std::priority_queue<Bigram, std::vector<Bigram>, Less>& queue,
+                   const TryAdd& try_add) {
+  for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) try_add(i - 1, i);
+  while (!queue.empty()) {
+    const Bigram bg = queue.top();
+    queue.pop();
+    Symbol& l = syms[bg.left];
+    Symbol& r = syms[bg.right];
+    if (bg.stale(l, r)) continue;
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = bg.left;
+    try_add(l.prev, bg.left);
+    try_add(bg.left, l.next);
+  }
+}
 
 }  // namespace
 
@@ -89,20 +122,7 @@ void Tokenizer::Impl::tokenize_spm(std::string_view s, std::vector<TokenId>* out
     if (id == kTokenNull) return;
     queue.push({score[id], l, r, syms[l].n + syms[r].n});
   };
-  for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) try_add(i - 1, i);
-  while (!queue.empty()) {
-    const SpmBigram bg = queue.top();
-    queue.pop();
-    Symbol& l = syms[bg.left];
-    Symbol& r = syms[bg.right];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != bg.size) continue;  // stale
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) syms[r.next].prev = bg.left;
-    try_add(l.prev, bg.left);
-    try_add(bg.left, l.next);
-  }
+  merge_symbols(syms, queue, try_add);
   for (int32_t i = 0; i != -1; i = syms[i].next) {
     const std::string_view piece = s.substr(syms[i].off, syms[i].n);
     const TokenId id = find(piece);
@@ -146,20 +166,7 @@ void Tokenizer::Impl::tokenize_bpe(std::string_view s, std::vector<TokenId>* out
       if (it == merge_rank.end()) return;
       queue.push({it->second, l, r, syms[l].n, syms[r].n});
     };
-    for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) try_add(i - 1, i);
-    while (!queue.empty()) {
-      const BpeBigram bg = queue.top();
-      queue.pop();
-      Symbol& l = syms[bg.left];
-      Symbol& r = syms[bg.right];
-      if (l.n == 0 || r.n == 0 || l.n != bg.left_n || r.n != bg.right_n) continue;  // stale
-      l.n += r.n;
-      r.n = 0;
-      l.next = r.next;
-      if (r.next >= 0) syms[r.next].prev = bg.left;
-      try_add(l.prev, bg.left);
-      try_add(bg.left, l.next);
-    }
+    merge_symbols(syms, queue, try_add);
     if (syms.empty()) continue;
     for (int32_t i = 0; i != -1; i = syms[i].next) {
       const std::string_view piece(word.data() + syms[i].off, syms[i].n);
@@ -184,6 +191,17 @@ struct Fragment {
   size_t off;
   size_t len;
 };
+
+// One pass of detokenize's space clean-up over non-empty s: out starts with s[0], then
+// step(s, i, out) handles s[i] for i = 1, 2, ... (it may advance i over what it consumes).
+template <class Step>
+std::string clean_pass(std::string s, Step step) {
+  std::string out;
+  out.reserve(s.size());
+  out.push_back(s[0]);
+  for (size_t i = 1; i < s.size(); ++i) step(s, i, out);
+  return out;
+}
 
 }  // namespace
 
@@ -332,45 +350,35 @@ std::string Tokenizer::detokenize(std::span<const TokenId> ids,
   if (!(opts.clean_spaces && v.clean_spaces) || text.empty()) return text;
 
   // Pass 1: no space before ? ! . ,
-  std::string t1;
-  t1.reserve(text.size());
-  t1.push_back(text[0]);
-  for (size_t i = 1; i < text.size(); ++i) {
-    const char x = text[i];
-    if (text[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) t1.pop_back();
-    t1.push_back(x);
-  }
+  text = clean_pass(std::move(text), [](std::string& s, size_t& i, std::string& out) {
+    const char x = s[i];
+    if (s[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) out.pop_back();
+    out.push_back(x);
+  });
   // Pass 2: " ' " -> "'"
-  std::string t2;
-  t2.reserve(t1.size());
-  t2.push_back(t1[0]);
-  for (size_t i = 1; i < t1.size(); ++i) {
-    const char x = t1[i];
-    if (x == '\'' && i + 1 < t1.size() && t1[i - 1] == ' ' && t1[i + 1] == ' ') {
-      t2.pop_back();
-      t2.push_back(x);
-      t1[++i] = '\0';  // drop the space after; llama.cpp then sees no space before the next char
-      continue;
+  text = clean_pass(std::move(text), [](std::string& s, size_t& i, std::string& out) {
+    const char x = s[i];
+    if (x == '\'' && i + 1 < s.size() && s[i - 1] == ' ' && s[i + 1] == ' ') {
+      out.pop_back();
+      out.push_back(x);
+      s[++i] = '\0';  // drop the space after; llama.cpp then sees no space before the next char
+      return;
     }
-    t2.push_back(x);
-  }
+    out.push_back(x);
+  });
   // Pass 3: " 's", " 'm", " 're", " 've" -> no space before the apostrophe.
-  std::string t3;
-  t3.reserve(t2.size());
-  t3.push_back(t2[0]);
-  for (size_t i = 1; i < t2.size(); ++i) {
-    const char x = t2[i];
-    if (t2[i - 1] == ' ' && x == '\'' && i + 1 < t2.size()) {
-      const char x1 = t2[i + 1];
-      const bool two = i + 2 < t2.size();
+  return clean_pass(std::move(text), [](std::string& s, size_t& i, std::string& out) {
+    const char x = s[i];
+    if (s[i - 1] == ' ' && x == '\'' && i + 1 < s.size()) {
+      const char x1 = s[i + 1];
+      const bool two = i + 2 < s.size();
       if (x1 == 's' || x1 == 'm' ||
-          (two && ((x1 == 'r' && t2[i + 2] == 'e') || (x1 == 'v' && t2[i + 2] == 'e')))) {
-        t3.pop_back();
+          (two && ((x1 == 'r' && s[i + 2] == 'e') || (x1 == 'v' && s[i + 2] == 'e')))) {
+        out.pop_back();
       }
     }
-    t3.push_back(x);
-  }
-  return t3;
+    out.push_back(x);
+  });
 }
 
 }  // namespace mnemo

@@ -2,6 +2,7 @@
 // its adjustments of special tokens (src/llama-vocab.cpp, llama_vocab::impl::load).
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <utility>
 
 #include "mnemo/gguf.h"
@@ -185,6 +186,26 @@ Result<const gguf::Array*> string_array(const gguf::File& f, std::string_view ke
   return arr;
 }
 
+// The optional per-token array `key`: null when absent; else its elements must be of one of
+// `types` (named `type_names`), at least n_tokens of them (kInvalidArgument naming the key
+// otherwise).
+Result<const gguf::Array*> per_token_array(const gguf::File& f, std::string_view key,
+                                           size_t n_tokens,
+                                           std::initializer_list<gguf::ValueType> types,
+                                           std::string_view type_names) {
+  if (f.find(key) == nullptr) return nullptr;
+  MNEMO_ASSIGN_OR_RETURN(const gguf::Array* arr, f.get_array(key));
+  if (std::find(types.begin(), types.end(), arr->elem_type) == types.end()) {
+    return Status::invalid_argument(std::string(key) + " must be " + std::string(type_names) +
+                                    ", not " + std::string(gguf::value_type_name(arr->elem_type)));
+  }
+  if (arr->items.size() < n_tokens) {
+    return Status::invalid_argument(std::string(key) + " has " + std::to_string(arr->items.size()) +
+                                    " entries for " + std::to_string(n_tokens) + " tokens");
+  }
+  return arr;
+}
+
 }  // namespace
 
 Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
@@ -199,33 +220,19 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
     for (const gguf::Value& v : toks->items) spec.tokens.push_back(*v.as_string());
   }
   const size_t n = spec.tokens.size();
-  if (f.find("tokenizer.ggml.scores") != nullptr) {
-    MNEMO_ASSIGN_OR_RETURN(const gguf::Array* sc, f.get_array("tokenizer.ggml.scores"));
-    if (sc->elem_type != gguf::ValueType::FLOAT32 && sc->elem_type != gguf::ValueType::INT32) {
-      return Status::invalid_argument("tokenizer.ggml.scores must be float32 or int32, not " +
-                                      std::string(gguf::value_type_name(sc->elem_type)));
-    }
-    if (sc->items.size() < n) {
-      return Status::invalid_argument("tokenizer.ggml.scores has " +
-                                      std::to_string(sc->items.size()) + " entries for " +
-                                      std::to_string(n) + " tokens");
-    }
+  MNEMO_ASSIGN_OR_RETURN(
+      const gguf::Array* sc,
+      per_token_array(f, "tokenizer.ggml.scores", n,
+                      {gguf::ValueType::FLOAT32, gguf::ValueType::INT32}, "float32 or int32"));
+  if (sc != nullptr) {
     spec.scores.reserve(n);
     for (size_t i = 0; i < n; ++i) {
       spec.scores.push_back(static_cast<float>(sc->items[i].as_double().value_or(0.0)));
     }
   }
-  if (f.find("tokenizer.ggml.token_type") != nullptr) {
-    MNEMO_ASSIGN_OR_RETURN(const gguf::Array* tt, f.get_array("tokenizer.ggml.token_type"));
-    if (tt->elem_type != gguf::ValueType::INT32) {
-      return Status::invalid_argument("tokenizer.ggml.token_type must be int32, not " +
-                                      std::string(gguf::value_type_name(tt->elem_type)));
-    }
-    if (tt->items.size() < n) {
-      return Status::invalid_argument("tokenizer.ggml.token_type has " +
-                                      std::to_string(tt->items.size()) + " entries for " +
-                                      std::to_string(n) + " tokens");
-    }
+  MNEMO_ASSIGN_OR_RETURN(const gguf::Array* tt, per_token_array(f, "tokenizer.ggml.token_type", n,
+                                                                {gguf::ValueType::INT32}, "int32"));
+  if (tt != nullptr) {
     spec.token_types.reserve(n);
     for (size_t i = 0; i < n; ++i) {
       spec.token_types.push_back(static_cast<int32_t>(tt->items[i].as_int().value_or(0)));

@@ -221,19 +221,12 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
 }
 
 int bench_main(BenchFlags& f) {
-  if (Status st = f.model.resolve(); !st.ok()) {
-    fmt::print(stderr, "mnemo bench: {}\n", st.message());
-    return 2;
-  }
+  if (Status st = f.model.resolve(); !st.ok()) return fail("mnemo bench", st.message(), 2);
   if (f.reps < 1 || (f.output != "md" && f.output != "json")) {
-    fmt::print(stderr, "mnemo bench: -r must be >= 1 and -o md or json\n");
-    return 2;
+    return fail("mnemo bench", "-r must be >= 1 and -o md or json", 2);
   }
   auto lm = load_model(f.model);
-  if (!lm.ok()) {
-    fmt::print(stderr, "mnemo bench: {}\n", lm.status().to_string());
-    return 1;
-  }
+  if (!lm.ok()) return fail("mnemo bench", lm.status().to_string(), 1);
   const Model& model = *lm->model;
 
   // Each test needs room for depth + prompt + generation.
@@ -246,10 +239,7 @@ int bench_main(BenchFlags& f) {
   cp.n_seq_max = 1;
   cp.n_ctx = std::max<uint32_t>(cp.n_ctx, uint32_t(max_tokens) + 1);
   auto ctx_r = Context::create(model, cp);
-  if (!ctx_r.ok()) {
-    fmt::print(stderr, "mnemo bench: {}\n", ctx_r.status().to_string());
-    return 1;
-  }
+  if (!ctx_r.ok()) return fail("mnemo bench", ctx_r.status().to_string(), 1);
   Context& ctx = **ctx_r;
   std::mt19937 rng(1234);
 
@@ -275,15 +265,11 @@ int bench_main(BenchFlags& f) {
     if (auto w = run_once(ctx, rng, r.n_prompt > 0 ? std::min(r.n_prompt, 32) : 0,
                           r.n_gen > 0 ? 1 : 0, 0);
         !w.ok()) {
-      fmt::print(stderr, "mnemo bench: {}\n", w.status().to_string());
-      return 1;
+      return fail("mnemo bench", w.status().to_string(), 1);
     }
     for (int i = 0; i < f.reps; ++i) {
       auto ns = run_once(ctx, rng, r.n_prompt, r.n_gen, r.n_depth);
-      if (!ns.ok()) {
-        fmt::print(stderr, "mnemo bench: {}\n", ns.status().to_string());
-        return 1;
-      }
+      if (!ns.ok()) return fail("mnemo bench", ns.status().to_string(), 1);
       r.samples_ns.push_back(*ns);
       r.samples_ts.push_back((r.n_prompt + r.n_gen) * 1e9 / *ns);
     }

@@ -74,6 +74,18 @@ Result<LoadedModel> load_model(const ModelFlags& flags) {
   return lm;
 }
 
+int fail(std::string_view command, std::string_view message, int code) {
+  fmt::print(stderr, "{}: {}\n", command, message);
+  return code;
+}
+
+void report_loaded(std::string_view command, const LoadedModel& lm) {
+  fmt::print(stderr, "{}: {} (loaded in {:.0f} ms)\n", command, lm.model->describe(), lm.load_ms);
+  if (std::string r = repack_summary(*lm.model); !r.empty()) {
+    fmt::print(stderr, "{}: {}\n", command, r);
+  }
+}
+
 std::string repack_summary(const Model& model) {
   if (model.n_packed() == 0) return "";
   return fmt::format("{} weight matrices repacked ({:.1f} MiB)", model.n_packed(),

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "mnemo/context.h"
 #include "mnemo/model.h"
@@ -43,6 +44,13 @@ struct LoadedModel {
 Result<LoadedModel> load_model(const ModelFlags& flags);
 /// One line on the repacked weights for the tools' load message ("" when none).
 std::string repack_summary(const Model& model);
+
+/// What stops a subcommand: prints "<command>: <message>" on stderr and returns `code`, the exit
+/// status (2 for bad flags, 1 for a failure).
+int fail(std::string_view command, std::string_view message, int code);
+/// The load message of a subcommand: "<command>: <model> (loaded in N ms)", then the repacked
+/// weights' line when there are any.
+void report_loaded(std::string_view command, const LoadedModel& lm);
 
 /// Wall-clock milliseconds since an arbitrary start (steady clock).
 double now_ms();

@@ -73,42 +73,28 @@ double log_prob(std::span<const float> logits, int32_t target, int32_t* argmax) 
 
 int ppl_main(PplFlags& f) {
   f.model.ctx.kv_rotation = !f.no_kv_rotation;
-  if (Status st = f.model.resolve(); !st.ok()) {
-    fmt::print(stderr, "mnemo perplexity: {}\n", st.message());
-    return 2;
-  }
+  if (Status st = f.model.resolve(); !st.ok()) return fail("mnemo perplexity", st.message(), 2);
   GgmlType rq_k = GgmlType::F16, rq_v = GgmlType::F16;
   if (f.requantize_at >= 0) {
     if (Status st = parse_pair(f.requantize_type, &rq_k, &rq_v); !st.ok()) {
-      fmt::print(stderr, "mnemo perplexity: {}\n", st.message());
-      return 2;
+      return fail("mnemo perplexity", st.message(), 2);
     }
   }
   const uint32_t n_ctx = f.model.ctx.n_ctx;
   if (n_ctx < 8 || (f.requantize_at >= 0 && uint32_t(f.requantize_at) >= n_ctx)) {
-    fmt::print(stderr, "mnemo perplexity: need n_ctx >= 8 and --requantize-at < n_ctx\n");
-    return 2;
+    return fail("mnemo perplexity", "need n_ctx >= 8 and --requantize-at < n_ctx", 2);
   }
   f.model.ctx.n_seq_max = 1;
   f.model.ctx.n_batch = std::min(f.model.ctx.n_batch, n_ctx);
   f.model.ctx.n_ubatch = std::min(f.model.ctx.n_ubatch, f.model.ctx.n_batch);
 
   auto text = read_file(f.text_path);
-  if (!text.ok()) {
-    fmt::print(stderr, "mnemo perplexity: {}\n", text.status().message());
-    return 1;
-  }
+  if (!text.ok()) return fail("mnemo perplexity", text.status().message(), 1);
   auto lm = load_model(f.model);
-  if (!lm.ok()) {
-    fmt::print(stderr, "mnemo perplexity: {}\n", lm.status().to_string());
-    return 1;
-  }
+  if (!lm.ok()) return fail("mnemo perplexity", lm.status().to_string(), 1);
   const Tokenizer& tok = *lm->tokenizer;
   auto ctx_r = Context::create(*lm->model, f.model.ctx);
-  if (!ctx_r.ok()) {
-    fmt::print(stderr, "mnemo perplexity: {}\n", ctx_r.status().to_string());
-    return 1;
-  }
+  if (!ctx_r.ok()) return fail("mnemo perplexity", ctx_r.status().to_string(), 1);
   Context& ctx = **ctx_r;
 
   const std::vector<TokenId> tokens = tok.tokenize(*text, /*add_special=*/false, false);
@@ -141,10 +127,7 @@ int ppl_main(PplFlags& f) {
     if (f.requantize_at >= 0) {
       // Back to the starting types for the next chunk (cheap: the cache is empty).
       Status st = ctx.memory().requantize(f.model.ctx.type_k, f.model.ctx.type_v);
-      if (!st.ok()) {
-        fmt::print(stderr, "mnemo perplexity: {}\n", st.to_string());
-        return 1;
-      }
+      if (!st.ok()) return fail("mnemo perplexity", st.to_string(), 1);
     }
     std::vector<TokenId> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
     if (tok.add_bos()) chunk[0] = tok.bos();
@@ -230,8 +213,7 @@ RunFn register_perplexity(CLI::App& app) {
       char* end = nullptr;
       const long n = std::strtol(f->requantize_args[0].c_str(), &end, 10);
       if (end == f->requantize_args[0].c_str() || *end != 0 || n < 0) {
-        fmt::print(stderr, "mnemo perplexity: --requantize-at N TYPE: N must be a token count\n");
-        return 2;
+        return fail("mnemo perplexity", "--requantize-at N TYPE: N must be a token count", 2);
       }
       f->requantize_at = int32_t(n);
       f->requantize_type = f->requantize_args[1];

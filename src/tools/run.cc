@@ -49,33 +49,20 @@ class Utf8Stream {
 };
 
 int run_main(RunFlags& f) {
-  if (Status st = f.model.resolve(); !st.ok()) {
-    fmt::print(stderr, "mnemo run: {}\n", st.message());
-    return 2;
-  }
-  if (Status st = f.sampling.validate(); !st.ok()) {
-    fmt::print(stderr, "mnemo run: {}\n", st.message());
-    return 2;
-  }
+  if (Status st = f.model.resolve(); !st.ok()) return fail("mnemo run", st.message(), 2);
+  if (Status st = f.sampling.validate(); !st.ok()) return fail("mnemo run", st.message(), 2);
   auto lm = load_model(f.model);
-  if (!lm.ok()) {
-    fmt::print(stderr, "mnemo run: {}\n", lm.status().to_string());
-    return 1;
-  }
+  if (!lm.ok()) return fail("mnemo run", lm.status().to_string(), 1);
   const Model& model = *lm->model;
   const Tokenizer& tok = *lm->tokenizer;
-  fmt::print(stderr, "mnemo run: {} (loaded in {:.0f} ms)\n", model.describe(), lm->load_ms);
-  if (std::string r = repack_summary(model); !r.empty()) fmt::print(stderr, "mnemo run: {}\n", r);
+  report_loaded("mnemo run", *lm);
 
   if (f.model.ctx.n_ctx > model.hparams().n_ctx_train && model.hparams().n_ctx_train > 0) {
     fmt::print(stderr, "mnemo run: note: n_ctx {} exceeds the model's training context {}\n",
                f.model.ctx.n_ctx, model.hparams().n_ctx_train);
   }
   auto ctx_r = Context::create(model, f.model.ctx);
-  if (!ctx_r.ok()) {
-    fmt::print(stderr, "mnemo run: {}\n", ctx_r.status().to_string());
-    return 1;
-  }
+  if (!ctx_r.ok()) return fail("mnemo run", ctx_r.status().to_string(), 1);
   Context& ctx = **ctx_r;
 
   std::string text = f.prompt;
@@ -89,17 +76,11 @@ int run_main(RunFlags& f) {
       return 2;
     }
     auto rendered = tmpl->render(msgs, nlohmann::ordered_json::object());
-    if (!rendered.ok()) {
-      fmt::print(stderr, "mnemo run: {}\n", rendered.status().message());
-      return 1;
-    }
+    if (!rendered.ok()) return fail("mnemo run", rendered.status().message(), 1);
     text = std::move(rendered).value();
   }
   std::vector<TokenId> prompt = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/f.chat);
-  if (prompt.empty()) {
-    fmt::print(stderr, "mnemo run: the prompt is empty\n");
-    return 2;
-  }
+  if (prompt.empty()) return fail("mnemo run", "the prompt is empty", 2);
   const uint32_t n_ctx_seq = ctx.n_ctx_seq();
   if (prompt.size() + 1 > n_ctx_seq) {
     fmt::print(stderr, "mnemo run: prompt of {} tokens does not fit in n_ctx {}\n", prompt.size(),

@@ -19,29 +19,17 @@ struct ServeFlags {
 };
 
 int serve_main(ServeFlags& f) {
-  if (Status st = f.model.resolve(); !st.ok()) {
-    fmt::print(stderr, "mnemo serve: {}\n", st.message());
-    return 2;
-  }
+  if (Status st = f.model.resolve(); !st.ok()) return fail("mnemo serve", st.message(), 2);
   if (Status st = f.server.sampling.validate(); !st.ok()) {
-    fmt::print(stderr, "mnemo serve: {}\n", st.message());
-    return 2;
+    return fail("mnemo serve", st.message(), 2);
   }
   auto lm = load_model(f.model);
-  if (!lm.ok()) {
-    fmt::print(stderr, "mnemo serve: {}\n", lm.status().to_string());
-    return 1;
-  }
-  fmt::print(stderr, "mnemo serve: {} (loaded in {:.0f} ms)\n", lm->model->describe(), lm->load_ms);
-  if (std::string r = repack_summary(*lm->model); !r.empty())
-    fmt::print(stderr, "mnemo serve: {}\n", r);
+  if (!lm.ok()) return fail("mnemo serve", lm.status().to_string(), 1);
+  report_loaded("mnemo serve", *lm);
   f.server.model_path = f.model.model_path;
   f.server.ctx = f.model.ctx;
   Status st = server::run_server(*lm->model, *lm->tokenizer, f.server);
-  if (!st.ok()) {
-    fmt::print(stderr, "mnemo serve: {}\n", st.to_string());
-    return 1;
-  }
+  if (!st.ok()) return fail("mnemo serve", st.to_string(), 1);
   return 0;
 }
 
@@ -86,6 +74,12 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--kv-events", s.kv_events,
                  "publish KV events (vLLM's format) on this ZeroMQ endpoint, e.g. "
                  "tcp://127.0.0.1:5557");
+  app.add_option("--kv-events-replay", s.kv_events_replay,
+                 "answer vLLM's replay requests for missed KV-event batches on this ZeroMQ "
+                 "endpoint, e.g. tcp://127.0.0.1:5558");
+  app.add_option("--kv-events-format", s.kv_events_format,
+                 "KV-event wire form: vllm (today's vLLM: maps, KV-cache groups; default) or "
+                 "legacy (older vLLM's positional arrays)");
   app.add_option("--api-key", s.api_key,
                  "require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (not on /health, "
                  "/models)");

@@ -144,14 +144,18 @@ def test_cache_ram_0_disables_the_ram_tier(binary, model, tmp_path):
 
 
 def test_bad_cache_flags_are_clear_errors(binary, model):
-    """A bad store URL, events endpoint or budget stops the server at start with a message that
-    names the flag, and never repeats a store password."""
+    """A bad store URL, events endpoint or format, or budget stops the server at start with a
+    message that names the flag, and never repeats a store password."""
     cases = [
         (["--cache-store", "ftp://host:6379"], "--cache-store"),
         (["--cache-store", "redis://:s3cret@host:99999"], "port"),
         (["--cache-store", "redis://host/db1"], "database"),
         (["--cache-store-timeout", "0", "--cache-store", "redis://127.0.0.1:1"], "timeout"),
         (["--kv-events", "not-an-endpoint"], "--kv-events"),
+        (["--kv-events", "tcp://127.0.0.1:*", "--kv-events-replay", "not-an-endpoint"],
+         "--kv-events-replay"),
+        (["--kv-events-replay", "tcp://127.0.0.1:*"], "--kv-events-replay needs --kv-events"),
+        (["--kv-events-format", "msgpack"], "--kv-events-format"),
         (["--cache-ram", "-5"], "--cache-ram"),
         (["--cache-block", "0"], "--cache-block"),
         (["--prompt-cache-type-v", "q6_K"], "not a K/V cache type"),

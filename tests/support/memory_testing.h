@@ -1,17 +1,30 @@
-// Test helpers for the memory subsystem (linked into tests only): a fake "model" that writes a
-// deterministic K/V pattern, byte snapshots of a cache, and RefMemory, a plain reference model of
-// which positions each sequence holds (no cells, no streams' capacity, no journal).
+// Test helpers for the memory subsystem (linked into tests only): making a memory from a valid
+// config, a fake "model" that writes a deterministic K/V pattern, byte snapshots of a cache, and
+// RefMemory, a plain reference model of which positions each sequence holds (no cells, no
+// streams' capacity, no journal).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memory/kv_cache.h"
 #include "memory/swa_kv_cache.h"
+#include "mnemo/check.h"
 #include "mnemo/memory.h"
 
 namespace mnemo::testing {
+
+/// The memory M::create(config) makes (M: KvCache, SwaKvCache, RecurrentMemory, HybridMemory),
+/// for a test whose config is valid: an error is a bug of the test (CHECK-fails with it).
+template <class M, class Config>
+std::unique_ptr<M> create_or_die(Config config) {
+  auto r = M::create(std::move(config));
+  CHECK(r.ok()) << r.status().to_string();
+  return std::move(r).value();
+}
 
 /// The window rule written independently of is_masked_swa (kv_cache.h), as the visible range:
 /// standard: a token at p sees pos_cell in (p - n_swa, p]; chunked: [p - p % n_swa, p].

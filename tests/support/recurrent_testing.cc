@@ -74,4 +74,16 @@ std::string snapshot(const RecurrentMemory& m) {
 
 std::string snapshot(const HybridMemory& m) { return snapshot(m.kv()) + "|" + snapshot(m.rs()); }
 
+Status decode_fake(Memory& m, const Batch& b, uint32_t n_ubatch, uint32_t n_layer,
+                   uint64_t generation) {
+  auto ctx = m.init_batch(b, n_ubatch);
+  if (!ctx->ok()) return Status::invalid_argument(ctx->message());
+  do {
+    MNEMO_RETURN_IF_ERROR(ctx->apply());
+    write_fake_kv(*ctx, n_layer, generation);
+    fake_rs_forward(*ctx, n_layer);
+  } while (ctx->next());
+  return Status();
+}
+
 }  // namespace mnemo::testing

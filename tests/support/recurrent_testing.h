@@ -9,7 +9,9 @@
 
 #include "memory/hybrid_memory.h"
 #include "memory/recurrent_memory.h"
+#include "mnemo/batch.h"
 #include "mnemo/memory.h"
+#include "mnemo/status.h"
 
 namespace mnemo::testing {
 
@@ -21,6 +23,14 @@ uint32_t fake_rs_step(uint32_t word, int32_t token, uint32_t il, char kind, uint
 /// The fake forward pass: for the current ubatch of `ctx` (after apply()), folds its tokens, in
 /// order, into the conv and ssm states of every recurrent layer in [0, n_layer).
 void fake_rs_forward(const MemoryContext& ctx, uint32_t n_layer);
+
+/// Decodes b into m (init_batch(b, n_ubatch)) with both fake models over layers [0, n_layer):
+/// after each ubatch's apply(), the K/V pattern of `generation` (write_fake_kv, memory_testing.h)
+/// and the fake recurrence (fake_rs_forward); each writes only what the memory holds. OK, or what
+/// stopped it: the batch's refusal (kInvalidArgument with the context's message; nothing
+/// changed) or apply()'s error.
+Status decode_fake(Memory& m, const Batch& b, uint32_t n_ubatch, uint32_t n_layer,
+                   uint64_t generation);
 
 /// The reference: the whole-state floats (RecurrentMemory::cell layout) of a sequence that read
 /// `tokens` from the zero state, computed from the token list alone.

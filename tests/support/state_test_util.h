@@ -42,6 +42,23 @@ inline KvCacheConfig state_config(uint32_t n_ctx, uint32_t n_seq_max, bool unifi
   return c;
 }
 
+/// A sliding-window cache of the state_config layers: a standard window of 8 on layer 0, n_ctx
+/// cells per stream, ubatches of at most 16 rows.
+inline SwaKvCacheConfig swa_state_config(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
+  SwaKvCacheConfig c;
+  c.kv.n_ctx = n_ctx;
+  c.kv.n_seq_max = n_seq_max;
+  c.kv.unified = unified;
+  c.kv.n_embd_k_gqa = {64, 128};
+  c.kv.n_embd_v_gqa = {64, 64};
+  c.is_swa_layer = [](uint32_t il) { return il == 0; };
+  c.kv.swa_type = SwaType::kStandard;
+  c.kv.n_swa = 8;
+  c.n_ubatch = 16;
+  c.kv.n_pad = 8;
+  return c;
+}
+
 inline ModelFingerprint test_fingerprint() {
   ModelFingerprint fp;
   fp.arch = "test";
@@ -51,10 +68,34 @@ inline ModelFingerprint test_fingerprint() {
   return fp;
 }
 
+/// The state of sequence s of m (state_seq_get_data) under fp, of the size state_seq_get_size
+/// announced. CHECK-fails on an error.
+inline std::vector<uint8_t> save_seq(const Memory& m, SeqId s,
+                                     const ModelFingerprint& fp = test_fingerprint()) {
+  Result<size_t> n = state_seq_get_size(m, fp, s);
+  CHECK(n.ok()) << n.status().to_string();
+  std::vector<uint8_t> buf(*n);
+  Result<size_t> w = state_seq_get_data(m, fp, s, buf);
+  CHECK(w.ok()) << w.status().to_string();
+  CHECK_EQ(*w, *n);
+  return buf;
+}
+
+/// The state of the whole of m (state_get_data) under fp, as save_seq.
+inline std::vector<uint8_t> save_whole(const Memory& m,
+                                       const ModelFingerprint& fp = test_fingerprint()) {
+  Result<size_t> n = state_get_size(m, fp);
+  CHECK(n.ok()) << n.status().to_string();
+  std::vector<uint8_t> buf(*n);
+  Result<size_t> w = state_get_data(m, fp, buf);
+  CHECK(w.ok()) << w.status().to_string();
+  CHECK_EQ(*w, *n);
+  return buf;
+}
+
+/// A KvCache of a valid config (create_or_die).
 inline std::unique_ptr<KvCache> make_cache(const KvCacheConfig& c) {
-  auto r = KvCache::create(c);
-  CHECK(r.ok()) << r.status().to_string();
-  return std::move(r).value();
+  return create_or_die<KvCache>(c);
 }
 
 /// Element j of the K or V row written for `tag` in layer il: uniform-ish in [-1, 1] from a hash,
@@ -256,29 +297,12 @@ struct FuzzMemories {
   std::unique_ptr<SwaKvCache> swa;
 };
 
-inline SwaKvCacheConfig fuzz_swa_config() {
-  SwaKvCacheConfig c;
-  c.kv.n_ctx = 32;
-  c.kv.n_seq_max = 2;
-  c.kv.unified = true;
-  c.kv.n_embd_k_gqa = {64, 128};
-  c.kv.n_embd_v_gqa = {64, 64};
-  c.is_swa_layer = [](uint32_t il) { return il == 0; };
-  c.kv.swa_type = SwaType::kStandard;
-  c.kv.n_swa = 8;
-  c.n_ubatch = 16;
-  c.kv.n_pad = 8;
-  return c;
-}
-
 inline FuzzMemories make_fuzz_memories() {
   FuzzMemories m;
   m.kv = make_cache(state_config(16, 2, false, GgmlType::Q8_0, GgmlType::F16, kHead));
   fill(*m.kv, 0, 5, 1, false);
   fill(*m.kv, 1, 3, 2, false);
-  auto swa = SwaKvCache::create(fuzz_swa_config());
-  CHECK(swa.ok()) << swa.status().to_string();
-  m.swa = std::move(swa).value();
+  m.swa = create_or_die<SwaKvCache>(swa_state_config(32, 2, true));
   fill(*m.swa, 0, 10, 3, false);
   fill(*m.swa, 1, 4, 4, false);
   return m;
