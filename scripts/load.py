@@ -329,6 +329,7 @@ def run_agent(args):
     try:
         for turn in range(1, args.agent_turns + 1):
             body = {"messages": messages, "tools": [ADD_TOOL], "tool_choice": args.tool_choice,
+                    "parallel_tool_calls": False,
                     "temperature": 0, "max_tokens": args.n_predict, "cache_prompt": True}
             t0 = time.perf_counter()
             r = requests.post(url + "/v1/chat/completions", json=body, timeout=args.timeout)
