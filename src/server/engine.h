@@ -57,6 +57,7 @@
 #include <cstdint>
 #include <deque>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -371,12 +372,16 @@ class Engine {
 
   // A kProgress event of s's prompt (return_progress).
   void send_progress(const Slot& s, TaskChannel& channel);
-  // The vocabulary's token texts for grammar masks, made at the first constrained request.
-  const std::shared_ptr<const grammar::Vocab>& grammar_vocab();
+  // The vocabulary's token texts for grammar masks (and a lazy grammar's triggers), with the
+  // text of the request's preserved tokens (control tokens a chat format writes as markup, so a
+  // grammar can match them); made at the first constrained request of each preserved set (the
+  // server's chat format has one).
+  const std::shared_ptr<const grammar::Vocab>& grammar_vocab(const std::vector<TokenId>& preserved);
 
   const Model& model_;
   const Tokenizer& tok_;
-  std::shared_ptr<const grammar::Vocab> grammar_vocab_;  // loop thread only
+  std::map<std::vector<TokenId>, std::shared_ptr<const grammar::Vocab>>
+      grammar_vocabs_;  // loop thread only
   Metrics* metrics_;
   EngineInfo info_;
   EngineParams params_;

@@ -27,9 +27,10 @@ void Engine::begin(Task& t, Slot& slot, size_t n_cached) {
   }
   slot.sampler = std::make_unique<Sampler>(sampling);
   if (t.req.grammar && t.req.grammar_triggers.empty()) {
-    slot.sampler->set_grammar(t.req.grammar, grammar_vocab());
+    slot.sampler->set_grammar(t.req.grammar, grammar_vocab(t.req.preserved_tokens));
   } else if (t.req.grammar) {
-    slot.sampler->set_lazy_grammar(t.req.grammar, grammar_vocab(), t.req.grammar_triggers);
+    slot.sampler->set_lazy_grammar(t.req.grammar, grammar_vocab(t.req.preserved_tokens),
+                                   t.req.grammar_triggers);
   }
   const CompletionRequest::Reasoning& rb = t.req.reasoning;
   slot.in_reasoning = rb.budget >= 0 && rb.open;
@@ -71,15 +72,18 @@ void Engine::send_progress(const Slot& s, TaskChannel& channel) {
   channel.push(std::move(ev));
 }
 
-const std::shared_ptr<const grammar::Vocab>& Engine::grammar_vocab() {
-  if (!grammar_vocab_) {
+const std::shared_ptr<const grammar::Vocab>& Engine::grammar_vocab(
+    const std::vector<TokenId>& preserved) {
+  std::shared_ptr<const grammar::Vocab>& v = grammar_vocabs_[preserved];
+  if (!v) {
     std::vector<std::string> pieces(size_t(tok_.n_vocab()));
     for (TokenId id = 0; id < tok_.n_vocab(); ++id) {
-      pieces[size_t(id)] = tok_.token_to_piece(id, /*special=*/false);
+      const bool special = std::find(preserved.begin(), preserved.end(), id) != preserved.end();
+      pieces[size_t(id)] = tok_.token_to_piece(id, special);
     }
-    grammar_vocab_ = std::make_shared<const grammar::Vocab>(pieces, tok_.eog_ids());
+    v = std::make_shared<const grammar::Vocab>(pieces, tok_.eog_ids());
   }
-  return grammar_vocab_;
+  return v;
 }
 
 bool Engine::context_shift(Slot& s) {
