@@ -177,11 +177,15 @@ def test_redis_down_slow_or_back(binary, model, redis):
         assert got["timings"]["cache_n"] == len(held(p2 + [5], r2)), got["timings"]
         assert any("connected again" in line for line in a.lines), a.log()
 
-        # A store that stops answering (SIGSTOP): requests wait at most about the timeout.
+        # A store that stops answering (SIGSTOP): requests wait at most about the timeout
+        # (300 ms per lookup) beyond what the same work takes with the store answering (measured
+        # just before, so a slow SIMD target or a busy machine does not count against it).
+        control = complete(b, ids(200, 7), 2)
         redis.proc.send_signal(signal.SIGSTOP)
         try:
             slow = complete(b, ids(200, 4), 2)
-            assert slow["_seconds"] < 3, slow["_seconds"]
+            assert slow["_seconds"] < control["_seconds"] + 1.5, (slow["_seconds"],
+                                                                 control["_seconds"])
         finally:
             redis.proc.send_signal(signal.SIGCONT)
         assert a.alive() and b.alive()
