@@ -16,8 +16,10 @@ Every vocabulary falls in one class of VOCABS below, and the test asserts the cl
 - "no_reference": supported, but llama.cpp ships no expected ids: it must load (a vocabulary
   without tokenizer.ggml.pre loads with the "default" pre-tokenizer and a warning, as in
   llama.cpp) and round-trip the texts of the other vocabularies;
-- "refused": a tokenizer model or pre-tokenizer mnemo does not implement: loading must fail
-  cleanly (exit code 1, not a crash) with a NotSupported error that names it, and no tokens.
+- "refused": a tokenizer model or pre-tokenizer mnemo does not implement (today the WordPiece
+  and Unigram models, "bert" and "t5"): loading must fail cleanly (exit code 1, not a crash)
+  with a NotSupported error that names it, and no tokens. An unknown pre-tokenizer is checked
+  the same way on a copy of a real vocabulary with its tokenizer.ggml.pre edited.
 A vocabulary file that is not in VOCABS fails the test (classify it), as does a missing
 models/vocab/ when models/ exists (run scripts/fetch-model templates); only a checkout without
 models/ at all skips, like the other real-model tests.
@@ -37,25 +39,25 @@ SEPARATOR = b"\n__ggml_vocab_test__\n"
 # tokenizer type and pre-tokenizer of `tokenize_tool --info`, for "refused" the text the error
 # must name.
 VOCABS = {
+    "command-r": ("exact", "bpe", "smollm"),
+    "deepseek-coder": ("exact", "bpe", "deepseek-coder"),
+    "deepseek-llm": ("exact", "bpe", "deepseek-llm"),
+    "falcon": ("exact", "bpe", "falcon"),
+    "gemma-4": ("exact", "bpe", "gemma4"),
     "gpt-2": ("exact", "bpe", "gpt2"),
     "llama-bpe": ("exact", "bpe", "llama3"),
     "llama-spm": ("exact", "spm", "none"),
+    "mpt": ("exact", "bpe", "gpt2"),
     "phi-3": ("exact", "spm", "none"),
     "qwen2": ("exact", "bpe", "qwen2"),
+    "qwen35": ("exact", "bpe", "qwen35"),
     "refact": ("exact", "bpe", "smollm"),
     "starcoder": ("exact", "bpe", "smollm"),
     "aquila": ("no_reference", "bpe", "default"),
     "baichuan": ("no_reference", "spm", "none"),
     "gpt-neox": ("no_reference", "bpe", "default"),
-    "bert-bge": ("refused", "tokenizer.ggml.model = 'bert'"),
-    "command-r": ("refused", "tokenizer.ggml.pre = 'command-r'"),
-    "deepseek-coder": ("refused", "tokenizer.ggml.pre = 'deepseek-coder'"),
-    "deepseek-llm": ("refused", "tokenizer.ggml.pre = 'deepseek-llm'"),
-    "falcon": ("refused", "tokenizer.ggml.pre = 'falcon'"),
-    "gemma-4": ("refused", "tokenizer.ggml.model = 'gemma4'"),
-    "mpt": ("refused", "tokenizer.ggml.pre = 'mpt'"),
-    "nomic-bert-moe": ("refused", "tokenizer.ggml.model = 't5'"),
-    "qwen35": ("refused", "tokenizer.ggml.pre = 'qwen35'"),
+    "bert-bge": ("refused", "tokenizer.ggml.model = 'bert'"),  # WordPiece
+    "nomic-bert-moe": ("refused", "tokenizer.ggml.model = 't5'"),  # Unigram
 }
 
 
@@ -167,3 +169,20 @@ def test_unsupported_vocabulary_is_refused(tokenize_tool, vocab_dir, name):
         assert proc.returncode == 1, f"{name} {args}: exit {proc.returncode} (want 1)\n{err}"
         assert proc.stdout == b"", f"{name}: output despite the error: {proc.stdout[:200]!r}"
         assert "NotSupported" in err and VOCABS[name][1] in err, err
+
+
+def test_unknown_pre_tokenizer_is_refused(tokenize_tool, vocab_dir, tmp_path):
+    """A real vocabulary whose tokenizer.ggml.pre names no pre-tokenizer mnemo has ("qwen99":
+    the qwen35 file with its value edited) is refused, not tokenized with some other one."""
+    def pre_kv(value):
+        return (b"tokenizer.ggml.pre" + (8).to_bytes(4, "little") +
+                len(value).to_bytes(8, "little") + value)
+    data = _gguf(vocab_dir, "qwen35").read_bytes()
+    assert data.count(pre_kv(b"qwen35")) == 1
+    edited = tmp_path / "ggml-vocab-qwen99.gguf"
+    edited.write_bytes(data.replace(pre_kv(b"qwen35"), pre_kv(b"qwen99")))
+    proc = _run(tokenize_tool, edited, "--add-special", "0", "--parse-special", "0",
+                stdin=b"Hello world")
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 1 and proc.stdout == b"", err
+    assert "NotSupported" in err and "tokenizer.ggml.pre = 'qwen99'" in err, err
