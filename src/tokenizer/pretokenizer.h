@@ -9,8 +9,12 @@
 // The patterns are llama.cpp's for each pre-tokenizer type (src/llama-vocab.cpp,
 // llm_tokenizer_bpe). '\s' is replaced by llama.cpp's whitespace set (Unicode White_Space: U+0009-
 // U+000D, U+0020, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000),
-// which is what llama.cpp's own splitters match; \p{L} and \p{N} are PCRE2's Unicode properties
-// (compiled with PCRE2_UTF | PCRE2_UCP, JIT when available).
+// which is what llama.cpp's own splitters match; \p{L}, \p{N}, \p{P}, \p{M} are PCRE2's Unicode
+// properties (compiled with PCRE2_UTF | PCRE2_UCP, JIT when available); '$' is the end of the
+// piece only (PCRE2_DOLLAR_ENDONLY, as in ECMAScript). A pattern without any \p{...} is matched
+// with every non-ASCII whitespace of the text seen as U+000B: llama.cpp runs such patterns with
+// std::wregex, whose \s knows only ASCII spaces, after that substitution, so that e.g. U+3000
+// is a space there and not a member of an explicit range that holds it.
 #pragma once
 
 #include <memory>

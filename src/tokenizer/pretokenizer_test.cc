@@ -116,6 +116,45 @@ TEST(Pretokenizer, DefaultCascade) {
             (Words{"ab", ",", "cd", " ", "123", "45"}));
 }
 
+TEST(Pretokenizer, Qwen35KeepsMarksWithLetters) {
+  // U+0301 COMBINING ACUTE ACCENT is \p{M}: Qwen 3.5 keeps it in the word; for Qwen 2 it is
+  // not a letter, so it ends "Vie" and is the optional prefix of "t".
+  EXPECT_EQ(split(PreTokenizer::kQwen35, "Vie\xCC\x81t Nam"), (Words{"Vie\xCC\x81t", " Nam"}));
+  EXPECT_EQ(split(PreTokenizer::kQwen2, "Vie\xCC\x81t Nam"), (Words{"Vie", "\xCC\x81t", " Nam"}));
+}
+
+TEST(Pretokenizer, DeepseekCoderCascade) {
+  // Newlines alone; letter runs (CJK too), punctuation runs, CJK runs, then single digits.
+  EXPECT_EQ(split(PreTokenizer::kDeepseekCoder, "ab 12,\n\xE4\xB8\xAD\xE6\x96\x87 x"),
+            (Words{"ab", " ", "1", "2", ",", "\n", "\xE4\xB8\xAD\xE6\x96\x87", " x"}));
+}
+
+TEST(Pretokenizer, FalconIsolatesPunctuationFirst) {
+  EXPECT_EQ(split(PreTokenizer::kFalcon, "x`y 12345"), (Words{"x", "`", "y", " ", "123", "45"}));
+}
+
+TEST(Pretokenizer, Gemma4SplitsLinesFromNewlines) {
+  EXPECT_EQ(split(PreTokenizer::kGemma4, "a b\n\nc \n"), (Words{"a b", "\n\n", "c ", "\n"}));
+}
+
+TEST(Pretokenizer, PatternsWithoutPropertiesSeeNonAsciiSpacesAsVerticalTab) {
+  // DeepSeek LLM's punctuation pattern lists U+3000 IDEOGRAPHIC SPACE in a range; llama.cpp
+  // matches property-free patterns with every non-ASCII space turned into U+000B, so U+3000 is
+  // only the optional leading \s there: "!" and "\u3000!" are two words, not one run.
+  EXPECT_EQ(split(PreTokenizer::kDeepseekLlm, "!\xE3\x80\x80!"), (Words{"!", "\xE3\x80\x80!"}));
+  // The same text under a pattern with a property is matched as it is.
+  auto p = Pretokenizer::create(std::vector<std::string>{R"([\p{P}\x{3000}]+)"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.value()->split_raw("!\xE3\x80\x80!"), (Words{"!\xE3\x80\x80!"}));
+}
+
+TEST(Pretokenizer, DollarIsTheEndOfThePieceOnly) {
+  auto p = Pretokenizer::create(std::vector<std::string>{"a$"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.value()->split_raw("ba"), (Words{"b", "a"}));
+  EXPECT_EQ(p.value()->split_raw("ba\n"), (Words{"ba\n"}));  // not before a final newline
+}
+
 TEST(Pretokenizer, CustomPatternErrors) {
   auto bad = Pretokenizer::create(std::vector<std::string>{"(unclosed"});
   ASSERT_FALSE(bad.ok());

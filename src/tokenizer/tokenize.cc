@@ -139,14 +139,18 @@ void Tokenizer::Impl::tokenize_spm(std::string_view s, std::vector<TokenId>* out
 
 // llama.cpp: llm_tokenizer_bpe_session::tokenize. Per pre-tokenized word, merges the adjacent
 // pair of lowest merge rank until none is left; a final symbol that is not a token is emitted
-// byte by byte (each 1-byte string that is a token; the others are dropped, as llama.cpp does).
+// byte by byte (each byte's token: its 1-byte byte-level string, or Gemma 4's <0xNN>; bytes
+// without one are dropped, as llama.cpp does). Gemma 4: spaces are escaped first, words keep
+// their raw UTF-8, and a word of newlines only that is a token is taken whole.
 void Tokenizer::Impl::tokenize_bpe(std::string_view s, std::vector<TokenId>* out) const {
-  const std::vector<std::string> words = pretok->split(s);
+  const bool escaped = escaped_spaces();
+  const std::vector<std::string> words =
+      escaped ? pretok->split_raw(tok::escape_spm_spaces(s)) : pretok->split(s);
   std::vector<Symbol> syms;
   std::priority_queue<BpeBigram, std::vector<BpeBigram>, BpeLess> queue;
   std::string key;
   for (const std::string& word : words) {
-    if (ignore_merges) {
+    if (ignore_merges || (escaped && word.find_first_not_of('\n') == std::string::npos)) {
       const TokenId id = find(word);
       if (id != kTokenNull) {
         out->push_back(id);
@@ -176,7 +180,8 @@ void Tokenizer::Impl::tokenize_bpe(std::string_view s, std::vector<TokenId>* out
         continue;
       }
       for (char c : piece) {
-        const TokenId b = find(std::string_view(&c, 1));
+        const TokenId b =
+            escaped ? byte_token[static_cast<uint8_t>(c)] : find(std::string_view(&c, 1));
         if (b != kTokenNull) out->push_back(b);
       }
     }
@@ -286,7 +291,7 @@ std::string Tokenizer::token_to_piece(TokenId id, bool special) const {
   if (a & (kAttrUnknown | kAttrControl | kAttrUserDefined)) return t;
   if (a & kAttrNormal) {
     std::string out;
-    if (v.type == VocabType::kSpm) {
+    if (v.type == VocabType::kSpm || v.escaped_spaces()) {
       out.reserve(t.size());
       for (size_t i = 0; i < t.size();) {
         if (t.compare(i, tok::kSpmSpace.size(), tok::kSpmSpace) == 0) {

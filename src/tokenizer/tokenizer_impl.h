@@ -94,7 +94,8 @@ struct Tokenizer::Impl {
   std::vector<TokenId> special_order;
   tok::SpecialTrie special_trie;
 
-  // SPM: token of byte b (<0xBB>, else the 1-byte text, else unk). BPE: unused.
+  // SPM: token of byte b (<0xBB>, else the 1-byte text, else unk). Gemma 4's BPE: <0xBB> or
+  // kTokenNull. Other BPE: unused (all kTokenNull).
   std::array<TokenId, 256> byte_token{};
 
   std::unique_ptr<tok::Pretokenizer> pretok;  // BPE only
@@ -107,6 +108,8 @@ struct Tokenizer::Impl {
     return it == to_id.end() ? kTokenNull : it->second;
   }
   bool valid(TokenId id) const { return id >= 0 && id < static_cast<TokenId>(text.size()); }
+  // BPE over '▁'-escaped raw UTF-8 instead of the byte-level alphabet (Gemma 4).
+  bool escaped_spaces() const { return pre == PreTokenizer::kGemma4; }
 
   // Tokenizes one stretch of plain text (no special tokens in it), appending to out.
   void tokenize_spm(std::string_view text, std::vector<TokenId>* out) const;

@@ -333,6 +333,44 @@ TEST(BpeTokenizer, Llama3IgnoreMergesUsesWholeWordTokens) {
   EXPECT_EQ(u.tokenize("xyz", false, false), (Ids{'x', 'y', 'z'}));
 }
 
+// Gemma 4 (tokenizer model "gemma4"): BPE over the raw UTF-8 with spaces written '▁', words
+// only lines and runs of newlines, <0xNN> byte fallback, a newline run that is a token taken
+// whole, BOS always added.
+TEST(BpeTokenizer, Gemma4MergesEscapedSpacesAcrossWords) {
+  VocabSpec s;
+  s.model = "gemma4";
+  auto add = [&](const std::string& text, int32_t type = kNormal) {
+    s.tokens.push_back(text);
+    s.token_types.push_back(type);
+    return static_cast<TokenId>(s.tokens.size() - 1);
+  };
+  const TokenId bos = add("<bos>", kControl);
+  s.bos = bos;
+  s.eos = add("<eos>", kControl);
+  add("\xE2\x96\x81");  // '▁'
+  const TokenId a = add("a");
+  const TokenId b = add("b");
+  const TokenId nl = add("\n");
+  const TokenId nl2 = add("\n\n");
+  const TokenId c3 = add("<0xC3>", kByte);
+  const TokenId a9 = add("<0xA9>", kByte);
+  s.merges = {"\xE2\x96\x81 a", "a b"};
+  const TokenId sp_a = add(std::string("\xE2\x96\x81") + "a");
+  const TokenId ab = add("ab");
+  s.add_bos = false;  // overridden, as llama.cpp does
+  const Tokenizer t = build(s);
+  EXPECT_EQ(t.pre(), PreTokenizer::kGemma4);
+  EXPECT_TRUE(t.add_bos());
+  // One word "ab▁a": "▁ a" (rank 0) merges before "a b" (rank 1), across the space.
+  EXPECT_EQ(t.tokenize("ab a", true, false), (Ids{bos, ab, sp_a}));
+  EXPECT_EQ(t.tokenize("a\n\nb\n\n\n", false, false), (Ids{a, nl2, b, nl, nl, nl}));
+  // "é" is no token: its bytes' <0xNN> tokens; U+00FC's second byte has none and is dropped.
+  EXPECT_EQ(t.tokenize("\xC3\xA9", false, false), (Ids{c3, a9}));
+  EXPECT_EQ(t.tokenize("\xC3\xBC", false, false), (Ids{c3}));
+  EXPECT_EQ(t.token_to_piece(sp_a, false), " a");
+  EXPECT_EQ(t.detokenize(Ids{ab, sp_a, nl2, c3, a9}, false), "ab a\n\n\xC3\xA9");
+}
+
 TEST(BpeTokenizer, CleanSpacesOnlyWhenAsked) {
   BpeVocab v = make_bpe("gpt2");
   const Tokenizer t = build(v.spec);

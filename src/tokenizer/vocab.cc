@@ -59,6 +59,16 @@ std::string_view pre_tokenizer_name(PreTokenizer pre) {
       return "qwen2";
     case PreTokenizer::kSmollm:
       return "smollm";
+    case PreTokenizer::kQwen35:
+      return "qwen35";
+    case PreTokenizer::kFalcon:
+      return "falcon";
+    case PreTokenizer::kDeepseekLlm:
+      return "deepseek-llm";
+    case PreTokenizer::kDeepseekCoder:
+      return "deepseek-coder";
+    case PreTokenizer::kGemma4:
+      return "gemma4";
   }
   return "?";
 }
@@ -108,23 +118,40 @@ Result<PreInfo> pre_info(const std::string& name) {
                         "pre-tokenizer (tokenization may differ from the model's own)";
     return PreInfo{PreTokenizer::kDefault, true, false, false};
   }
-  if (name == "default") return PreInfo{PreTokenizer::kDefault, true, false, false};
-  if (name == "llama3" || name == "llama-v3" || name == "llama-bpe") {
-    return PreInfo{PreTokenizer::kLlama3, true, true, true};
-  }
-  if (name == "gpt2" || name == "gpt-2" || name == "phi-2") {
-    return PreInfo{PreTokenizer::kGpt2, true, false, false};
-  }
-  if (name == "qwen2" || name == "deepseek-r1-qwen") {
-    return PreInfo{PreTokenizer::kQwen2, false, false, false};
-  }
-  if (name == "smollm") return PreInfo{PreTokenizer::kSmollm, false, false, false};
-  if (name == "starcoder" || name == "refact" || name == "codeshell") {
-    return PreInfo{PreTokenizer::kSmollm, true, false, false};
+  struct Entry {
+    std::string_view name;
+    PreInfo info;
+  };
+  static constexpr Entry kEntries[] = {
+      {"default", {PreTokenizer::kDefault, true, false, false}},
+      {"llama3", {PreTokenizer::kLlama3, true, true, true}},
+      {"llama-v3", {PreTokenizer::kLlama3, true, true, true}},
+      {"llama-bpe", {PreTokenizer::kLlama3, true, true, true}},
+      {"gpt2", {PreTokenizer::kGpt2, true, false, false}},
+      {"gpt-2", {PreTokenizer::kGpt2, true, false, false}},
+      {"phi-2", {PreTokenizer::kGpt2, true, false, false}},
+      {"mpt", {PreTokenizer::kGpt2, true, false, false}},
+      {"qwen2", {PreTokenizer::kQwen2, false, false, false}},
+      {"deepseek-r1-qwen", {PreTokenizer::kQwen2, false, false, false}},
+      {"qwen35", {PreTokenizer::kQwen35, false, false, false}},
+      {"smollm", {PreTokenizer::kSmollm, false, false, false}},
+      {"starcoder", {PreTokenizer::kSmollm, true, false, false}},
+      {"refact", {PreTokenizer::kSmollm, true, false, false}},
+      {"codeshell", {PreTokenizer::kSmollm, true, false, false}},
+      {"command-r", {PreTokenizer::kSmollm, false, false, false}},
+      {"falcon", {PreTokenizer::kFalcon, true, false, false}},
+      {"deepseek-llm", {PreTokenizer::kDeepseekLlm, false, false, false}},
+      {"deepseek-coder", {PreTokenizer::kDeepseekCoder, false, false, false}},
+      {"gemma4", {PreTokenizer::kGemma4, true, false, true}},
+  };
+  std::string names;
+  for (const Entry& e : kEntries) {
+    if (e.name == name) return e.info;
+    names += names.empty() ? "" : ", ";
+    names += e.name;
   }
   return Status::not_supported("unknown BPE pre-tokenizer tokenizer.ggml.pre = '" + name +
-                               "' (supported: default, gpt2, gpt-2, llama3, llama-bpe, qwen2, "
-                               "smollm, starcoder)");
+                               "' (supported: " + names + ")");
 }
 
 // Token texts llama.cpp recognises as end of turn / end of generation / fill-in-the-middle.
@@ -242,7 +269,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
     MNEMO_ASSIGN_OR_RETURN(const gguf::Array* m, string_array(f, "tokenizer.ggml.merges"));
     spec.merges.reserve(m->items.size());
     for (const gguf::Value& v : m->items) spec.merges.push_back(*v.as_string());
-  } else if (spec.model == "gpt2") {
+  } else if (spec.model == "gpt2" || spec.model == "gemma4") {
     return Status::not_found("BPE vocabulary without tokenizer.ggml.merges");
   }
 
@@ -328,18 +355,22 @@ Result<ModelDefaults> set_model(const VocabSpec& spec, Tokenizer::Impl& v) {
     d.add_bos = true;
     d.space_prefix = true;
     v.clean_spaces = false;
-  } else if (spec.model == "gpt2") {
+  } else if (spec.model == "gpt2" || spec.model == "gemma4") {
     v.type = VocabType::kBpe;
-    d.bos = 11;
-    d.eos = 11;
-    MNEMO_ASSIGN_OR_RETURN(PreInfo pi, pre_info(spec.pre));
+    if (spec.model == "gpt2") {
+      d.bos = 11;
+      d.eos = 11;
+    }
+    // A "gemma4" vocabulary has Gemma 4's pre-tokenizer whatever tokenizer.ggml.pre says.
+    MNEMO_ASSIGN_OR_RETURN(PreInfo pi, pre_info(spec.model == "gemma4" ? "gemma4" : spec.pre));
     v.pre = pi.pre;
     v.clean_spaces = pi.clean_spaces;
     v.ignore_merges = pi.ignore_merges;
     d.add_bos = pi.add_bos;
   } else {
     return Status::not_supported("tokenizer model tokenizer.ggml.model = '" + spec.model +
-                                 "' (supported: 'llama' (SentencePiece), 'gpt2' (byte-level BPE))");
+                                 "' (supported: 'llama' (SentencePiece), 'gpt2' (byte-level BPE), "
+                                 "'gemma4' (BPE over '▁'-escaped text))");
   }
   return d;
 }
@@ -412,6 +443,11 @@ Status set_special_ids(const VocabSpec& spec, const ModelDefaults& d, Tokenizer:
   v.fim_rep = pick("fim_rep", spec.fim_rep, kTokenNull);
   v.fim_sep = pick("fim_sep", spec.fim_sep, kTokenNull);
   v.add_bos = spec.add_bos.value_or(d.add_bos);
+  if (v.pre == PreTokenizer::kGemma4 && !v.add_bos) {
+    MNEMO_LOG(kWarn) << "tokenizer: Gemma 4 vocabulary with tokenizer.ggml.add_bos_token false; "
+                        "adding BOS anyway, as llama.cpp does";
+    v.add_bos = true;
+  }
   v.add_eos = spec.add_eos.value_or(false);
   v.add_space_prefix = spec.add_space_prefix.value_or(d.space_prefix);
   if (v.add_bos && v.bos == kTokenNull) {
@@ -496,17 +532,24 @@ void index_special_tokens(Tokenizer::Impl& v) {
   for (size_t k = 0; k < v.special_order.size(); ++k) {
     v.special_trie.insert(v.text[v.special_order[k]], static_cast<int32_t>(k));
   }
-  if (v.type == VocabType::kSpm) {
+  // The <0xNN> token of each byte (SentencePiece's byte fallback; also Gemma 4's).
+  auto hex_token = [&](int b) {
     static constexpr char kHex[] = "0123456789ABCDEF";
+    const char hex[7] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>', 0};
+    return v.find(hex);
+  };
+  if (v.type == VocabType::kSpm) {
     for (int b = 0; b < 256; ++b) {
-      const char hex[7] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>', 0};
-      TokenId id = v.find(hex);
+      TokenId id = hex_token(b);
       if (id == kTokenNull) id = v.find(std::string(1, static_cast<char>(b)));
       v.byte_token[b] = id != kTokenNull ? id : v.unk;
     }
     v.nl = v.byte_token['\n'];
   } else {
     v.byte_token.fill(kTokenNull);
+    if (v.escaped_spaces()) {
+      for (int b = 0; b < 256; ++b) v.byte_token[b] = hex_token(b);
+    }
     std::vector<TokenId> ids;
     v.tokenize_bpe("\n", &ids);
     v.nl = ids.empty() ? v.pad : ids[0];
