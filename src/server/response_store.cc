@@ -6,7 +6,12 @@
 namespace mnemo::server {
 
 bool ResponseStore::put(StoredResponse r) {
-  r.bytes = r.response.dump().size() + r.messages.dump().size();
+  // A generation cut by its token limit can end inside a UTF-8 character; such bytes count as the
+  // U+FFFD they are shown as instead of throwing.
+  const auto size = [](const nlohmann::ordered_json& j) {
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).size();
+  };
+  r.bytes = size(r.response) + size(r.messages);
   if (r.bytes > max_bytes_ || max_count_ == 0) return false;
   auto entry = std::make_shared<const StoredResponse>(std::move(r));
   std::lock_guard<std::mutex> lk(mu_);

@@ -61,5 +61,17 @@ TEST(ResponseStoreTest, ReplaceAndErase) {
   EXPECT_FALSE(none.put(response("x", 1)));
 }
 
+// A generation stopped by max_output_tokens inside a multi-byte character leaves an incomplete
+// UTF-8 sequence in the output text; storing it must not throw.
+TEST(ResponseStoreTest, OutputEndingInsideAUtf8CharacterIsStored) {
+  ResponseStore s(4, 100000);
+  StoredResponse r = response("cut", 10);
+  r.response["output_text"] = std::string("Hi \xF0\x9F\x91", 6);  // the first 3 bytes of U+1F44B
+  r.messages.push_back({{"role", "assistant"}, {"content", r.response["output_text"]}});
+  ASSERT_TRUE(s.put(std::move(r)));
+  ASSERT_NE(s.get("cut"), nullptr);
+  EXPECT_GT(s.get("cut")->bytes, 0u);
+}
+
 }  // namespace
 }  // namespace mnemo::server
