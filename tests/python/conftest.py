@@ -1,9 +1,11 @@
 """Shared pytest fixtures and the `kernels` marker for mnemo's Python tests (run by scripts/test).
 
 Binaries come from the build directory named by MNEMO_BUILD_DIR (default: <repo>/build); real
-models from <repo>/models (scripts/fetch-model). Code shared by several test modules lives in the
-`helpers` package beside this file (helpers/__init__.py lists its modules); test modules never
-import one another.
+models from <repo>/models (scripts/fetch-model). Under CI (the environment variable CI set and not
+empty, as .ci/run sets it) the skipped tests are listed with their reasons (-rs), and a skip that
+skip_allowlist.txt does not allow fails the run (helpers/skip_gate.py). Code shared by several
+test modules lives in the `helpers` package beside this file (helpers/__init__.py lists its
+modules); test modules never import one another.
 """
 import os
 import subprocess
@@ -16,6 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers.paths import QWEN_CODER_05B, QWEN_CODER_15B, REPO_ROOT, SMOLLM2  # noqa: E402
+from helpers.skip_gate import SkipGate, in_ci  # noqa: E402
 from helpers.tiny_models import make_tiny_models  # noqa: E402
 
 
@@ -25,6 +28,8 @@ def pytest_configure(config):
         "kernels: the module's results depend on the SIMD kernels (llama.cpp bounds, bit-identical "
         "answers, cached and shared prompts); scripts/test runs `pytest -m kernels` again under "
         "every SIMD target of the CPU below its best (MNEMO_SIMD)")
+    if in_ci():
+        config.pluginmanager.register(SkipGate(config), "mnemo_skip_gate")
 
 
 @pytest.fixture(scope="session")

@@ -22,8 +22,6 @@ Prompts are token ids; after a request with prompt P that generated G a slot hol
 """
 import shutil
 import signal
-import socket
-import subprocess
 import time
 from typing import Any
 
@@ -36,6 +34,7 @@ import zmq
 
 from helpers.cache import complete, held, ids, probs
 from helpers.paths import GEMMA3
+from helpers.redis_server import Redis, free_port
 from helpers.server import Server, metric, stop
 
 BLOCK = 64
@@ -43,45 +42,6 @@ BLOCK = 64
 # The replica tests compare answers byte for byte (kernels); the KV-event tests count blocks.
 needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
                                  reason="redis-server missing: run scripts/setup")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Redis:
-    """A redis-server of our own on a loopback port (no persistence)."""
-
-    def __init__(self, port=None, *extra):
-        self.port = port or free_port()
-        self.extra = extra
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", *map(str, self.extra)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        end = time.time() + 10
-        while time.time() < end:
-            if self.cli("PING").strip() == "PONG":
-                return
-            time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def cli(self, *args, stdin=None):
-        r = subprocess.run(["redis-cli", "-p", str(self.port), *map(str, args)], input=stdin,
-                           capture_output=True, timeout=10)
-        return r.stdout.decode(errors="replace")
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def url(self):
-        return f"redis://127.0.0.1:{self.port}"
 
 
 @pytest.fixture
