@@ -10,6 +10,7 @@ cannot fit, and then before its body or stream starts.
 import json
 import random
 import threading
+import time
 
 import pytest
 import requests
@@ -74,6 +75,9 @@ def test_four_requests_that_overfill_a_unified_cache_all_complete_exactly(binary
         if sum(lengths) > 256 + 40:
             assert metric(srv, "preemptions_total") >= 1
             assert "preempted" in srv.log() and "resumed" in srv.log()
+        else:
+            # The finished 40-token request's memory gave way: nothing was preempted.
+            assert metric(srv, "preemptions_total") == 0
         assert metric(srv, "requests_preempted") == 0
     finally:
         stop(srv)
@@ -119,13 +123,29 @@ def test_churn_of_eight_clients_on_a_small_unified_cache(binary, model):
         stop(srv)
 
 
+def generating(srv, n_tokens):
+    """Waits until some slot generates and holds at least n_tokens tokens."""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        slots = requests.get(srv.url + "/slots").json()
+        if any(x["state"] == "generating" and x["n_tokens"] >= n_tokens for x in slots):
+            return
+        time.sleep(0.02)
+    raise AssertionError("no slot started generating")
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_request_that_alone_cannot_fit_is_refused_before_any_body(binary, model, stream):
-    srv = Server(binary, model, "-kvu", "-c", 256, "-np", 4)
+    srv = Server(binary, model, "-kvu", "-c", 256, "-np", 4, "--metrics")
     try:
-        # A long request holds cells meanwhile: the refusal is about the request alone.
-        t = threading.Thread(target=ask, args=(srv, [500], 120))
+        fits = list(range(300, 300 + 200))
+        ref = ask(srv, fits, 40, cache_prompt=False)  # on an idle server
+        # A long request holds cells meanwhile (201 of them at its end).
+        long = {}
+        t = threading.Thread(target=lambda: long.update(r=ask(srv, [500], 200)))
         t.start()
+        generating(srv, 8)
+        # The refusal is about the request alone: the status comes before any body or event.
         r = requests.post(srv.url + "/completion", json={
             "prompt": list(range(300, 300 + 256)), "n_predict": 4, "stream": stream},
             stream=stream, timeout=60)
@@ -134,8 +154,21 @@ def test_a_request_that_alone_cannot_fit_is_refused_before_any_body(binary, mode
         err = r.json()["error"]
         assert err["type"] == "exceed_context_size_error", err
         assert err["n_prompt_tokens"] == 256 and err["n_ctx"] == 256, err
-        t.join(120)
-        # One that fits beside it is served (it waits for cells, it is not refused).
-        assert ask(srv, list(range(300, 300 + 200)), 40)["tokens_predicted"] == 40
+        # One that fits alone but not beside it (240 + 201 cells of 256) is served: it waits for
+        # cells or is preempted, and answers as on the idle server.
+        if stream:
+            r = requests.post(srv.url + "/completion", json={
+                "prompt": fits, "n_predict": 40, "temperature": 0, "ignore_eos": True,
+                "cache_prompt": False, "stream": True}, stream=True, timeout=600)
+            assert r.status_code == 200, r.text
+            events = [json.loads(line[len(b"data: "):]) for line in r.iter_lines()
+                      if line.startswith(b"data: ")]
+            assert all("error" not in e for e in events), events[-1]
+            assert "".join(e.get("content", "") for e in events) == ref["content"]
+        else:
+            assert answer(ask(srv, fits, 40, cache_prompt=False)) == answer(ref)
+        t.join(600)
+        assert long["r"]["tokens_predicted"] == 200
+        assert metric(srv, "errors_total", '{kind="cache_full"}') == 0
     finally:
         stop(srv)
