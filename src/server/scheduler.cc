@@ -212,7 +212,8 @@ Engine::Room Engine::make_room(Slot& slot, const ReuseSource& src, size_t n_prom
   *why = fmt::format(
       "KV cache full: the prompt needs {} new cells ({} tokens, {} reused) but stream {} has "
       "{} free cells of {}; retry later or start the server with a larger -c",
-      need, n_prompt, src.keep, seq->stream, seq->free_cells + freed - taken, info_.n_ctx_seq);
+      need, n_prompt, src.keep, seq->stream,
+      std::max<int64_t>(0, int64_t(seq->free_cells) + freed - taken), info_.n_ctx_seq);
   return Room::kFailed;
 }
 
