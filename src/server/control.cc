@@ -53,6 +53,7 @@ ControlReply Engine::snapshot() {
   r.store = reuse_->store_stats();
   for (auto& s : slots_) {
     if (s->state != SlotState::kIdle) ++r.n_processing;
+    if (s->state == SlotState::kPreempted) ++r.n_preempted;
     r.slots.push_back(slot_info(*s));
   }
   return r;

@@ -48,6 +48,8 @@ const char* slot_state_name(SlotState s) {
       return "prompt";
     case SlotState::kGenerating:
       return "generating";
+    case SlotState::kPreempted:
+      return "preempted";
   }
   return "unknown";
 }
@@ -210,6 +212,7 @@ void Engine::loop() {
       if (stop_) break;
     }
     check_cancelled();
+    resume_preempted();
     assign_waiting();
     step();
     apply_policy();

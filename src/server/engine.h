@@ -190,8 +190,8 @@ class TaskChannel {
   std::atomic<bool> cancelled_{false};
 };
 
-enum class SlotState : uint8_t { kIdle, kPrompt, kGenerating };
-/// "idle", "prompt", "generating".
+enum class SlotState : uint8_t { kIdle, kPrompt, kGenerating, kPreempted };
+/// "idle", "prompt", "generating", "preempted".
 const char* slot_state_name(SlotState s);
 
 /// One slot as seen between two steps.
@@ -232,7 +232,8 @@ struct ControlReply {
   // kSnapshot
   std::vector<SlotInfo> slots;
   MemoryBreakdown breakdown;
-  int32_t n_processing = 0;  // busy slots
+  int32_t n_processing = 0;  // busy slots (preempted ones included)
+  int32_t n_preempted = 0;   // slots whose request waits preempted (its memory set aside)
   int32_t n_queued = 0;      // requests waiting for a slot
   // kSlot*: tokens saved / restored / erased and bytes written / read; kRequantize: bytes.
   int32_t n_tokens = 0;
@@ -324,16 +325,43 @@ class Engine {
   void assign_waiting();
   Slot* pick_slot(const Task& t);
   // Prepares `slot` for `t` (kAdmitted), or returns why not (kFailed: error kind + message), or
-  // asks `t` to wait for a disk entry or the store (kDeferred). On kFailed nothing changed
-  // except idle slots' caches that admission decided to evict (stashed first).
-  enum class Admission : uint8_t { kAdmitted, kFailed, kDeferred };
+  // asks `t` to wait for a disk entry or the store (kDeferred), or for cells of a shared stream
+  // that running requests hold (kWait). On kFailed nothing changed except idle slots' caches
+  // that admission decided to evict (stashed first); on kDeferred and kWait nothing changed.
+  enum class Admission : uint8_t { kAdmitted, kFailed, kDeferred, kWait };
   Admission admit(Task& t, Slot& slot, ErrorKind* kind, std::string* why);
-  // Checks that `slot`'s sequence has the cells an n_prompt-token prompt needs once `src` is
-  // applied; in a shared stream (unified KV) idle slots' memory is dropped (stashed first,
-  // least recently used first) when that makes it fit. false (kind and message set: kCacheFull,
-  // or kInternal) when it cannot fit; then nothing changed but those evictions.
-  bool make_room(Slot& slot, const ReuseSource& src, size_t n_prompt, ErrorKind* kind,
+  // Whether `slot`'s sequence has the cells an n_prompt-token prompt needs once `src` is
+  // applied and, in a shared stream (unified KV), the cells the running requests need before
+  // their next token (reserved_cells); idle slots' memory is dropped for it (stashed first,
+  // least recently used first) when that makes it fit. kWait: a shared stream that running
+  // requests fill; kFailed (kind and message set: kCacheFull, or kInternal): a stream of its own
+  // that cannot hold the prompt. Nothing changed but those evictions.
+  enum class Room : uint8_t { kFits, kWait, kFailed };
+  Room make_room(Slot& slot, const ReuseSource& src, size_t n_prompt, ErrorKind* kind,
                  std::string* why);
+  // Unified KV: cells the busy slots other than `except` need before their next token: the rest
+  // of a prompt being read, one for a generating slot (a preempted slot holds and needs none).
+  uint32_t reserved_cells(const Slot* except) const;
+  // Unified KV: the shared stream's free cells (SeqMemoryInfo::kUnbounded for a memory without
+  // cells).
+  uint32_t stream_free() const;
+  // Unified KV: drops idle slots' memory (stashed first, least recently used first; never
+  // `except`'s, nor `keep`, a prefix source) until `target` cells are free; with
+  // `all_or_nothing`, only when that can reach it. Returns the free cells afterwards.
+  uint32_t reclaim_idle(uint32_t target, const Slot* except, const HeldSeq* keep,
+                        bool all_or_nothing);
+  // Makes one step's items fit a full shared stream: idle slots' memory goes first, then the
+  // prompt chunks of all but the oldest request shrink, then younger requests are preempted,
+  // youngest first (their items leave `items`). No-op in split mode.
+  void fit_step(std::vector<WorkItem>& items);
+  // Sets a busy slot's memory aside (PromptReuse::suspend) and frees its cells; the slot keeps
+  // its request, sampler, text stream and stats and waits as kPreempted.
+  void preempt(Slot& slot);
+  // Restores a preempted slot's memory when its cells, its next step's and the running
+  // requests' next cells are free (idle slots' memory dropped for it). false: it still waits.
+  bool resume(Slot& slot);
+  // Resumes preempted slots, oldest admission first, until one cannot.
+  void resume_preempted();
   void step();
   // Decodes the items as one batch; on kNoSpace with several items, one by one.
   void decode_items(std::vector<WorkItem>& items);
@@ -391,9 +419,10 @@ class Engine {
   std::unique_ptr<PromptReuse> reuse_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::deque<std::unique_ptr<Task>> waiting_;  // loop thread: admitted to the queue, FIFO
-  uint64_t clock_ = 0;  // loop thread: step counter for least-recently-used order
-  uint32_t rr_ = 0;     // loop thread: round-robin start for prompt chunks
-  uint64_t steps_ = 0;  // loop thread: decode steps so far (slots' last_active)
+  uint64_t clock_ = 0;       // loop thread: step counter for least-recently-used order
+  uint64_t admissions_ = 0;  // loop thread: requests admitted so far (Slot::admitted)
+  uint32_t rr_ = 0;          // loop thread: round-robin start for prompt chunks
+  uint64_t steps_ = 0;       // loop thread: decode steps so far (slots' last_active)
 
   std::mutex mu_;  // guards incoming_, stop_
   std::condition_variable cv_;

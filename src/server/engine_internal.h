@@ -62,6 +62,11 @@ struct Engine::Slot {
   uint64_t last_active = 0;  // steps_ of its last decode (for the KV policy)
   // The request being served (state != kIdle).
   std::unique_ptr<Task> task;
+  uint64_t admitted = 0;  // admissions_ when it was admitted: the youngest is preempted first
+  // kPreempted: the memory set aside (the sequence itself is empty) and the state to resume in
+  // (kPrompt or kGenerating). Everything below is kept as it was.
+  SuspendedSeq suspended;
+  SlotState resume_as = SlotState::kIdle;
   std::unique_ptr<Sampler> sampler;
   TextStream stream;
   TokenId pending = kTokenNull;          // kGenerating: sampled, to be decoded next step

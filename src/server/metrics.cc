@@ -70,8 +70,15 @@ void request_metrics(std::string* o, const Metrics& m, const EngineInfo& info,
   counter(o, "context_shifts_total", "Context shifts.", load(m.context_shifts_total));
   counter(o, "requantizations_total", "KV requantizations done.", load(m.requantizations_total));
   counter(o, "cancelled_total", "Completions whose client went away.", load(m.cancelled_total));
+  counter(o, "preemptions_total",
+          "Running requests whose memory was set aside (stashed, cells freed) to make room in a "
+          "full unified KV cache; each resumes byte-identical.",
+          load(m.preemptions_total));
   gauge(o, "requests_processing", "Requests holding a slot.", snap.n_processing);
   gauge(o, "requests_deferred", "Requests waiting for a slot.", snap.n_queued);
+  gauge(o, "requests_preempted",
+        "Requests holding a slot whose memory is set aside until the unified KV cache has room.",
+        snap.n_preempted);
   gauge(o, "slots", "Slots.", info.n_slots);
 
   family(o, "errors_total", "counter", "Failed requests by kind.");

@@ -370,6 +370,44 @@ void PromptReuse::publish(const HeldSeq& s) {
   if (events_) events_->hold("slot:" + std::to_string(s.seq), s.tokens, "CPU", first_held(s.seq));
 }
 
+Result<std::shared_ptr<const std::vector<uint8_t>>> PromptReuse::write_state(const HeldSeq& s,
+                                                                             bool convert) const {
+  StateWriteSpec spec;
+  spec.scope = state_format::Scope::kSequence;
+  spec.seq = s.seq;
+  if (convert) {
+    spec.k_type = type_k_;
+    spec.v_type = type_v_;
+  }
+  const Memory& mem = ctx_.memory();
+  // The exact size first (O(metadata)), so the one copy of the rows is written without regrowth.
+  CountingSink count;
+  MNEMO_RETURN_IF_ERROR(state_write(mem, ctx_.fingerprint(), &count, spec, s.tokens));
+  auto bytes = std::make_shared<std::vector<uint8_t>>();
+  bytes->reserve(count.bytes());
+  VectorSink sink(bytes.get());
+  MNEMO_RETURN_IF_ERROR(state_write(mem, ctx_.fingerprint(), &sink, spec, s.tokens));
+  return std::shared_ptr<const std::vector<uint8_t>>(std::move(bytes));
+}
+
+void PromptReuse::insert_local(const HeldSeq& s, uint64_t key,
+                               std::shared_ptr<const std::vector<uint8_t>> bytes) {
+  if (events_) {
+    std::lock_guard<std::mutex> lk(entry_first_mu_);
+    entry_first_[key] = first_held(s.seq);
+  }
+  // An entry holding a prefix of these tokens is redundant once this one can be cut back to it.
+  const Memory& mem = ctx_.memory();
+  cache_->insert(s.tokens, std::move(bytes), [&](uint32_t n) {
+    auto plan = mem.plan_truncate(s.seq, static_cast<Pos>(n));
+    return plan.ok() && plan->keep == static_cast<Pos>(n);
+  });
+  if (events_) {
+    std::lock_guard<std::mutex> lk(entry_first_mu_);
+    entry_first_.erase(key);
+  }
+}
+
 void PromptReuse::stash(HeldSeq& s) {
   if ((!cache_ && !store_) || !s.cacheable || s.tokens.size() < block_) return;
   // These very tokens went into the cache and to the store already (a turn's end, then its slot
@@ -380,43 +418,16 @@ void PromptReuse::stash(HeldSeq& s) {
   const bool have = cache_ && cache_->contains(s.tokens);
   if (have && !store_) return;
   const double t0 = now_ms();
-  StateWriteSpec spec;
-  spec.scope = state_format::Scope::kSequence;
-  spec.seq = s.seq;
-  spec.k_type = type_k_;
-  spec.v_type = type_v_;
-  const Memory& mem = ctx_.memory();
-  // The exact size first (O(metadata)), so the one copy of the rows is written without regrowth.
-  CountingSink count;
-  Status st = state_write(mem, ctx_.fingerprint(), &count, spec, s.tokens);
-  auto bytes = std::make_shared<std::vector<uint8_t>>();
-  if (st.ok()) {
-    bytes->reserve(count.bytes());
-    VectorSink sink(bytes.get());
-    st = state_write(mem, ctx_.fingerprint(), &sink, spec, s.tokens);
-  }
-  if (!st.ok()) {
-    MNEMO_LOG(kWarn) << "seq " << s.seq << ": not stored in the prompt cache: " << st.to_string();
+  auto bytes = write_state(s, /*convert=*/true);
+  if (!bytes.ok()) {
+    MNEMO_LOG(kWarn) << "seq " << s.seq
+                     << ": not stored in the prompt cache: " << bytes.status().to_string();
     return;
   }
-  const size_t n_bytes = bytes->size();
+  const size_t n_bytes = (*bytes)->size();
   s.stashed_key = key;
-  if (store_) store_->put(s.tokens, bytes);
-  // An entry holding a prefix of these tokens is redundant once this one can be cut back to it.
-  if (cache_ && !have) {
-    if (events_) {
-      std::lock_guard<std::mutex> lk(entry_first_mu_);
-      entry_first_[key] = first_held(s.seq);
-    }
-    cache_->insert(s.tokens, std::move(bytes), [&](uint32_t n) {
-      auto plan = mem.plan_truncate(s.seq, static_cast<Pos>(n));
-      return plan.ok() && plan->keep == static_cast<Pos>(n);
-    });
-    if (events_) {
-      std::lock_guard<std::mutex> lk(entry_first_mu_);
-      entry_first_.erase(key);
-    }
-  }
+  if (store_) store_->put(s.tokens, *bytes);
+  if (cache_ && !have) insert_local(s, key, *bytes);
   MNEMO_LOG(kDebug) << fmt::format(
       "seq {}: {} tokens stored in the prompt cache ({} bytes, {:.1f} ms)", s.seq, s.tokens.size(),
       n_bytes, now_ms() - t0);
@@ -426,6 +437,61 @@ Status PromptReuse::drop(HeldSeq& s) {
   stash(s);
   MNEMO_RETURN_IF_ERROR(ctx_.memory().seq_rm(s.seq, -1, -1));
   s.tokens.clear();
+  publish(s);
+  return Status();
+}
+
+Result<SuspendedSeq> PromptReuse::suspend(HeldSeq& s) {
+  SuspendedSeq out;
+  if (!s.tokens.empty()) {
+    // In the sequence's own types whatever --prompt-cache-type-k/-v say: the resumed sequence
+    // must compute exactly what it would have.
+    auto own = write_state(s, /*convert=*/false);
+    if (!own.ok()) return own.status();
+    out.state = *own;
+    if (cache_ && s.cacheable && s.tokens.size() >= block_) {
+      const uint64_t key = prompt_cache::entry_key(s.tokens, root_);
+      std::shared_ptr<const std::vector<uint8_t>> entry = out.state;
+      if (type_k_ || type_v_) {
+        auto converted = write_state(s, /*convert=*/true);
+        entry = converted.ok() ? *converted : nullptr;
+      }
+      if (entry && key != s.stashed_key && !cache_->contains(s.tokens)) {
+        insert_local(s, key, std::move(entry));
+        s.stashed_key = key;
+      }
+    }
+  }
+  MNEMO_RETURN_IF_ERROR(ctx_.memory().seq_rm(s.seq, -1, -1));
+  out.tokens = std::move(s.tokens);
+  s.tokens.clear();
+  publish(s);
+  return out;
+}
+
+Status PromptReuse::resume(HeldSeq& s, const SuspendedSeq& saved) {
+  CHECK(s.tokens.empty()) << "seq " << s.seq << " holds " << s.tokens.size() << " tokens";
+  if (saved.tokens.empty()) return Status();
+  Memory& mem = ctx_.memory();
+  const uint32_t n_vocab = ctx_.model().hparams().n_vocab;
+  auto check = [&](std::span<const int32_t> t, const StateSeqSummary& sum) -> Status {
+    MNEMO_RETURN_IF_ERROR(check_before(t, sum, n_vocab, "the suspended state"));
+    if (!std::equal(t.begin(), t.end(), saved.tokens.begin(), saved.tokens.end())) {
+      return Status::internal("the suspended state's tokens are not the sequence's");
+    }
+    return Status();
+  };
+  SpanSource source(*saved.state);
+  auto tokens =
+      state_read(mem, ctx_.fingerprint(), &source, state_format::Scope::kSequence, s.seq, check);
+  Status st = tokens.ok() ? check_after(*tokens, mem, s.seq, n_vocab, "the suspended state")
+                          : tokens.status();
+  if (!st.ok()) {
+    (void)mem.seq_rm(s.seq, -1, -1);
+    publish(s);
+    return st;
+  }
+  s.tokens = saved.tokens;
   publish(s);
   return Status();
 }

@@ -16,8 +16,11 @@
 // Where memory goes: before a sequence's tokens are dropped (its slot taken by another
 // conversation, an erase, a restore over it, an eviction, the server's shutdown) and, with a
 // shared store, after every turn, its state is stashed into the prompt cache's tiers and the
-// store. The KV-event stream (when configured) hears which blocks every sequence and every entry
-// holds. Slot files (POST /slots/{id}?action=save|restore) are the same state bytes in a file.
+// store. A running request's sequence may be suspended (the engine preempts it when a unified
+// cache runs full): its state, in its own K/V types, is kept in a buffer the request holds (and
+// put into the RAM tier too), its cells freed, and it is resumed byte-identical later. The
+// KV-event stream (when configured) hears which blocks every sequence and every entry holds.
+// Slot files (POST /slots/{id}?action=save|restore) are the same state bytes in a file.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +54,14 @@ struct HeldSeq {
   bool cacheable = true;        // may go into the prompt cache (a cache_prompt: false request's
                                 // tokens may not)
   uint64_t stashed_key = 0;     // entry_key of the tokens last stashed (0: none)
+};
+
+/// A sequence's memory set aside while its request waits for cells (PromptReuse::suspend /
+/// resume): its sequence state in the sequence's own K/V types, so that the resumed sequence
+/// computes byte-equal logits, and the tokens it holds.
+struct SuspendedSeq {
+  std::vector<TokenId> tokens;  // [n] the tokens at positions 0..n-1 (empty: nothing held)
+  std::shared_ptr<const std::vector<uint8_t>> state;  // a sequence state (§5); null when empty
 };
 
 /// How prompt reuse is set up (from EngineParams).
@@ -140,6 +151,18 @@ class PromptReuse {
   void stash(HeldSeq& s);
   /// Stashes `s`, then empties its sequence. Errors: seq_rm's (then nothing is dropped).
   Status drop(HeldSeq& s);
+  /// Sets `s`'s memory aside and frees its cells: its state is written in its own K/V types
+  /// into a buffer the caller keeps (whether or not there is a prompt cache: nothing can evict
+  /// it) and, when `s` is cacheable and there is a local tier, also inserted into the cache (the
+  /// same bytes, or a copy in --prompt-cache-type-k/-v), where other prompts may reuse it. Then
+  /// the sequence is emptied (s.tokens too). Errors: state_write's and seq_rm's; then the
+  /// sequence is as before.
+  Result<SuspendedSeq> suspend(HeldSeq& s);
+  /// Restores a suspended sequence into `s`, which must be empty: afterwards s.tokens ==
+  /// saved.tokens and the sequence computes what it computed when suspended (byte-equal). The
+  /// destination may be another sequence than the one suspended. Errors: state_read's (NoSpace
+  /// when the cells are not free); then `s` is empty.
+  Status resume(HeldSeq& s, const SuspendedSeq& saved);
   /// Tells the KV-event stream which blocks `s` now holds (no-op without one).
   void publish(const HeldSeq& s);
 
@@ -174,6 +197,14 @@ class PromptReuse {
                      const ReuseFetch& fetch);
   // Keeps [0, keep) of `s`'s sequence (all of it goes when seq_rm fails). Returns what it kept.
   size_t keep_own(HeldSeq& s, size_t keep);
+  // `s`'s sequence state with its tokens, converted to type_k_ / type_v_ when `convert` (else in
+  // its own types). Errors: state_write's.
+  Result<std::shared_ptr<const std::vector<uint8_t>>> write_state(const HeldSeq& s,
+                                                                  bool convert) const;
+  // Inserts `bytes` (s's state; `key` is entry_key(s.tokens)) into the local tiers, dropping
+  // entries of a prefix s's memory can be cut back to exactly.
+  void insert_local(const HeldSeq& s, uint64_t key,
+                    std::shared_ptr<const std::vector<uint8_t>> bytes);
 
   Context& ctx_;
   Metrics* metrics_;

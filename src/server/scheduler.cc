@@ -54,6 +54,10 @@ Engine::Slot* Engine::pick_slot(const Task& t) {
 }
 
 void Engine::assign_waiting() {
+  // First come, first served for the cells of a shared stream: while a preempted request or an
+  // earlier one waits for cells, later ones do not take them.
+  bool blocked = std::any_of(slots_.begin(), slots_.end(),
+                             [](const auto& s) { return s->state == SlotState::kPreempted; });
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Task& t = **it;
     if (t.fetch.pending()) {
@@ -72,7 +76,7 @@ void Engine::assign_waiting() {
       n_waiting_.fetch_sub(1);
       continue;
     }
-    Slot* slot = pick_slot(t);
+    Slot* slot = blocked ? nullptr : pick_slot(t);
     if (slot == nullptr) {
       ++it;  // waits (for its slot, or for any slot); later requests may still find theirs
       continue;
@@ -80,7 +84,8 @@ void Engine::assign_waiting() {
     ErrorKind kind = ErrorKind::kInternal;
     std::string why;
     const Admission a = admit(t, *slot, &kind, &why);
-    if (a == Admission::kDeferred) {
+    if (a == Admission::kDeferred || a == Admission::kWait) {
+      blocked = blocked || a == Admission::kWait;
       ++it;
       continue;
     }
@@ -132,10 +137,37 @@ Engine::Admission Engine::admit(Task& t, Slot& slot, ErrorKind* kind, std::strin
         info_.kv_unified ? "unified" : "split");
     return Admission::kFailed;
   }
+  // A prompt shorter than n_ctx_seq always fits alone: generation ends ("length") or shifts at
+  // n_ctx_seq, so the most cells a request may need, min(n_prompt + n_predict - 1, n_ctx_seq),
+  // fit a stream of its own or the whole shared one. Past this point the request waits for
+  // cells, never fails for lack of them.
   const std::vector<HeldSeq*> others = held_seqs();
-  const ReuseSource src = reuse_->plan(prompt, t.req.cache_prompt, slot.held, others, &t.fetch);
+  ReuseSource src = reuse_->plan(prompt, t.req.cache_prompt, slot.held, others, &t.fetch);
   if (src.kind == ReuseSource::Kind::kDeferred) return Admission::kDeferred;
-  if (!make_room(slot, src, n_prompt, kind, why)) return Admission::kFailed;
+  Room room = make_room(slot, src, n_prompt, kind, why);
+  const bool running = std::any_of(slots_.begin(), slots_.end(),
+                                   [](const auto& s) { return s->state != SlotState::kIdle; });
+  if (room == Room::kWait && !running && src.kind != ReuseSource::Kind::kOwn &&
+      src.kind != ReuseSource::Kind::kNone) {
+    // Nothing runs that could free cells: the prefix source itself (an idle slot whose memory
+    // is kept for the copy, or an entry's restored cells) is what does not fit. Read the prompt
+    // without it.
+    src = ReuseSource{};
+    if (t.req.cache_prompt) {
+      src.kind = ReuseSource::Kind::kOwn;
+      src.keep = reuse_->reusable_prefix(slot.held, prompt, n_prompt - 1);
+    }
+    room = make_room(slot, src, n_prompt, kind, why);
+  }
+  if (room == Room::kWait && !running) {
+    // Cannot happen (every idle slot's memory can go); refused rather than waiting forever.
+    *kind = ErrorKind::kCacheFull;
+    *why = fmt::format("KV cache full: {} prompt tokens do not fit the {} cells of the stream",
+                       n_prompt, info_.n_ctx);
+    return Admission::kFailed;
+  }
+  if (room == Room::kWait) return Admission::kWait;
+  if (room == Room::kFailed) return Admission::kFailed;
   // The slot's own tokens past what it keeps are dropped: into the prompt cache first.
   const size_t own_kept = src.kind == ReuseSource::Kind::kOwn ? src.keep : 0;
   if (slot.held.tokens.size() >= own_kept + kMinStash) reuse_->stash(slot.held);
@@ -146,8 +178,8 @@ Engine::Admission Engine::admit(Task& t, Slot& slot, ErrorKind* kind, std::strin
   return Admission::kAdmitted;
 }
 
-bool Engine::make_room(Slot& slot, const ReuseSource& src, size_t n_prompt, ErrorKind* kind,
-                       std::string* why) {
+Engine::Room Engine::make_room(Slot& slot, const ReuseSource& src, size_t n_prompt, ErrorKind* kind,
+                               std::string* why) {
   Memory& mem = ctx_->memory();
   const size_t own_kept = src.kind == ReuseSource::Kind::kOwn ? src.keep : 0;
   const uint32_t need = static_cast<uint32_t>(n_prompt - src.keep);
@@ -155,53 +187,177 @@ bool Engine::make_room(Slot& slot, const ReuseSource& src, size_t n_prompt, Erro
   if (!seq.ok()) {
     *kind = ErrorKind::kInternal;
     *why = "seq_info failed: " + seq.status().to_string();
-    return false;
+    return Room::kFailed;
   }
   // A memory without cells (a recurrent state) has room for any prompt.
-  if (seq->free_cells == SeqMemoryInfo::kUnbounded) return true;
+  if (seq->free_cells == SeqMemoryInfo::kUnbounded) return Room::kFits;
   // The slot's cells past what it keeps of its own are freed; a copied or restored prefix takes
-  // cells of its own (in a unified stream a copy shares the source's cells instead).
-  const bool shares = src.kind == ReuseSource::Kind::kSeq && info_.kv_unified;
-  const uint32_t taken =
-      static_cast<uint32_t>(src.kind == ReuseSource::Kind::kOwn || shares ? 0 : src.keep);
-  uint32_t free = seq->free_cells + static_cast<uint32_t>(slot.held.tokens.size() - own_kept);
-  free = free >= taken ? free - taken : 0;
-  if (need > free) {
-    // Idle slots' prompt caches in the same stream (unified mode) are the only cells that can
-    // go: least recently used first, and only when that makes the prompt fit. They go into the
-    // prompt cache first.
-    std::vector<Slot*> idle;
-    uint32_t evictable = 0;
-    for (auto& s : slots_) {
-      if (s.get() == &slot || &s->held == src.from || s->state != SlotState::kIdle ||
-          s->held.tokens.empty()) {
-        continue;
-      }
-      auto other = mem.seq_info(s->id);
-      if (!other.ok() || !other->has_kv || other->stream != seq->stream) continue;
-      idle.push_back(s.get());
-      evictable += static_cast<uint32_t>(s->held.tokens.size());
-    }
-    if (free + evictable >= need) {
-      std::sort(idle.begin(), idle.end(),
-                [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
-      for (Slot* s : idle) {
-        if (free >= need) break;
-        const uint32_t n = static_cast<uint32_t>(s->held.tokens.size());
-        if (reuse_->drop(s->held).ok()) free += n;
-      }
+  // cells of its own (in a unified stream a copy shares the source's cells instead). In a shared
+  // stream the running requests' next cells are not given away.
+  const bool shared = info_.kv_unified;
+  const bool shares = src.kind == ReuseSource::Kind::kSeq && shared;
+  const int64_t taken = src.kind == ReuseSource::Kind::kOwn || shares ? 0 : int64_t(src.keep);
+  const int64_t freed = int64_t(slot.held.tokens.size() - own_kept);
+  const int64_t reserved = shared ? reserved_cells(&slot) : 0;
+  const int64_t target = std::max<int64_t>(0, int64_t(need) + taken + reserved - freed);
+  if (target <= int64_t(seq->free_cells)) return Room::kFits;
+  if (shared) {
+    // Idle slots' memory can go (stashed first), only when that makes room; otherwise the
+    // request waits until running requests end or are preempted.
+    const uint32_t t32 = static_cast<uint32_t>(std::min<int64_t>(target, UINT32_MAX));
+    return reclaim_idle(t32, &slot, src.from, /*all_or_nothing=*/true) >= t32 ? Room::kFits
+                                                                              : Room::kWait;
+  }
+  *kind = ErrorKind::kCacheFull;
+  *why = fmt::format(
+      "KV cache full: the prompt needs {} new cells ({} tokens, {} reused) but stream {} has "
+      "{} free cells of {}; retry later or start the server with a larger -c",
+      need, n_prompt, src.keep, seq->stream,
+      std::max<int64_t>(0, int64_t(seq->free_cells) + freed - taken), info_.n_ctx_seq);
+  return Room::kFailed;
+}
+
+uint32_t Engine::reserved_cells(const Slot* except) const {
+  uint32_t n = 0;
+  for (const auto& s : slots_) {
+    if (s.get() == except) continue;
+    if (s->state == SlotState::kGenerating) ++n;
+    if (s->state == SlotState::kPrompt) {
+      n += static_cast<uint32_t>(s->task->req.prompt.size() - s->held.tokens.size());
     }
   }
-  if (need > free) {
-    *kind = ErrorKind::kCacheFull;
-    *why = fmt::format(
-        "KV cache full: the prompt needs {} new cells ({} tokens, {} reused) but stream {} has "
-        "{} free cells of {}; retry later or start the server with a larger -c",
-        need, n_prompt, src.keep, seq->stream, free,
-        info_.kv_unified ? info_.n_ctx : info_.n_ctx_seq);
-    return false;
+  return n;
+}
+
+uint32_t Engine::stream_free() const {
+  auto seq = ctx_->memory().seq_info(0);
+  return seq.ok() ? seq->free_cells : 0;
+}
+
+uint32_t Engine::reclaim_idle(uint32_t target, const Slot* except, const HeldSeq* keep,
+                              bool all_or_nothing) {
+  uint32_t free = stream_free();
+  if (free >= target) return free;
+  std::vector<Slot*> idle;
+  uint64_t evictable = 0;
+  for (auto& s : slots_) {
+    if (s.get() == except || &s->held == keep || s->state != SlotState::kIdle ||
+        s->held.tokens.empty()) {
+      continue;
+    }
+    idle.push_back(s.get());
+    evictable += s->held.tokens.size();  // at most: cells shared with another sequence stay
   }
+  if (all_or_nothing && free + evictable < target) return free;
+  std::sort(idle.begin(), idle.end(),
+            [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+  for (Slot* s : idle) {
+    if (free >= target) break;
+    if (reuse_->drop(s->held).ok()) free = stream_free();
+  }
+  return free;
+}
+
+void Engine::fit_step(std::vector<WorkItem>& items) {
+  if (!info_.kv_unified || items.empty()) return;
+  uint32_t free = stream_free();
+  if (free == SeqMemoryInfo::kUnbounded) return;
+  auto need = [&] {
+    uint32_t n = 0;
+    for (const WorkItem& it : items) n += static_cast<uint32_t>(it.tokens.size());
+    return n;
+  };
+  if (need() <= free) return;
+  // Finished requests' memory gives way first.
+  free = reclaim_idle(need(), nullptr, nullptr, /*all_or_nothing=*/false);
+  if (need() <= free) return;
+  // Then the younger requests, youngest first. The oldest keeps its work whole: alone it always
+  // fits (admission), so every step moves it on.
+  std::vector<Slot*> young;
+  for (auto& s : slots_) {
+    if (s->state == SlotState::kPrompt || s->state == SlotState::kGenerating) {
+      young.push_back(s.get());
+    }
+  }
+  std::sort(young.begin(), young.end(),
+            [](const Slot* a, const Slot* b) { return a->admitted > b->admitted; });
+  if (!young.empty()) young.pop_back();
+  // A younger prompt reads fewer tokens this step...
+  for (Slot* s : young) {
+    auto it = std::find_if(items.begin(), items.end(), [&](const WorkItem& w) {
+      return w.slot == s && s->state == SlotState::kPrompt;
+    });
+    if (it == items.end()) continue;
+    const size_t cut = std::min<size_t>(need() - free, it->tokens.size());
+    it->tokens.resize(it->tokens.size() - cut);
+    it->output = it->output && cut == 0;
+    if (it->tokens.empty()) items.erase(it);
+    if (need() <= free) return;
+  }
+  // ... and when the generated tokens still do not fit, a younger request's memory is set
+  // aside until cells free up.
+  for (Slot* s : young) {
+    if (need() <= free) return;
+    std::erase_if(items, [&](const WorkItem& w) { return w.slot == s; });
+    preempt(*s);
+    free = stream_free();
+  }
+}
+
+void Engine::preempt(Slot& s) {
+  const size_t n = s.held.tokens.size();
+  auto saved = reuse_->suspend(s.held);
+  if (!saved.ok()) {
+    MNEMO_LOG(kError) << "slot " << s.id << ": preemption failed: " << saved.status().to_string();
+    fail(s, ErrorKind::kInternal, "preempting the request failed: " + saved.status().to_string());
+    return;
+  }
+  s.suspended = std::move(saved).value();
+  s.resume_as = s.state;
+  s.state = SlotState::kPreempted;
+  metrics_->preemptions_total.fetch_add(1, std::memory_order_relaxed);
+  MNEMO_LOG(kInfo) << fmt::format(
+      "slot {}: preempted ({}), {} tokens set aside until the unified KV cache has room", s.id,
+      slot_state_name(s.resume_as), n);
+}
+
+bool Engine::resume(Slot& s) {
+  const size_t held = s.suspended.tokens.size();
+  const size_t next = s.resume_as == SlotState::kGenerating ? 1 : s.task->req.prompt.size() - held;
+  const uint32_t target = static_cast<uint32_t>(held + next) + reserved_cells(&s);
+  if (reclaim_idle(target, &s, nullptr, /*all_or_nothing=*/true) < target) return false;
+  if (Status st = reuse_->resume(s.held, s.suspended); !st.ok()) {
+    if (st.code() == StatusCode::kNoSpace) return false;
+    MNEMO_LOG(kError) << "slot " << s.id << ": resuming failed: " << st.to_string();
+    fail(s, ErrorKind::kInternal, "resuming the preempted request failed: " + st.to_string());
+    return true;
+  }
+  s.suspended = SuspendedSeq{};
+  s.state = s.resume_as;
+  check_slot(s);
+  MNEMO_LOG(kInfo) << fmt::format("slot {}: resumed, {} tokens restored", s.id, held);
   return true;
+}
+
+void Engine::resume_preempted() {
+  std::vector<Slot*> preempted;
+  for (auto& s : slots_) {
+    if (s->state == SlotState::kPreempted) preempted.push_back(s.get());
+  }
+  std::sort(preempted.begin(), preempted.end(),
+            [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+  for (Slot* s : preempted) {
+    if (resume(*s)) continue;
+    const bool running = std::any_of(slots_.begin(), slots_.end(), [](const auto& o) {
+      return o->state == SlotState::kPrompt || o->state == SlotState::kGenerating;
+    });
+    if (running) break;  // first come, first served: it goes first once cells free up
+    // Nothing runs and every idle slot's memory may go: it can never fit (cannot happen).
+    fail(*s, ErrorKind::kCacheFull,
+         fmt::format("KV cache full: a preempted request of {} tokens does not fit the {} cells "
+                     "of the stream",
+                     s->suspended.tokens.size(), info_.n_ctx));
+  }
 }
 
 void Engine::step() {
@@ -243,6 +399,7 @@ void Engine::step() {
     budget -= static_cast<uint32_t>(take);
   }
   ++rr_;
+  fit_step(items);
   if (!items.empty()) {
     ++steps_;
     decode_items(items);
@@ -281,6 +438,16 @@ void Engine::decode_items(std::vector<WorkItem>& items) {
   for (WorkItem& it : items) {
     Slot& s = *it.slot;
     if (kind == ErrorKind::kCacheFull) {
+      // A shared stream that others fill (fit_step should have made room): the request waits
+      // for cells instead of failing.
+      const bool others = std::any_of(slots_.begin(), slots_.end(), [&](const auto& o) {
+        return o.get() != &s &&
+               (o->state == SlotState::kPrompt || o->state == SlotState::kGenerating);
+      });
+      if (info_.kv_unified && others) {
+        preempt(s);
+        continue;
+      }
       if (s.state == SlotState::kGenerating && params_.context_shift && context_shift(s)) continue;
       fail(s, kind,
            fmt::format("KV cache full while decoding {} tokens for slot {} (it holds {}): {}",

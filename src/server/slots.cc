@@ -55,6 +55,7 @@ void Engine::begin(Task& t, Slot& slot, size_t n_cached) {
   slot.stats.n_cached = static_cast<int32_t>(n_cached);
   slot.t_start = now_ms();
   slot.t_first = 0;
+  slot.admitted = ++admissions_;
   slot.state = SlotState::kPrompt;
   CompletionEvent ev;
   ev.kind = CompletionEvent::Kind::kAdmitted;
@@ -162,6 +163,8 @@ void Engine::fail(Slot& s, ErrorKind kind, const std::string& why) {
 
 void Engine::release(Slot& s) {
   s.state = SlotState::kIdle;
+  s.suspended = SuspendedSeq{};
+  s.resume_as = SlotState::kIdle;
   s.task.reset();
   s.sampler.reset();
   s.pending = kTokenNull;
