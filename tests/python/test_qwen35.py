@@ -19,6 +19,19 @@ f32 weights and 0.05 nats with quantized ones):
 - quantized weights, qwen35moe (legacy-quant experts): 0.5 nats (measured 0.38; typically 0.04
   per position, with one or two positions where the router's top-2 nearly ties, seeds 4 and 5:
   0.28, 0.14). Top-1 is compared wherever llama.cpp's margin exceeds the bound.
+Longer prompts (the *_long fixtures: 64, 65, 100 and 130 tokens; llama.cpp runs a prompt's
+Gated DeltaNet in chunks of 64 tokens, so they end at, just past, and two chunks past a chunk
+boundary). Measured on an Intel Xeon with AMX (llama.cpp's sapphirerapids backend made the
+fixtures; mnemo at its default AVX3_DL and under MNEMO_SIMD=AVX3, AVX2 and SSE4):
+- f32 weights: 5e-4 nats for both (measured at most 7.3e-5 qwen35, 2.6e-5 qwen35moe, no growth
+  past position 64: the chunked and token-by-token delta rules agree across chunk boundaries).
+- quantized weights, qwen35: 1.5 nats (measured 0.52 up to 65 tokens, 0.88 at 100, 1.25 at 130:
+  the maximum over llama.cpp's top 20 grows with the number of positions, and the largest
+  differences are tail ids, e.g. rank 10 at position 118; the mean |difference| stays 0.065-0.079
+  and the top-1 differs only where llama.cpp's margin is below the bound).
+- quantized weights, qwen35moe: 0.8 nats (measured 0.49 up to 65 tokens, 0.61 at 100 and 130).
+The same four bounds on this machine for the short fixtures: qwen35_f32 9.3e-4, qwen35 0.46,
+qwen35moe_f32 2.7e-4, qwen35moe 0.47 (every target), within the bounds above.
 Batch invariance: every ubatch size and thread count gives bit-identical logits.
 """
 import subprocess
@@ -27,17 +40,45 @@ import numpy as np
 import pytest
 
 from helpers.paths import tool
-from helpers.reference import check_against_llama_cpp, check_ubatch_invariance, full_logits
-from helpers.tiny_models import make_tiny_model
+from helpers.reference import (check_against_llama_cpp, check_ubatch_invariance, full_logits,
+                               llama_cpp_differences, tiny_fixture)
+from helpers.tiny_models import break_qwen35_heads, make_tiny_model
 
 pytestmark = pytest.mark.kernels
 
-FIXTURES = {"qwen35_f32": 2e-3, "qwen35": 0.6, "qwen35moe_f32": 1e-3, "qwen35moe": 0.5}
+FIXTURES = {"qwen35_f32": 2e-3, "qwen35": 0.6, "qwen35moe_f32": 1e-3, "qwen35moe": 0.5,
+            "qwen35_long_f32": 5e-4, "qwen35_long": 1.5, "qwen35moe_long_f32": 5e-4,
+            "qwen35moe_long": 0.8}
 
 
 @pytest.mark.parametrize("name", list(FIXTURES))
 def test_tiny_qwen35_matches_llama_cpp(build_dir, tmp_path, name):
     check_against_llama_cpp(build_dir, tmp_path, name, FIXTURES[name])
+
+
+@pytest.mark.parametrize("what", ["key_heads", "tiled", "gate", "beta"])
+def test_quantized_bounds_catch_a_broken_head_mapping_or_gate(build_dir, tmp_path, what):
+    """The quantized qwen35 bounds are loose enough for two engines' 8-bit activations yet tight
+    enough to catch a wrong head mapping or gate: the file with value head -> key head mapping,
+    output gate or beta gate deliberately broken (break_qwen35_heads) fails the comparison with
+    llama.cpp's fixtures of the intact file.
+    Measured (every SIMD target), max |logprob diff| with the break in all three Gated DeltaNet
+    blocks (as a bug in the code would be): key_heads 11.6, tiled 11.0, gate 9.9, beta 8.7 nats
+    on the short prompt (bound 0.6), the same or more on each long one (bound 1.5). With the
+    break in one block only (blk.1), the short prompt catches key_heads (7.2), tiled (1.35) and
+    gate (3.5) but not beta (0.51, where the intact file measures up to 0.46); the long ones
+    catch all four (beta 2.5-2.8, tiled 3.0-3.1 at 100 tokens; at 64 tokens beta 0.85 and tiled
+    1.43 would pass)."""
+    for name in ("qwen35", "qwen35_long"):
+        fixture, path = tiny_fixture(build_dir, tmp_path, name)
+        bound = FIXTURES[name]
+        broken = break_qwen35_heads(path, tmp_path / f"{name}_{what}.gguf", what)
+        for n, max_diff, _ in llama_cpp_differences(build_dir, broken, fixture, bound):
+            assert max_diff > 4 * bound, f"{name} ({n} tokens), {what}: {max_diff:.3f}"
+        one_block = break_qwen35_heads(path, tmp_path / f"{name}_{what}_1.gguf", what, [1])
+        diffs = llama_cpp_differences(build_dir, one_block, fixture, bound)
+        if name == "qwen35_long" or what != "beta":
+            assert max(d for _, d, _ in diffs) > bound, f"{name}, {what} in blk.1: {diffs}"
 
 
 @pytest.mark.parametrize("args", [["qwen35", "--seed", "3"], ["qwen35moe", "--seed", "5"]])

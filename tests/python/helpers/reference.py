@@ -21,8 +21,8 @@ if str(REFERENCE_DIR) not in sys.path:
 import forward  # noqa: E402
 import mamba2  # noqa: E402
 
-__all__ = ["forward", "mamba2", "logits_tool", "full_logits", "check_against_llama_cpp",
-           "check_ubatch_invariance"]
+__all__ = ["forward", "mamba2", "logits_tool", "full_logits", "tiny_fixture",
+           "llama_cpp_differences", "check_against_llama_cpp", "check_ubatch_invariance"]
 
 
 def logits_tool(build_dir, model, tokens, *extra, full=False, ids=()):
@@ -48,28 +48,48 @@ def full_logits(build_dir, model, tokens, *extra):
     return np.array([r["logits"] for r in rows])
 
 
-def check_against_llama_cpp(build_dir, tmp_path, name, bound):
-    """Remakes the tiny model of tests/fixtures/logits_tiny_<name>.json with the fixture's
-    make_tiny_model arguments (same bytes, by SHA-256) and compares mnemo's log-probabilities of
-    llama.cpp's top 20 at every position: max |difference| <= bound, and the same top-1 wherever
-    llama.cpp's margin exceeds the bound."""
+def tiny_fixture(build_dir, tmp_path, name):
+    """tests/fixtures/logits_tiny_<name>.json and the tiny model it was made on, remade with the
+    fixture's make_tiny_model arguments (same bytes, by SHA-256): (fixture dict, model path)."""
     fixture = json.loads((FIXTURES_DIR / f"logits_tiny_{name}.json").read_text())
     args = fixture["meta"]["make_tiny_model_args"].split()
     path = make_tiny_model(build_dir, tmp_path / f"{name}.gguf", args[0], *args[1:])
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     assert sha == fixture["meta"]["model_sha256"], (
         "the tiny model writer changed: rerun tests/reference/make_recurrent_fixtures.sh")
+    return fixture, path
+
+
+def llama_cpp_differences(build_dir, path, fixture, bound):
+    """mnemo's log-probabilities on `path` against llama.cpp's in `fixture` (a logits_tiny_*.json
+    document), per prompt: (n_tokens, max |difference| over every position and llama.cpp's top 20
+    ids, positions where llama.cpp's margin between its top two exceeds `bound` and mnemo's top-1
+    is another id)."""
+    out = []
     for prompt in fixture["prompts"]:
         tokens = prompt["tokens"]
         ours = full_logits(build_dir, path, tokens)
         lse = np.log(np.exp(ours - ours.max(axis=1, keepdims=True)).sum(axis=1)) + ours.max(axis=1)
-        max_diff = 0.0
+        max_diff, wrong_top1 = 0.0, []
         for i, (ids, lps) in enumerate(zip(prompt["top_ids"], prompt["top_logprobs"])):
             mine = ours[i, ids] - lse[i]
             max_diff = max(max_diff, float(np.abs(mine - np.array(lps)).max()))
-            if lps[0] - lps[1] > bound:
-                assert int(ours[i].argmax()) == ids[0], f"{name} pos {i}"
-        assert max_diff <= bound, f"{name}: max |logprob diff| {max_diff:.2e} > {bound}"
+            if lps[0] - lps[1] > bound and int(ours[i].argmax()) != ids[0]:
+                wrong_top1.append(i)
+        out.append((len(tokens), max_diff, wrong_top1))
+    return out
+
+
+def check_against_llama_cpp(build_dir, tmp_path, name, bound):
+    """Remakes the tiny model of tests/fixtures/logits_tiny_<name>.json (tiny_fixture) and
+    compares mnemo's log-probabilities of llama.cpp's top 20 at every position of every prompt:
+    max |difference| <= bound, and the same top-1 wherever llama.cpp's margin exceeds the
+    bound."""
+    fixture, path = tiny_fixture(build_dir, tmp_path, name)
+    for n, max_diff, wrong_top1 in llama_cpp_differences(build_dir, path, fixture, bound):
+        assert not wrong_top1, f"{name} ({n} tokens): top-1 differs at positions {wrong_top1}"
+        assert max_diff <= bound, (
+            f"{name} ({n} tokens): max |logprob diff| {max_diff:.2e} > {bound}")
 
 
 def check_ubatch_invariance(build_dir, tmp_path, args):
