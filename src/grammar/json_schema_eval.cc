@@ -288,7 +288,8 @@ bool Document::eval(const Json& s, const Json& v) const {
         ok = ok && props != s.end() && props->contains(name);
       }
     } else if (k == "items" && bit == kArray) {
-      ok = std::all_of(v.begin(), v.end(), [&](const Json& e) { return eval(kw, e); });
+      const Json& item = kw;  // clang 14 cannot capture a structured binding in a lambda
+      ok = std::all_of(v.begin(), v.end(), [&](const Json& e) { return eval(item, e); });
     } else if (bit == kArray && (k == "minItems" || k == "maxItems")) {
       ok = k == "minItems" ? v.size() >= kw.get<uint64_t>() : v.size() <= kw.get<uint64_t>();
     } else if (bit == kString && (k == "minLength" || k == "maxLength")) {
@@ -411,7 +412,9 @@ bool Document::told_apart(const Json& a, const Json& b) const {
 bool Document::disjoint(const Json& a, const Json& b) const {
   const unsigned common = types(a) & types(b);
   if (common == 0) return true;
-  for (const auto& [x, y] : {std::pair{&a, &b}, {&b, &a}}) {
+  for (const auto& xy : {std::pair{&a, &b}, {&b, &a}}) {
+    const Json* x = xy.first;  // not a structured binding: the lambda below captures it
+    const Json* y = xy.second;
     auto vals = values(*x);
     if (vals && std::none_of(vals->begin(), vals->end(),
                              [&](const Json& v) { return eval(*x, v) && eval(*y, v); })) {
