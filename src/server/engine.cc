@@ -203,9 +203,13 @@ void Engine::loop() {
   while (true) {
     bool active = false;
     for (auto& s : slots_) active = active || s->state != SlotState::kIdle;
-    // Requests waiting for a disk entry or the store cannot move until the lookup wakes the loop.
+    // Requests waiting for a disk entry, the store or their slot's stash cannot move until the
+    // lookup or the stash wakes the loop.
     bool ready = false;
-    for (auto& w : waiting_) ready = ready || !w->fetch.pending();
+    const bool stashing = reuse_->stashes_pending();
+    for (auto& w : waiting_) {
+      ready = ready || (!w->fetch.pending() && !(w->waits_for_stash && stashing));
+    }
     drain(/*block=*/!active && !ready);
     {
       std::lock_guard<std::mutex> lk(mu_);

@@ -42,6 +42,7 @@
 #include "prompt_cache/prompt_cache.h"
 #include "prompt_cache/store.h"
 #include "server/metrics.h"
+#include "server/stash_worker.h"
 
 namespace mnemo::server {
 
@@ -147,9 +148,25 @@ class PromptReuse {
 
   /// Puts `s`'s state into the prompt cache and the store before its memory is dropped. No-op
   /// without either, for fewer than one block of tokens, for a !cacheable sequence, or when these
-  /// tokens were stashed last time. A failure to serialize is logged, never an error.
-  void stash(HeldSeq& s);
-  /// Stashes `s`, then empties its sequence. Errors: seq_rm's (then nothing is dropped).
+  /// tokens were stashed last time. A failure to serialize is logged, never an error. When the
+  /// memory lets the sequence be read beside the loop's work (Memory::seq_isolated: split KV),
+  /// the state is written on the stash thread and this returns at once: until stash_pending(seq)
+  /// is false the sequence must not change. Every method of this class that changes a sequence
+  /// waits for its stash first; a caller that changes memory itself asks stash_pending /
+  /// stashes_pending, or waits (wait_stash, wait_stashes). Otherwise it is written here.
+  /// `then` (optional) runs once the state is handed to the store and the cache (on the stash
+  /// thread when written there; at once when there is nothing to stash).
+  void stash(HeldSeq& s, std::function<void()> then = {});
+  /// Whether a stash of sequence `seq` is still being written (then it must not change).
+  bool stash_pending(SeqId seq) const;
+  /// Whether any stash is still being written.
+  bool stashes_pending() const;
+  /// Blocks until no stash of `seq` is being written.
+  void wait_stash(SeqId seq);
+  /// Blocks until every stash so far is written (before requantizing the whole memory).
+  void wait_stashes();
+  /// Stashes `s` (and waits for it), then empties its sequence. Errors: seq_rm's (then nothing
+  /// is dropped).
   Status drop(HeldSeq& s);
   /// Sets `s`'s memory aside and frees its cells: its state is written in its own K/V types
   /// into a buffer the caller keeps (whether or not there is a prompt cache: nothing can evict
@@ -197,14 +214,18 @@ class PromptReuse {
                      const ReuseFetch& fetch);
   // Keeps [0, keep) of `s`'s sequence (all of it goes when seq_rm fails). Returns what it kept.
   size_t keep_own(HeldSeq& s, size_t keep);
-  // `s`'s sequence state with its tokens, converted to type_k_ / type_v_ when `convert` (else in
-  // its own types). Errors: state_write's.
-  Result<std::shared_ptr<const std::vector<uint8_t>>> write_state(const HeldSeq& s,
+  // Sequence `seq`'s state with `tokens`, converted to type_k_ / type_v_ when `convert` (else in
+  // its own types). Errors: state_write's. Reads only `seq` (so may run on the stash thread).
+  Result<std::shared_ptr<const std::vector<uint8_t>>> write_state(SeqId seq,
+                                                                  std::span<const TokenId> tokens,
                                                                   bool convert) const;
-  // Inserts `bytes` (s's state; `key` is entry_key(s.tokens)) into the local tiers, dropping
-  // entries of a prefix s's memory can be cut back to exactly.
-  void insert_local(const HeldSeq& s, uint64_t key,
+  // Inserts `bytes` (seq's state; `key` is entry_key(tokens)) into the local tiers, dropping
+  // entries of a prefix seq's memory can be cut back to exactly. Reads only `seq`.
+  void insert_local(SeqId seq, std::vector<TokenId> tokens, uint64_t key,
                     std::shared_ptr<const std::vector<uint8_t>> bytes);
+  // stash()'s work: writes `seq`'s state and hands it to the store and (unless `have`) the
+  // local tiers. On the stash thread or the loop's.
+  void stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have);
 
   Context& ctx_;
   Metrics* metrics_;
@@ -225,6 +246,8 @@ class PromptReuse {
   std::unordered_map<uint64_t, Pos> entry_first_;
   std::unique_ptr<prompt_cache::PromptCache> cache_;  // thread-safe
   std::unique_ptr<prompt_cache::Store> store_;        // thread-safe
+  // The stash thread (with a cache or a store); after cache_ and store_, which its jobs use.
+  std::unique_ptr<StashWorker> stasher_;
 };
 
 }  // namespace mnemo::server
