@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <utility>
 
 #include "mnemo/check.h"
@@ -253,6 +255,17 @@ ReuseSource PromptReuse::plan(std::span<const TokenId> prompt, bool cache_prompt
 // ---------------------------------------------------------------------------------------------
 // Applying
 
+void PromptReuse::hold_at_test_gate() const {
+  // A test hook (tests/python/test_prompt_cache.py): while the file MNEMO_TEST_STASH_GATE names
+  // exists, a stash waits before it reads the sequence, for at most 60 s.
+  static const char* gate = std::getenv("MNEMO_TEST_STASH_GATE");
+  if (gate == nullptr) return;
+  struct stat st;
+  for (int i = 0; i < 6000 && ::stat(gate, &st) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 bool PromptReuse::stash_pending(SeqId seq) const { return stasher_ && stasher_->pending(seq); }
 
 bool PromptReuse::stashes_pending() const { return stasher_ && stasher_->any_pending(); }
@@ -454,6 +467,7 @@ void PromptReuse::stash(HeldSeq& s, std::function<void()> then) {
 }
 
 void PromptReuse::stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have) {
+  hold_at_test_gate();
   const double t0 = now_ms();
   auto bytes = write_state(seq, tokens, /*convert=*/true);
   if (!bytes.ok()) {

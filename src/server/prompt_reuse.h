@@ -226,6 +226,9 @@ class PromptReuse {
   // stash()'s work: writes `seq`'s state and hands it to the store and (unless `have`) the
   // local tiers. On the stash thread or the loop's.
   void stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have);
+  // Waits while the file named by the environment variable MNEMO_TEST_STASH_GATE exists (at most
+  // 60 s): the tests hold a stash with it to see what goes on meanwhile. No-op without it.
+  void hold_at_test_gate() const;
 
   Context& ctx_;
   Metrics* metrics_;
