@@ -1,6 +1,7 @@
 // PromptReuse: where a prompt's prefix comes from and where a slot's memory goes (docs/design.md
-// §3.9). Owned by the Engine and used on its loop thread only; it is the one place in the server
-// that reads or writes sequence state bytes (include/mnemo/state.h).
+// §3.9). Owned by the Engine and used on its loop thread (a stash in split KV is written on its
+// own stash thread, see stash()); it is the one place in the server that reads or writes
+// sequence state bytes (include/mnemo/state.h).
 //
 // Sources of a prompt's reusable prefix, best first by the tokens they give:
 //   own     the sequence the request is admitted to keeps its common prefix with the prompt;
