@@ -210,6 +210,7 @@ void Engine::loop() {
     for (auto& w : waiting_) {
       ready = ready || (!w->fetch.pending() && !(w->waits_for_stash && stashing));
     }
+    reuse_->pace_stashes(active);  // never paced while the loop may sleep
     drain(/*block=*/!active && !ready);
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -218,7 +219,13 @@ void Engine::loop() {
     check_cancelled();
     resume_preempted();
     assign_waiting();
+    // While slots decode, a stash on the stash thread copies a slice per step (between steps);
+    // otherwise it runs freely.
+    bool decoding = false;
+    for (auto& sl : slots_) decoding = decoding || sl->state != SlotState::kIdle;
+    reuse_->pace_stashes(decoding);
     step();
+    if (decoding) reuse_->stash_slice();
     apply_policy();
   }
   shut_down();

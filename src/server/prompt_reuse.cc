@@ -278,6 +278,14 @@ void PromptReuse::wait_stashes() {
   if (stasher_) stasher_->wait_all();
 }
 
+void PromptReuse::pace_stashes(bool decoding) {
+  if (stasher_) stasher_->set_paced(decoding);
+}
+
+void PromptReuse::stash_slice() {
+  if (stasher_) stasher_->run_slice(kStashSliceBytes);
+}
+
 size_t PromptReuse::keep_own(HeldSeq& s, size_t keep) {
   wait_stash(s.seq);
   Memory& mem = ctx_.memory();
@@ -402,8 +410,26 @@ void PromptReuse::publish(const HeldSeq& s) {
   if (events_) events_->hold("slot:" + std::to_string(s.seq), s.tokens, "CPU", first_held(s.seq));
 }
 
+namespace {
+
+// A sink that asks the stash thread's pacing for every write (StashWorker::before_write).
+class PacedSink final : public StateSink {
+ public:
+  PacedSink(StateSink* inner, StashWorker* worker) : inner_(inner), worker_(worker) {}
+  Status write(const void* data, size_t n) override {
+    worker_->before_write(n);
+    return inner_->write(data, n);
+  }
+
+ private:
+  StateSink* inner_;
+  StashWorker* worker_;
+};
+
+}  // namespace
+
 Result<std::shared_ptr<const std::vector<uint8_t>>> PromptReuse::write_state(
-    SeqId seq, std::span<const TokenId> tokens, bool convert) const {
+    SeqId seq, std::span<const TokenId> tokens, bool convert, bool paced) const {
   StateWriteSpec spec;
   spec.scope = state_format::Scope::kSequence;
   spec.seq = seq;
@@ -418,7 +444,9 @@ Result<std::shared_ptr<const std::vector<uint8_t>>> PromptReuse::write_state(
   auto bytes = std::make_shared<std::vector<uint8_t>>();
   bytes->reserve(count.bytes());
   VectorSink sink(bytes.get());
-  MNEMO_RETURN_IF_ERROR(state_write(mem, ctx_.fingerprint(), &sink, spec, tokens));
+  PacedSink paced_sink(&sink, stasher_.get());
+  StateSink* out = paced && stasher_ ? static_cast<StateSink*>(&paced_sink) : &sink;
+  MNEMO_RETURN_IF_ERROR(state_write(mem, ctx_.fingerprint(), out, spec, tokens));
   return std::shared_ptr<const std::vector<uint8_t>>(std::move(bytes));
 }
 
@@ -455,21 +483,24 @@ void PromptReuse::stash(HeldSeq& s, std::function<void()> then) {
   s.stashed_key = key;
   // On the stash thread when the memory lets the sequence be read beside the loop's work (its
   // callers then wait for it before they change the sequence), else here.
-  auto job = [this, seq = s.seq, tokens = s.tokens, key, have, then = std::move(then)]() mutable {
-    stash_now(seq, std::move(tokens), key, have);
+  const bool async = stasher_ && ctx_.memory().seq_isolated(s.seq);
+  auto job = [this, seq = s.seq, tokens = s.tokens, key, have, async,
+              then = std::move(then)]() mutable {
+    stash_now(seq, std::move(tokens), key, have, /*paced=*/async);
     if (then) then();
   };
-  if (stasher_ && ctx_.memory().seq_isolated(s.seq)) {
+  if (async) {
     stasher_->submit(s.seq, std::move(job));
   } else {
     job();
   }
 }
 
-void PromptReuse::stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have) {
+void PromptReuse::stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have,
+                            bool paced) {
   hold_at_test_gate();
   const double t0 = now_ms();
-  auto bytes = write_state(seq, tokens, /*convert=*/true);
+  auto bytes = write_state(seq, tokens, /*convert=*/true, paced);
   if (!bytes.ok()) {
     MNEMO_LOG(kWarn) << "seq " << seq
                      << ": not stored in the prompt cache: " << bytes.status().to_string();

@@ -166,6 +166,18 @@ class PromptReuse {
   void wait_stash(SeqId seq);
   /// Blocks until every stash so far is written (before requantizing the whole memory).
   void wait_stashes();
+  /// Stashes on the stash thread are paced while the loop is `decoding`: their writes wait for
+  /// stash_slice(), so a long state is copied a slice per step (while the loop waits, not beside
+  /// its compute, which would slow every step: the copy competes for cores and memory
+  /// bandwidth). Not decoding, they run freely.
+  void pace_stashes(bool decoding);
+  /// Lets the stash being written copy kStashSliceBytes more and waits for that (the loop, once
+  /// per step). No-op when no stash is pending.
+  void stash_slice();
+  /// Bytes a paced stash copies per decode step: 8 MiB, a few milliseconds, so a step grows by a
+  /// few percent while a long context is stashed (docs/benchmarks.md, "What a stash costs the
+  /// other slots").
+  static constexpr size_t kStashSliceBytes = size_t{8} << 20;
   /// Stashes `s` (and waits for it), then empties its sequence. Errors: seq_rm's (then nothing
   /// is dropped).
   Status drop(HeldSeq& s);
@@ -217,16 +229,18 @@ class PromptReuse {
   size_t keep_own(HeldSeq& s, size_t keep);
   // Sequence `seq`'s state with `tokens`, converted to type_k_ / type_v_ when `convert` (else in
   // its own types). Errors: state_write's. Reads only `seq` (so may run on the stash thread).
+  // With `paced`, every write asks the stash thread's pacing first (on that thread only).
   Result<std::shared_ptr<const std::vector<uint8_t>>> write_state(SeqId seq,
                                                                   std::span<const TokenId> tokens,
-                                                                  bool convert) const;
+                                                                  bool convert,
+                                                                  bool paced = false) const;
   // Inserts `bytes` (seq's state; `key` is entry_key(tokens)) into the local tiers, dropping
   // entries of a prefix seq's memory can be cut back to exactly. Reads only `seq`.
   void insert_local(SeqId seq, std::vector<TokenId> tokens, uint64_t key,
                     std::shared_ptr<const std::vector<uint8_t>> bytes);
   // stash()'s work: writes `seq`'s state and hands it to the store and (unless `have`) the
-  // local tiers. On the stash thread or the loop's.
-  void stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have);
+  // local tiers. On the stash thread (`paced`) or the loop's.
+  void stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have, bool paced);
   // Waits while the file named by the environment variable MNEMO_TEST_STASH_GATE exists (at most
   // 60 s): the tests hold a stash with it to see what goes on meanwhile. No-op without it.
   void hold_at_test_gate() const;

@@ -41,6 +41,21 @@ class StashWorker {
   /// Blocks until every job queued so far has run.
   void wait_all();
 
+  /// Pacing, for when the thread would compete with the decode for cores and memory bandwidth:
+  /// while paced, a job's writes (before_write) wait for budget that run_slice grants, so the
+  /// loop copies a slice per step instead of the whole state at once or beside its compute;
+  /// unpaced (the loop idle, or waiting for a stash) they run freely. Loop thread.
+  void set_paced(bool paced);
+  /// Grants the running job `bytes` of writes. When it waits for budget, runs it: returns once
+  /// it waits again or its job ended; otherwise (no job, or one busy before or after its
+  /// writes) returns at once. Loop thread.
+  void run_slice(size_t bytes);
+  /// Called by a job before it writes `n` bytes: waits while paced and out of budget. The job's
+  /// thread.
+  void before_write(size_t n);
+  /// Whether the running job waits in before_write for budget.
+  bool waits_for_budget() const;
+
  private:
   void run();
 
@@ -51,6 +66,11 @@ class StashWorker {
   std::deque<std::pair<SeqId, std::function<void()>>> queue_;
   std::unordered_map<SeqId, uint32_t> pending_;  // queued or running jobs per sequence
   bool stop_ = false;
+  bool paced_ = false;
+  size_t budget_ = 0;                // bytes the running job may still write while paced
+  bool waiting_for_budget_ = false;  // the running job waits in before_write
+  uint64_t jobs_done_ = 0;
+  std::condition_variable budget_cv_;  // budget granted, pacing off, or stop_
   std::thread thread_;  // last: started once the members above exist
 };
 

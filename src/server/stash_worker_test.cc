@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 #include <vector>
 
 namespace mnemo::server {
@@ -46,6 +47,31 @@ TEST(StashWorkerTest, DestructorRunsQueuedJobs) {
     for (int i = 0; i < 5; ++i) w.submit(i, [&] { ran.fetch_add(1); });
   }
   EXPECT_EQ(ran.load(), 5);
+}
+
+// Paced, a job writes only what run_slice grants (a write may overdraw the last of it), and
+// run_slice returns once the job waits for more; waited for, it runs to its end.
+TEST(StashWorkerTest, PacedWritesAdvanceOneSlicePerRunSlice) {
+  StashWorker w(nullptr);
+  w.set_paced(true);
+  std::atomic<int> written{0};
+  w.submit(1, [&] {
+    for (int i = 0; i < 10; ++i) {
+      w.before_write(4);
+      written.fetch_add(1);
+    }
+  });
+  while (!w.waits_for_budget()) std::this_thread::yield();
+  EXPECT_EQ(written.load(), 0);  // paced with no budget: nothing written
+  w.run_slice(8);                // two writes of 4
+  EXPECT_EQ(written.load(), 2);
+  w.run_slice(5);  // 4, then 1 left: a third write overdraws it
+  EXPECT_EQ(written.load(), 4);
+  EXPECT_TRUE(w.pending(1));
+  w.wait(1);  // unpaced while waited for: runs to its end
+  EXPECT_EQ(written.load(), 10);
+  EXPECT_FALSE(w.pending(1));
+  w.run_slice(8);  // nothing pending: returns at once
 }
 
 }  // namespace
