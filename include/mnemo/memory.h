@@ -306,6 +306,17 @@ class Memory {
   /// [0, n_seq_max).
   virtual Result<SeqMemoryInfo> seq_info(SeqId seq) const = 0;
 
+  /// Whether sequence `seq`'s cells, rows and their bookkeeping are its own: no operation on
+  /// another sequence (a decoded batch, seq_rm / seq_cp / seq_add between others, requantize_seq
+  /// of another) reads or writes them. Then a state_write of scope kSequence for `seq` may run
+  /// on another thread while this one goes on with the other sequences, provided nothing
+  /// changes `seq` itself, nor the memory as a whole (requantize, clear, state_read), until it
+  /// returns; the server stashes a finished slot so (docs/design.md §3.9). Per memory: KvCache
+  /// in split mode (one stream per sequence) true, unified false; SwaKvCache: both children;
+  /// RecurrentMemory and HybridMemory false (their decode passes every sequence's state cells
+  /// through shared bookkeeping). Cost: O(1). false for seq outside [0, n_seq_max).
+  virtual bool seq_isolated(SeqId seq) const { return false; }
+
   /// Empties every cell of every sequence (storage stays allocated).
   virtual void clear() = 0;
   /// Exact bytes per layer, stream and K/V type; cells used / free per stream.

@@ -234,6 +234,11 @@ class KvCache final : public Memory {
   /// Stream stream_of(seq): its types, seq's cells, its free cells, and its K/V bytes (unified:
   /// seq's share by cells held); see Memory::seq_info.
   Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
+  /// Split mode: every sequence has its own stream (cells, rows, rotation), so true for a
+  /// sequence in range; unified mode: false (all sequences share one stream's cells).
+  bool seq_isolated(SeqId seq) const override {
+    return !config_.unified && seq >= 0 && static_cast<uint32_t>(seq) < config_.n_seq_max;
+  }
   uint32_t n_seq_max() const override { return config_.n_seq_max; }
 
   /// Building blocks for composite memories (SwaKvCache, HybridMemory), which validate

@@ -95,6 +95,10 @@ class SwaKvCache final : public composite::CompositeMemory<SwaKvCache> {
   /// The base child's stream, types, cells and free cells; bytes of both children (see
   /// Memory::seq_info).
   Result<SeqMemoryInfo> seq_info(SeqId seq) const override;
+  /// Both children's answer: isolated in each (split mode).
+  bool seq_isolated(SeqId seq) const override {
+    return base_->seq_isolated(seq) && swa_->seq_isolated(seq);
+  }
   // n_seq_max: CompositeMemory.
 
   // State (swa_kv_cache_io.cc): parts kv_base then kv_swa, both validated before either is

@@ -126,6 +126,7 @@ ControlReply Engine::requantize(const ControlRequest& req) {
                            "server runs with -kvu: requantize the whole cache instead"));
   }
   Memory& mem = ctx_->memory();
+  reuse_->wait_stashes();  // no sequence is being read while the memory changes
   // A type the request leaves out stays as the slot (the whole cache: slot 0) has it now. A
   // memory without K/V refuses any types (kNotSupported).
   auto ref = mem.seq_info(req.slot >= 0 ? req.slot : 0);
@@ -148,7 +149,8 @@ ControlReply Engine::requantize(const ControlRequest& req) {
 }
 
 void Engine::apply_policy() {
-  if (!params_.kv_policy) return;
+  // The policy requantizes idle slots' sequences: not while one is being stashed (next step).
+  if (!params_.kv_policy || reuse_->stashes_pending()) return;
   std::vector<uint64_t> last_active(slots_.size());
   for (size_t i = 0; i < slots_.size(); ++i) last_active[i] = slots_[i]->last_active;
   auto moves = params_.kv_policy->step(ctx_->memory(), last_active);

@@ -203,9 +203,14 @@ void Engine::loop() {
   while (true) {
     bool active = false;
     for (auto& s : slots_) active = active || s->state != SlotState::kIdle;
-    // Requests waiting for a disk entry or the store cannot move until the lookup wakes the loop.
+    // Requests waiting for a disk entry, the store or their slot's stash cannot move until the
+    // lookup or the stash wakes the loop.
     bool ready = false;
-    for (auto& w : waiting_) ready = ready || !w->fetch.pending();
+    const bool stashing = reuse_->stashes_pending();
+    for (auto& w : waiting_) {
+      ready = ready || (!w->fetch.pending() && !(w->waits_for_stash && stashing));
+    }
+    reuse_->pace_stashes(active);  // never paced while the loop may sleep
     drain(/*block=*/!active && !ready);
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -214,7 +219,13 @@ void Engine::loop() {
     check_cancelled();
     resume_preempted();
     assign_waiting();
+    // While slots decode, a stash on the stash thread copies a slice per step (between steps);
+    // otherwise it runs freely.
+    bool decoding = false;
+    for (auto& sl : slots_) decoding = decoding || sl->state != SlotState::kIdle;
+    reuse_->pace_stashes(decoding);
     step();
+    if (decoding) reuse_->stash_slice();
     apply_policy();
   }
   shut_down();

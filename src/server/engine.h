@@ -325,7 +325,7 @@ class Engine {
   void assign_waiting();
   Slot* pick_slot(const Task& t);
   // Prepares `slot` for `t` (kAdmitted), or returns why not (kFailed: error kind + message), or
-  // asks `t` to wait for a disk entry or the store (kDeferred), or for cells of a shared stream
+  // asks `t` to wait for a disk entry, the store or its slot's stash (kDeferred), or for cells of a shared stream
   // that running requests hold (kWait). On kFailed nothing changed except idle slots' caches
   // that admission decided to evict (stashed first); on kDeferred and kWait nothing changed.
   enum class Admission : uint8_t { kAdmitted, kFailed, kDeferred, kWait };

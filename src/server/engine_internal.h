@@ -44,6 +44,9 @@ struct Engine::Task {
   // Its prompt-cache lookups still running or done (a disk read, the store's answer): admission
   // waits for them once.
   ReuseFetch fetch;
+  // The slot admission picked last time was still being stashed (PromptReuse::stash_pending):
+  // the request waits, without the loop spinning, until a stash finishes and wakes it.
+  bool waits_for_stash = false;
 };
 
 /// One entry of the incoming queue.

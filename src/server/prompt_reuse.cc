@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <utility>
 
 #include "mnemo/check.h"
@@ -150,12 +152,17 @@ Result<std::unique_ptr<PromptReuse>> PromptReuse::create(Context& ctx,
     sp.block_tokens = r->block_;
     r->store_ = prompt_cache::Store::open(sp);
   }
+  if (r->cache_ || r->store_) r->stasher_ = std::make_unique<StashWorker>([self = r.get()] {
+    self->wake_();
+  });
   return r;
 }
 
 PromptReuse::~PromptReuse() {
-  // The cache's and the store's threads may still call wake_ (a lookup's on_done) until they are
-  // gone. The publisher goes last (the cache tells it of entries it drops).
+  // The stash jobs still queued run first (they write to the cache and the store). The cache's
+  // and the store's threads may still call wake_ (a lookup's on_done) until they are gone. The
+  // publisher goes last (the cache tells it of entries it drops).
+  stasher_.reset();
   store_.reset();
   cache_.reset();
   events_.reset();
@@ -248,7 +255,39 @@ ReuseSource PromptReuse::plan(std::span<const TokenId> prompt, bool cache_prompt
 // ---------------------------------------------------------------------------------------------
 // Applying
 
+void PromptReuse::hold_at_test_gate() const {
+  // A test hook (tests/python/test_prompt_cache.py): while the file MNEMO_TEST_STASH_GATE names
+  // exists, a stash waits before it reads the sequence, for at most 60 s.
+  static const char* gate = std::getenv("MNEMO_TEST_STASH_GATE");
+  if (gate == nullptr) return;
+  struct stat st;
+  for (int i = 0; i < 6000 && ::stat(gate, &st) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+bool PromptReuse::stash_pending(SeqId seq) const { return stasher_ && stasher_->pending(seq); }
+
+bool PromptReuse::stashes_pending() const { return stasher_ && stasher_->any_pending(); }
+
+void PromptReuse::wait_stash(SeqId seq) {
+  if (stasher_) stasher_->wait(seq);
+}
+
+void PromptReuse::wait_stashes() {
+  if (stasher_) stasher_->wait_all();
+}
+
+void PromptReuse::pace_stashes(bool decoding) {
+  if (stasher_) stasher_->set_paced(decoding);
+}
+
+void PromptReuse::stash_slice() {
+  if (stasher_) stasher_->run_slice(kStashSliceBytes);
+}
+
 size_t PromptReuse::keep_own(HeldSeq& s, size_t keep) {
+  wait_stash(s.seq);
   Memory& mem = ctx_.memory();
   if (Status st = mem.seq_rm(s.seq, static_cast<Pos>(keep), -1); !st.ok()) {
     MNEMO_LOG(kError) << "seq " << s.seq << ": seq_rm failed: " << st.to_string();
@@ -262,6 +301,7 @@ size_t PromptReuse::keep_own(HeldSeq& s, size_t keep) {
 size_t PromptReuse::apply(std::span<const TokenId> prompt, bool cache_prompt, HeldSeq& target,
                           const ReuseSource& src, const ReuseFetch& fetch) {
   CHECK(src.kind != ReuseSource::Kind::kDeferred);
+  wait_stash(target.seq);
   size_t n = 0;
   switch (src.kind) {
     case ReuseSource::Kind::kNone:
@@ -370,11 +410,29 @@ void PromptReuse::publish(const HeldSeq& s) {
   if (events_) events_->hold("slot:" + std::to_string(s.seq), s.tokens, "CPU", first_held(s.seq));
 }
 
-Result<std::shared_ptr<const std::vector<uint8_t>>> PromptReuse::write_state(const HeldSeq& s,
-                                                                             bool convert) const {
+namespace {
+
+// A sink that asks the stash thread's pacing for every write (StashWorker::before_write).
+class PacedSink final : public StateSink {
+ public:
+  PacedSink(StateSink* inner, StashWorker* worker) : inner_(inner), worker_(worker) {}
+  Status write(const void* data, size_t n) override {
+    worker_->before_write(n);
+    return inner_->write(data, n);
+  }
+
+ private:
+  StateSink* inner_;
+  StashWorker* worker_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const std::vector<uint8_t>>> PromptReuse::write_state(
+    SeqId seq, std::span<const TokenId> tokens, bool convert, bool paced) const {
   StateWriteSpec spec;
   spec.scope = state_format::Scope::kSequence;
-  spec.seq = s.seq;
+  spec.seq = seq;
   if (convert) {
     spec.k_type = type_k_;
     spec.v_type = type_v_;
@@ -382,24 +440,26 @@ Result<std::shared_ptr<const std::vector<uint8_t>>> PromptReuse::write_state(con
   const Memory& mem = ctx_.memory();
   // The exact size first (O(metadata)), so the one copy of the rows is written without regrowth.
   CountingSink count;
-  MNEMO_RETURN_IF_ERROR(state_write(mem, ctx_.fingerprint(), &count, spec, s.tokens));
+  MNEMO_RETURN_IF_ERROR(state_write(mem, ctx_.fingerprint(), &count, spec, tokens));
   auto bytes = std::make_shared<std::vector<uint8_t>>();
   bytes->reserve(count.bytes());
   VectorSink sink(bytes.get());
-  MNEMO_RETURN_IF_ERROR(state_write(mem, ctx_.fingerprint(), &sink, spec, s.tokens));
+  PacedSink paced_sink(&sink, stasher_.get());
+  StateSink* out = paced && stasher_ ? static_cast<StateSink*>(&paced_sink) : &sink;
+  MNEMO_RETURN_IF_ERROR(state_write(mem, ctx_.fingerprint(), out, spec, tokens));
   return std::shared_ptr<const std::vector<uint8_t>>(std::move(bytes));
 }
 
-void PromptReuse::insert_local(const HeldSeq& s, uint64_t key,
+void PromptReuse::insert_local(SeqId seq, std::vector<TokenId> tokens, uint64_t key,
                                std::shared_ptr<const std::vector<uint8_t>> bytes) {
   if (events_) {
     std::lock_guard<std::mutex> lk(entry_first_mu_);
-    entry_first_[key] = first_held(s.seq);
+    entry_first_[key] = first_held(seq);
   }
   // An entry holding a prefix of these tokens is redundant once this one can be cut back to it.
   const Memory& mem = ctx_.memory();
-  cache_->insert(s.tokens, std::move(bytes), [&](uint32_t n) {
-    auto plan = mem.plan_truncate(s.seq, static_cast<Pos>(n));
+  cache_->insert(std::move(tokens), std::move(bytes), [&](uint32_t n) {
+    auto plan = mem.plan_truncate(seq, static_cast<Pos>(n));
     return plan.ok() && plan->keep == static_cast<Pos>(n);
   });
   if (events_) {
@@ -408,33 +468,56 @@ void PromptReuse::insert_local(const HeldSeq& s, uint64_t key,
   }
 }
 
-void PromptReuse::stash(HeldSeq& s) {
-  if ((!cache_ && !store_) || !s.cacheable || s.tokens.size() < block_) return;
+void PromptReuse::stash(HeldSeq& s, std::function<void()> then) {
+  auto done = [&] {
+    if (then) then();
+  };
+  if ((!cache_ && !store_) || !s.cacheable || s.tokens.size() < block_) return done();
   // These very tokens went into the cache and to the store already (a turn's end, then its slot
   // taken): nothing to do.
   const uint64_t key = prompt_cache::entry_key(s.tokens, root_);
-  if (key == s.stashed_key) return;
+  if (key == s.stashed_key) return done();
   // An entry of these tokens needs no second copy locally; the store is written anyway.
   const bool have = cache_ && cache_->contains(s.tokens);
-  if (have && !store_) return;
+  if (have && !store_) return done();
+  s.stashed_key = key;
+  // On the stash thread when the memory lets the sequence be read beside the loop's work (its
+  // callers then wait for it before they change the sequence), else here.
+  const bool async = stasher_ && ctx_.memory().seq_isolated(s.seq);
+  auto job = [this, seq = s.seq, tokens = s.tokens, key, have, async,
+              then = std::move(then)]() mutable {
+    stash_now(seq, std::move(tokens), key, have, /*paced=*/async);
+    if (then) then();
+  };
+  if (async) {
+    stasher_->submit(s.seq, std::move(job));
+  } else {
+    job();
+  }
+}
+
+void PromptReuse::stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have,
+                            bool paced) {
+  hold_at_test_gate();
   const double t0 = now_ms();
-  auto bytes = write_state(s, /*convert=*/true);
+  auto bytes = write_state(seq, tokens, /*convert=*/true, paced);
   if (!bytes.ok()) {
-    MNEMO_LOG(kWarn) << "seq " << s.seq
+    MNEMO_LOG(kWarn) << "seq " << seq
                      << ": not stored in the prompt cache: " << bytes.status().to_string();
     return;
   }
   const size_t n_bytes = (*bytes)->size();
-  s.stashed_key = key;
-  if (store_) store_->put(s.tokens, *bytes);
-  if (cache_ && !have) insert_local(s, key, *bytes);
+  const size_t n_tokens = tokens.size();
+  if (store_) store_->put(tokens, *bytes);
+  if (cache_ && !have) insert_local(seq, std::move(tokens), key, *bytes);
   MNEMO_LOG(kDebug) << fmt::format(
-      "seq {}: {} tokens stored in the prompt cache ({} bytes, {:.1f} ms)", s.seq, s.tokens.size(),
+      "seq {}: {} tokens stored in the prompt cache ({} bytes, {:.1f} ms)", seq, n_tokens,
       n_bytes, now_ms() - t0);
 }
 
 Status PromptReuse::drop(HeldSeq& s) {
   stash(s);
+  wait_stash(s.seq);
   MNEMO_RETURN_IF_ERROR(ctx_.memory().seq_rm(s.seq, -1, -1));
   s.tokens.clear();
   publish(s);
@@ -442,22 +525,23 @@ Status PromptReuse::drop(HeldSeq& s) {
 }
 
 Result<SuspendedSeq> PromptReuse::suspend(HeldSeq& s) {
+  wait_stash(s.seq);
   SuspendedSeq out;
   if (!s.tokens.empty()) {
     // In the sequence's own types whatever --prompt-cache-type-k/-v say: the resumed sequence
     // must compute exactly what it would have.
-    auto own = write_state(s, /*convert=*/false);
+    auto own = write_state(s.seq, s.tokens, /*convert=*/false);
     if (!own.ok()) return own.status();
     out.state = *own;
     if (cache_ && s.cacheable && s.tokens.size() >= block_) {
       const uint64_t key = prompt_cache::entry_key(s.tokens, root_);
       std::shared_ptr<const std::vector<uint8_t>> entry = out.state;
       if (type_k_ || type_v_) {
-        auto converted = write_state(s, /*convert=*/true);
+        auto converted = write_state(s.seq, s.tokens, /*convert=*/true);
         entry = converted.ok() ? *converted : nullptr;
       }
       if (entry && key != s.stashed_key && !cache_->contains(s.tokens)) {
-        insert_local(s, key, std::move(entry));
+        insert_local(s.seq, s.tokens, key, std::move(entry));
         s.stashed_key = key;
       }
     }
@@ -471,6 +555,7 @@ Result<SuspendedSeq> PromptReuse::suspend(HeldSeq& s) {
 
 Status PromptReuse::resume(HeldSeq& s, const SuspendedSeq& saved) {
   CHECK(s.tokens.empty()) << "seq " << s.seq << " holds " << s.tokens.size() << " tokens";
+  wait_stash(s.seq);
   if (saved.tokens.empty()) return Status();
   Memory& mem = ctx_.memory();
   const uint32_t n_vocab = ctx_.model().hparams().n_vocab;
@@ -499,6 +584,7 @@ Status PromptReuse::resume(HeldSeq& s, const SuspendedSeq& saved) {
 void PromptReuse::shut_down(std::span<HeldSeq* const> all) {
   if (!cache_ && !store_) return;
   for (HeldSeq* s : all) stash(*s);
+  wait_stashes();
   if (cache_) cache_->flush();
   if (store_) store_->flush();
 }
@@ -527,6 +613,7 @@ Result<size_t> PromptReuse::save_file(const HeldSeq& s, const std::string& path)
 
 Result<size_t> PromptReuse::load_file(HeldSeq& s, const std::string& path) {
   stash(s);  // what the sequence held is replaced
+  wait_stash(s.seq);
   const std::string name = path.substr(path.find_last_of('/') + 1);
   const std::string what = "'" + name + "'";
   Memory& mem = ctx_.memory();

@@ -1,6 +1,7 @@
 // PromptReuse: where a prompt's prefix comes from and where a slot's memory goes (docs/design.md
-// §3.9). Owned by the Engine and used on its loop thread only; it is the one place in the server
-// that reads or writes sequence state bytes (include/mnemo/state.h).
+// §3.9). Owned by the Engine and used on its loop thread (a stash in split KV is written on its
+// own stash thread, see stash()); it is the one place in the server that reads or writes
+// sequence state bytes (include/mnemo/state.h).
 //
 // Sources of a prompt's reusable prefix, best first by the tokens they give:
 //   own     the sequence the request is admitted to keeps its common prefix with the prompt;
@@ -42,6 +43,7 @@
 #include "prompt_cache/prompt_cache.h"
 #include "prompt_cache/store.h"
 #include "server/metrics.h"
+#include "server/stash_worker.h"
 
 namespace mnemo::server {
 
@@ -147,9 +149,37 @@ class PromptReuse {
 
   /// Puts `s`'s state into the prompt cache and the store before its memory is dropped. No-op
   /// without either, for fewer than one block of tokens, for a !cacheable sequence, or when these
-  /// tokens were stashed last time. A failure to serialize is logged, never an error.
-  void stash(HeldSeq& s);
-  /// Stashes `s`, then empties its sequence. Errors: seq_rm's (then nothing is dropped).
+  /// tokens were stashed last time. A failure to serialize is logged, never an error. When the
+  /// memory lets the sequence be read beside the loop's work (Memory::seq_isolated: split KV),
+  /// the state is written on the stash thread and this returns at once: until stash_pending(seq)
+  /// is false the sequence must not change. Every method of this class that changes a sequence
+  /// waits for its stash first; a caller that changes memory itself asks stash_pending /
+  /// stashes_pending, or waits (wait_stash, wait_stashes). Otherwise it is written here.
+  /// `then` (optional) runs once the state is handed to the store and the cache (on the stash
+  /// thread when written there; at once when there is nothing to stash).
+  void stash(HeldSeq& s, std::function<void()> then = {});
+  /// Whether a stash of sequence `seq` is still being written (then it must not change).
+  bool stash_pending(SeqId seq) const;
+  /// Whether any stash is still being written.
+  bool stashes_pending() const;
+  /// Blocks until no stash of `seq` is being written.
+  void wait_stash(SeqId seq);
+  /// Blocks until every stash so far is written (before requantizing the whole memory).
+  void wait_stashes();
+  /// Stashes on the stash thread are paced while the loop is `decoding`: their writes wait for
+  /// stash_slice(), so a long state is copied a slice per step (while the loop waits, not beside
+  /// its compute, which would slow every step: the copy competes for cores and memory
+  /// bandwidth). Not decoding, they run freely.
+  void pace_stashes(bool decoding);
+  /// Lets the stash being written copy kStashSliceBytes more and waits for that (the loop, once
+  /// per step). No-op when no stash is pending.
+  void stash_slice();
+  /// Bytes a paced stash copies per decode step: 8 MiB, a few milliseconds, so a step grows by a
+  /// few percent while a long context is stashed (docs/benchmarks.md, "What a stash costs the
+  /// other slots").
+  static constexpr size_t kStashSliceBytes = size_t{8} << 20;
+  /// Stashes `s` (and waits for it), then empties its sequence. Errors: seq_rm's (then nothing
+  /// is dropped).
   Status drop(HeldSeq& s);
   /// Sets `s`'s memory aside and frees its cells: its state is written in its own K/V types
   /// into a buffer the caller keeps (whether or not there is a prompt cache: nothing can evict
@@ -197,14 +227,23 @@ class PromptReuse {
                      const ReuseFetch& fetch);
   // Keeps [0, keep) of `s`'s sequence (all of it goes when seq_rm fails). Returns what it kept.
   size_t keep_own(HeldSeq& s, size_t keep);
-  // `s`'s sequence state with its tokens, converted to type_k_ / type_v_ when `convert` (else in
-  // its own types). Errors: state_write's.
-  Result<std::shared_ptr<const std::vector<uint8_t>>> write_state(const HeldSeq& s,
-                                                                  bool convert) const;
-  // Inserts `bytes` (s's state; `key` is entry_key(s.tokens)) into the local tiers, dropping
-  // entries of a prefix s's memory can be cut back to exactly.
-  void insert_local(const HeldSeq& s, uint64_t key,
+  // Sequence `seq`'s state with `tokens`, converted to type_k_ / type_v_ when `convert` (else in
+  // its own types). Errors: state_write's. Reads only `seq` (so may run on the stash thread).
+  // With `paced`, every write asks the stash thread's pacing first (on that thread only).
+  Result<std::shared_ptr<const std::vector<uint8_t>>> write_state(SeqId seq,
+                                                                  std::span<const TokenId> tokens,
+                                                                  bool convert,
+                                                                  bool paced = false) const;
+  // Inserts `bytes` (seq's state; `key` is entry_key(tokens)) into the local tiers, dropping
+  // entries of a prefix seq's memory can be cut back to exactly. Reads only `seq`.
+  void insert_local(SeqId seq, std::vector<TokenId> tokens, uint64_t key,
                     std::shared_ptr<const std::vector<uint8_t>> bytes);
+  // stash()'s work: writes `seq`'s state and hands it to the store and (unless `have`) the
+  // local tiers. On the stash thread (`paced`) or the loop's.
+  void stash_now(SeqId seq, std::vector<TokenId> tokens, uint64_t key, bool have, bool paced);
+  // Waits while the file named by the environment variable MNEMO_TEST_STASH_GATE exists (at most
+  // 60 s): the tests hold a stash with it to see what goes on meanwhile. No-op without it.
+  void hold_at_test_gate() const;
 
   Context& ctx_;
   Metrics* metrics_;
@@ -225,6 +264,8 @@ class PromptReuse {
   std::unordered_map<uint64_t, Pos> entry_first_;
   std::unique_ptr<prompt_cache::PromptCache> cache_;  // thread-safe
   std::unique_ptr<prompt_cache::Store> store_;        // thread-safe
+  // The stash thread (with a cache or a store); after cache_ and store_, which its jobs use.
+  std::unique_ptr<StashWorker> stasher_;
 };
 
 }  // namespace mnemo::server

@@ -137,6 +137,10 @@ Engine::Admission Engine::admit(Task& t, Slot& slot, ErrorKind* kind, std::strin
         info_.kv_unified ? "unified" : "split");
     return Admission::kFailed;
   }
+  // The slot's sequence is still being written into the prompt cache (on the stash thread): it
+  // must not change until that is done, and the other slots go on meanwhile.
+  t.waits_for_stash = reuse_->stash_pending(slot.held.seq);
+  if (t.waits_for_stash) return Admission::kDeferred;
   // A prompt shorter than n_ctx_seq always fits alone: generation ends ("length") or shifts at
   // n_ctx_seq, so the most cells a request may need, min(n_prompt + n_predict - 1, n_ctx_seq),
   // fit a stream of its own or the whole shared one. Past this point the request waits for
@@ -171,6 +175,9 @@ Engine::Admission Engine::admit(Task& t, Slot& slot, ErrorKind* kind, std::strin
   // The slot's own tokens past what it keeps are dropped: into the prompt cache first.
   const size_t own_kept = src.kind == ReuseSource::Kind::kOwn ? src.keep : 0;
   if (slot.held.tokens.size() >= own_kept + kMinStash) reuse_->stash(slot.held);
+  // Stashed on the stash thread: admitted once it is written (the request waits in the queue).
+  t.waits_for_stash = reuse_->stash_pending(slot.held.seq);
+  if (t.waits_for_stash) return Admission::kDeferred;
   const size_t n_cached = reuse_->apply(prompt, t.req.cache_prompt, slot.held, src, t.fetch);
   check_slot(slot);
   reuse_->publish(slot.held);

@@ -129,15 +129,21 @@ void Engine::finish(Slot& s, FinishReason reason) {
   } else {
     s.stats.gen_ms = now - s.t_first;
   }
-  // With a shared store, every finished turn is queued for it before the client hears the turn
-  // ended: the conversation's next turn may land on another replica.
-  if (reuse_->stashes_every_turn()) reuse_->stash(s.held);
   CompletionEvent done;
   done.kind = CompletionEvent::Kind::kDone;
   done.finish = reason;
   done.stop_word = s.stream.stop_word();
   done.stats = s.stats;
-  s.task->channel->push(std::move(done));
+  if (reuse_->stashes_every_turn()) {
+    // With a shared store, every finished turn is queued for it before the client hears the
+    // turn ended: the conversation's next turn may land on another replica. The state is
+    // written on the stash thread (split KV), so the other slots do not wait for it.
+    reuse_->stash(s.held, [channel = s.task->channel, done = std::move(done)]() mutable {
+      channel->push(std::move(done));
+    });
+  } else {
+    s.task->channel->push(std::move(done));
+  }
 
   Metrics& m = *metrics_;
   constexpr auto kRelaxed = std::memory_order_relaxed;

@@ -15,11 +15,13 @@ request with prompt P that generated G, the slot holds P + G[:-1] (the last samp
 never decoded).
 """
 import json
+import os
 import random
 import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -68,6 +70,44 @@ def test_a_conversation_continues_after_its_slot_was_taken(binary, model):
         assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == len(a2) - 1
         assert r["timings"]["cache_n"] == len(a2) - 1 and r["timings"]["prompt_n"] == 1
     finally:
+        stop(srv)
+
+
+def test_a_stash_never_holds_up_the_other_slots(binary, model, tmp_path):
+    """A slot's memory is stashed on the stash thread (split KV): while that stash is held at a
+    gate (the MNEMO_TEST_STASH_GATE test hook), the loop still answers /metrics and serves
+    another slot's request to its end; only the request that took the stashed slot waits for
+    it. Then that request and the stashed conversation both continue exactly."""
+    gate = tmp_path / "gate"
+    srv = smol_server(binary, model, "-np", 2,
+                      env=dict(os.environ, MNEMO_TEST_STASH_GATE=str(gate)))
+    try:
+        a = ids(300, 1)
+        ra = complete(srv, a, id_slot=1)
+        gate.touch()
+        taken = {}
+        b = ids(100, 2)
+        t = threading.Thread(target=lambda: taken.update(r=complete(srv, b, id_slot=1)))
+        t.start()  # b takes slot 1: conversation a is stashed, and the stash waits at the gate
+        deadline = time.time() + 30
+        while metric(srv, "requests_deferred") != 1:
+            assert time.time() < deadline, "b was never queued behind the stash"
+            time.sleep(0.05)
+        other = complete(srv, ids(50, 3), n=8, id_slot=0)
+        assert len(other["tokens"]) == 8
+        assert t.is_alive() and metric(srv, "requests_deferred") == 1  # b still waits
+        gate.unlink()
+        t.join(120)
+        assert taken["r"]["timings"]["prompt_n"] == 100
+        assert probs(taken["r"]) == probs(complete(srv, b, cache_prompt=False, id_slot=0))
+        # Conversation a went into the cache whole: its next turn reads only the new tokens.
+        a2 = held(a, ra) + ra["tokens"][-1:] + ids(20, 4)
+        r2 = complete(srv, a2, id_slot=1)
+        assert r2["timings"]["cache_n"] == len(held(a, ra)), r2["timings"]
+        assert probs(r2) == probs(complete(srv, a2, cache_prompt=False, id_slot=0))
+    finally:
+        if gate.exists():
+            gate.unlink()
         stop(srv)
 
 
