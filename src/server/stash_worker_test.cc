@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <thread>
 #include <vector>
 
 namespace mnemo::server {
 namespace {
+
+using namespace std::chrono_literals;
 
 // Jobs run in submission order on the worker's thread; a sequence is pending from submit() until
 // its last job ran; on_done runs after every job; wait() returns once the sequence's jobs ran.
@@ -35,6 +38,9 @@ TEST(StashWorkerTest, PendingUntilItsJobsRanInOrder) {
   EXPECT_FALSE(w.pending(3));
   EXPECT_FALSE(w.any_pending());
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  // on_done runs after a job's sequence stops being pending (so a loop it wakes sees that),
+  // hence maybe just after wait_all() returned.
+  for (int i = 0; i < 10000 && done.load() < 3; ++i) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(done.load(), 3);
 }
 
