@@ -8,13 +8,16 @@ started for the run. Each round:
      so nothing of it is in the prompt cache) and generates one token: it then holds the
      whole context, idle;
   2. "quiet": --clients streamed /completion requests (one per slot, greedy, ignore_eos,
-     --n-predict tokens each) run together; nothing else happens;
-  3. "stash": the same requests again; once client 0 has received --stash-after tokens,
-     `POST /slots/H?action=erase` stashes slot H's sequence into the prompt cache (the way a
-     slot taken by another request, or a turn's end with --cache-store, does) and drops it.
+     --n-predict tokens each) run together; once client 0 has received --stash-after tokens, a
+     short request (one token) takes an empty slot: its prompt costs what it costs in 3;
+  3. "stash": the same requests again; once client 0 has received --stash-after tokens, a new
+     conversation (a short prompt, one token) takes slot H: its sequence is stashed into the
+     prompt cache before it is dropped (as a turn's end with --cache-store stashes too).
 Every token's arrival time is kept; the inter-token latencies (ITL) of all clients of a phase
-are pooled. Printed per phase: ITL p50 / p99 / max, and for the stash phase the erase request's
-own time and the server's "stored in the prompt cache (... ms)" figure (MNEMO_LOG=debug).
+are pooled. Printed per phase: ITL p50 / p99 / max, and for the stash phase the time of the
+request that took slot H, the server's "stored in the prompt cache (... ms)" figure
+(MNEMO_LOG=debug: the time to write the state, on the loop or on the stash thread) and the
+slowest of each client's first three gaps after the stash began.
 
   scripts/stash_bench.py --model models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \\
       --hold-tokens 8192 --clients 4 --n-predict 160 --rounds 2
@@ -53,7 +56,7 @@ class ServerProcess:
     """`mnemo serve` on a free loopback port; its log lines are kept (debug level)."""
 
     def __init__(self, args):
-        n_slots = args.clients + 1
+        n_slots = args.clients + 2
         cmd = [args.binary, "serve", "-m", args.model, "--port", "0", "--host", "127.0.0.1",
                "-np", str(n_slots), "-c", str((args.hold_tokens + 512) * n_slots),
                "--cache-ram", str(args.cache_ram), *shlex.split(args.serve)]
@@ -100,9 +103,10 @@ def stream_tokens(url, body, times, started):
             times.append(time.perf_counter())
 
 
-def phase(url, args, rnd, hold_slot, stash):
-    """The clients' streams together; with `stash`, slot H is erased (stashed) mid-way. Returns
-    the pooled ITLs (s), the erase request's time (s) and the time it was sent."""
+def phase(url, args, rnd, take_slot, stash):
+    """The clients' streams together; mid-way a short request takes slot `take_slot` (slot H,
+    stashed, when `stash`; an empty slot otherwise, so both phases carry the same extra prompt).
+    Returns the pooled ITLs (s), the taking request's time (s) and when it was sent."""
     times = [[] for _ in range(args.clients)]
     started = threading.Event()
     errors = []
@@ -120,21 +124,22 @@ def phase(url, args, rnd, hold_slot, stash):
     for t in threads:
         t.start()
     started.set()
-    erase_s = sent_at = None
-    if stash:
-        while len(times[0]) < args.stash_after and any(t.is_alive() for t in threads):
-            time.sleep(0.005)
-        sent_at = time.perf_counter()
-        r = requests.post(url + f"/slots/{hold_slot}?action=erase", timeout=600)
-        erase_s = time.perf_counter() - sent_at
-        if r.status_code != 200:
-            errors.append(RuntimeError(f"erase: HTTP {r.status_code}: {r.text[:200]}"))
+    # Once client 0 has --stash-after tokens, a short request takes `take_slot`.
+    while len(times[0]) < args.stash_after and any(t.is_alive() for t in threads):
+        time.sleep(0.005)
+    sent_at = time.perf_counter()
+    r = requests.post(url + "/completion", timeout=600, json={
+        "prompt": f"Round {rnd}: a new conversation.", "n_predict": 1, "id_slot": take_slot,
+        "cache_prompt": True})
+    take_s = time.perf_counter() - sent_at
+    if r.status_code != 200:
+        errors.append(RuntimeError(f"taking slot H: HTTP {r.status_code}: {r.text[:200]}"))
     for t in threads:
         t.join()
     if errors:
         raise errors[0]
     itl = [b - a for ts in times for a, b in zip(ts, ts[1:])]
-    return itl, erase_s, sent_at, times
+    return itl, take_s, sent_at, times
 
 
 def main():
@@ -151,6 +156,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--cache-ram", type=int, default=4096, help="--cache-ram MiB")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--trace", action="store_true",
+                    help="also print client 0's gaps (ms) of each stash phase, in order")
     args = ap.parse_args()
     if not (1 <= args.clients <= 16 and 64 <= args.hold_tokens <= 131072
             and args.stash_after < args.n_predict):
@@ -159,7 +166,7 @@ def main():
     srv = ServerProcess(args)
     hold_slot = args.clients
     rng = random.Random(1)
-    result = {"quiet": [], "stash": [], "erase_ms": [], "stored_ms": [], "stall_itl_ms": []}
+    result = {"quiet": [], "stash": [], "take_ms": [], "stored_ms": [], "stall_itl_ms": []}
     try:
         n_vocab = requests.get(srv.url + "/props", timeout=10).json().get("n_vocab", 32000)
         for rnd in range(args.rounds):
@@ -170,16 +177,21 @@ def main():
             r.raise_for_status()
             print(f"round {rnd}: slot {hold_slot} read {args.hold_tokens} tokens in "
                   f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
-            itl, _, _, _ = phase(srv.url, args, rnd, hold_slot, stash=False)
+            itl, _, _, _ = phase(srv.url, args, rnd, hold_slot + 1, stash=False)
             result["quiet"].extend(itl)
             n_lines = len(srv.lines)
-            itl, erase_s, sent_at, times = phase(srv.url, args, rnd, hold_slot, stash=True)
+            itl, take_s, sent_at, times = phase(srv.url, args, rnd, hold_slot, stash=True)
             result["stash"].extend(itl)
-            result["erase_ms"].append(round(erase_s * 1000, 1))
-            # The slowest gap that spans the moment the erase was sent, over all clients.
-            spans = [b - a for ts in times for a, b in zip(ts, ts[1:]) if b >= sent_at]
-            result["stall_itl_ms"].append(round(max(spans[:args.clients * 3]) * 1000, 1)
-                                          if spans else None)
+            if args.trace:
+                t0 = times[0]
+                print("round", rnd, "client 0 gaps (ms), * = after the stash began:",
+                      " ".join(f"{(b - a) * 1000:.0f}{'*' if b >= sent_at else ''}"
+                               for a, b in zip(t0, t0[1:])), file=sys.stderr)
+            result["take_ms"].append(round(take_s * 1000, 1))
+            # The slowest of each client's first 3 gaps ending after the taking request was sent.
+            spans = [g for ts in times
+                     for g in [b - a for a, b in zip(ts, ts[1:]) if b >= sent_at][:3]]
+            result["stall_itl_ms"].append(round(max(spans) * 1000, 1) if spans else None)
             for line in srv.lines[n_lines:]:
                 m = re.search(r"tokens stored in the prompt cache \((\d+) bytes, ([\d.]+) ms\)",
                               line)
@@ -191,9 +203,9 @@ def main():
     ms = lambda v: round(v * 1000, 1)  # noqa: E731
     summary = {
         "clients": args.clients, "hold_tokens": args.hold_tokens, "rounds": args.rounds,
-        "quiet_itl_ms": {p: ms(percentile(result["quiet"], p)) for p in (50, 99, 100)},
-        "stash_itl_ms": {p: ms(percentile(result["stash"], p)) for p in (50, 99, 100)},
-        "erase_request_ms": result["erase_ms"], "stash_on_loop_ms": result["stored_ms"],
+        "quiet_itl_ms": {p: ms(percentile(result["quiet"], p)) for p in (50, 90, 99, 100)},
+        "stash_itl_ms": {p: ms(percentile(result["stash"], p)) for p in (50, 90, 99, 100)},
+        "taking_request_ms": result["take_ms"], "stash_write_ms": result["stored_ms"],
         "stash_bytes": result.get("stored_bytes"), "slowest_gap_after_stash_ms":
         result["stall_itl_ms"],
     }
