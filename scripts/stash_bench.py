@@ -40,16 +40,10 @@ from pathlib import Path
 
 import requests
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load import percentile  # noqa: E402 - scripts/load.py, beside this one
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def percentile(values, p):
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = (len(s) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 class ServerProcess:
