@@ -51,6 +51,10 @@ struct ContextParams {
   // Checkpoints let seq_rm / plan_truncate cut a sequence back (prompt caching, rollback).
   uint32_t rs_checkpoint_interval = 256;
   uint32_t rs_n_checkpoints = 4;
+  // Recurrent layers: the state after each output row of a batch but a sequence's last is kept,
+  // the last rs_n_spec per sequence, so seq_rm back to one of those positions is a copy
+  // (speculative decoding sets it to --draft-max; src/memory/recurrent_memory.h). 0: none.
+  uint32_t rs_n_spec = 0;
 
   /// InvalidArgument naming the field for a bad value (n_ubatch > n_batch, an unsupported K/V
   /// type, n_seq_max outside [1, 256], ...).

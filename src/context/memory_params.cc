@@ -30,6 +30,7 @@ MemoryParams memory_params(const HParams& hp, const ContextParams& params, uint3
   p.swa_full = params.swa_full;
   p.checkpoint_interval = params.rs_checkpoint_interval;
   p.n_checkpoints = params.rs_n_checkpoints;
+  p.n_spec = params.rs_n_spec;
   p.pool = pool;
   return p;
 }

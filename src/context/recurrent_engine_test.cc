@@ -293,6 +293,109 @@ TEST_P(RollbackTest, SaveRestoreReproducesNextTokenLogits) {
   EXPECT_EQ(dst->memory().seq_pos_max(1), -1);
 }
 
+// Speculative decoding's rollback: with rs_n_spec, verifying a draft keeps the state after each
+// drafted row, so cutting the rejected tail back is a copy (plan_truncate: nothing to decode
+// again), and greedy generation with drafts (right ones, then one wrong token at varying places)
+// gives exactly the tokens and logits of plain decoding. ubatches of 3 rows split the verify
+// batches, so kept states also sit at the end of a ubatch. An abort inside a verify batch
+// leaves the memory, speculative states included, byte-equal.
+TEST_P(RollbackTest, SpeculativeRollbackIsACopyAndExact) {
+  const Model& m = tiny(GetParam());
+  std::mt19937 rng(11);
+  const std::vector<int32_t> prompt = random_tokens(rng, 9);
+  const int n_gen = 40;
+  auto make = [&](uint32_t n_spec) {
+    ContextParams p;
+    p.n_ctx = 256;
+    p.n_ubatch = 3;
+    p.n_batch = 64;
+    p.n_threads = 1;
+    p.rs_checkpoint_interval = 0;  // no checkpoints: only the speculative states can cut back
+    p.rs_n_checkpoints = 0;
+    p.rs_n_spec = n_spec;
+    auto c = Context::create(m, p);
+    CHECK(c.ok()) << c.status().to_string();
+    return std::move(c).value();
+  };
+  auto argmax = [](std::span<const float> l) {
+    return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  // Plain greedy decoding: the tokens and the logits each was picked from.
+  std::vector<int32_t> want;
+  std::vector<std::vector<float>> want_logits;
+  {
+    auto ctx = make(0);
+    Batch b;
+    for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], Pos(i), {0}, i + 1 == prompt.size());
+    ASSERT_TRUE(ctx->decode(b).ok());
+    for (int k = 0; k < n_gen; ++k) {
+      auto l = ctx->logits(0);
+      want_logits.emplace_back(l.begin(), l.end());
+      want.push_back(argmax(l));
+      Batch one;
+      one.add(want.back(), Pos(prompt.size() + k), {0}, true);
+      ASSERT_TRUE(ctx->decode(one).ok());
+    }
+  }
+  auto ctx = make(8);
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], Pos(i), {0}, i + 1 == prompt.size());
+  ASSERT_TRUE(ctx->decode(b).ok());
+  std::vector<int32_t> got = {argmax(ctx->logits(0))};
+  Pos pos = Pos(prompt.size());  // where got.back() is decoded next
+  int step = 0, rollbacks = 0;
+  while (int(got.size()) < n_gen) {
+    // A draft of up to 6 tokens: the true continuation with one token wrong at place `bad`
+    // (bad == k: all right).
+    const int k = std::min(6, n_gen - int(got.size()));
+    const int bad = step++ % (k + 1);
+    std::vector<int32_t> draft;
+    for (int i = 0; i < k; ++i) {
+      const int32_t t = want[got.size() + i];
+      draft.push_back(i == bad ? (t + 1) % 512 : t);
+    }
+    Batch v;
+    v.add(got.back(), pos, {0}, true);
+    for (int i = 0; i < k; ++i) v.add(draft[i], pos + 1 + i, {0}, true);
+    if (step == 3) {  // an aborted verify changes nothing
+      const std::string before =
+          dynamic_cast<const HybridMemory*>(&ctx->memory())
+              ? testing::snapshot(dynamic_cast<const HybridMemory&>(ctx->memory()))
+              : testing::snapshot(dynamic_cast<const RecurrentMemory&>(ctx->memory()));
+      int calls = 0;
+      ctx->set_abort_callback([&] { return ++calls > 5; });
+      EXPECT_EQ(ctx->decode(v).code(), StatusCode::kAborted);
+      ctx->set_abort_callback(nullptr);
+      const std::string after =
+          dynamic_cast<const HybridMemory*>(&ctx->memory())
+              ? testing::snapshot(dynamic_cast<const HybridMemory&>(ctx->memory()))
+              : testing::snapshot(dynamic_cast<const RecurrentMemory&>(ctx->memory()));
+      EXPECT_EQ(after, before);
+    }
+    ASSERT_TRUE(ctx->decode(v).ok());
+    int accepted = 0;
+    for (int i = 0; i <= k; ++i) {
+      const size_t at = got.size();
+      EXPECT_EQ(max_diff(want_logits[at], ctx->logits(i)), 0.0f) << "token " << at;
+      got.push_back(argmax(ctx->logits(i)));
+      if (i == k || got.back() != draft[i] || int(got.size()) >= n_gen) break;
+      ++accepted;
+    }
+    pos += accepted + 1;
+    if (accepted < k) {
+      auto plan = ctx->memory().plan_truncate(0, pos);
+      ASSERT_TRUE(plan.ok());
+      EXPECT_EQ(plan->keep, pos) << "a rejected draft needs no re-decoding";
+      ASSERT_TRUE(ctx->memory().seq_rm(0, pos, -1).ok());
+      EXPECT_EQ(ctx->memory().seq_pos_max(0), pos - 1);
+      ++rollbacks;
+    }
+  }
+  got.resize(n_gen);
+  EXPECT_EQ(got, want);
+  EXPECT_GT(rollbacks, 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(Recurrent, RollbackTest,
                          ::testing::Values("mamba2", "granitehybrid", "qwen35", "qwen35moe"));
 

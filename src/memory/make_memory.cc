@@ -38,6 +38,7 @@ RecurrentMemoryConfig rs_config(const MemoryParams& p) {
   const bool ckpt = p.checkpoint_interval > 0 && p.n_checkpoints > 0;
   c.checkpoint_interval = ckpt ? p.checkpoint_interval : 0;
   c.n_checkpoints = ckpt ? p.n_checkpoints : 0;
+  c.n_spec = p.n_spec;
   return c;
 }
 

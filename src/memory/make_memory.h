@@ -60,6 +60,8 @@ struct MemoryParams {
   /// per sequence (either 0: none).
   uint32_t checkpoint_interval = 0;
   uint32_t n_checkpoints = 0;
+  /// Recurrent speculative states kept per sequence (RecurrentMemoryConfig::n_spec; 0: none).
+  uint32_t n_spec = 0;
   /// Threads for whole-stream requantization (not owned; must outlive the memory). May be null.
   ThreadPool* pool = nullptr;
 };

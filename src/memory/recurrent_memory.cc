@@ -26,10 +26,12 @@ struct RsJournal {
   };
   std::vector<SeqSave> seqs;
   std::vector<PoolSave> pool;
+  std::vector<PoolSave> spec;       // speculative cells before they were replaced
   std::vector<uint8_t> seq_saved;   // [n_seq_max]
   std::vector<uint8_t> pool_saved;  // [n_seq_max * n_checkpoints]
+  std::vector<uint8_t> spec_saved;  // [n_seq_max * n_spec]
 
-  bool empty() const { return seqs.empty() && pool.empty(); }
+  bool empty() const { return seqs.empty() && pool.empty() && spec.empty(); }
 };
 
 namespace {
@@ -83,7 +85,12 @@ Status RecurrentMemoryContext::apply() {
   CHECK(state_->epoch_ == epoch_) << "the recurrent state changed since init_batch";
   CHECK(n_applied_ == cur_) << "ubatch " << cur_ << " applied out of order (" << n_applied_
                             << " applied)";
-  state_->apply_ubatch((*ubatches_)[cur_], journal_.get());
+  const Ubatch& ub = (*ubatches_)[cur_];
+  state_->apply_ubatch(ub, journal_.get());
+  cur_spec_.clear();
+  if (cur_ < spec_rows_.size() && !spec_rows_[cur_].empty()) {
+    cur_spec_ = state_->take_spec(ub, spec_rows_[cur_], journal_.get());
+  }
   n_applied_ = cur_ + 1;
   epoch_ = ++state_->epoch_;
   return Status();
@@ -114,17 +121,39 @@ float* RecurrentMemoryContext::conv_state(uint32_t il) const {
 
 float* RecurrentMemoryContext::ssm_state(uint32_t il) const { return state_->ssm_state(il, seq()); }
 
+void RecurrentMemoryContext::for_segments(uint32_t il, RsPart part, int64_t T,
+                                          const std::function<void(int64_t, int64_t)>& fn) const {
+  if (cur_spec_.empty()) {
+    fn(0, T);
+    return;
+  }
+  CHECK(state_->holds_layer(il)) << "model layer " << il << " is not recurrent";
+  const bool conv = part == RsPart::kConv;
+  const int64_t off = conv ? state_->layer_off_r_[il] : state_->layer_off_s_[il];
+  const uint32_t n = conv ? state_->n_embd_r(il) : state_->n_embd_s(il);
+  const float* cell = conv ? conv_state(il) : ssm_state(il);
+  int64_t b = 0;
+  for (const auto& [row, dst] : cur_spec_) {
+    CHECK_LT(int64_t(row), T);
+    fn(b, int64_t(row) + 1);
+    std::memcpy(dst + off, cell, size_t(n) * sizeof(float));
+    b = int64_t(row) + 1;
+  }
+  if (b < T) fn(b, T);
+}
+
 // --- creation ----------------------------------------------------------------------------------
 
 RecurrentMemory::RecurrentMemory(RecurrentMemoryConfig config, std::vector<int64_t> off_r,
                                  std::vector<int64_t> off_s, size_t n_floats, AlignedBuffer cells,
-                                 AlignedBuffer ckpt_pool)
+                                 AlignedBuffer ckpt_pool, AlignedBuffer spec_pool)
     : config_(std::move(config)),
       layer_off_r_(std::move(off_r)),
       layer_off_s_(std::move(off_s)),
       n_floats_(n_floats),
       cells_(std::move(cells)),
       ckpt_pool_(std::move(ckpt_pool)),
+      spec_pool_(std::move(spec_pool)),
       seqs_(config_.n_seq_max) {}
 
 RecurrentMemory::~RecurrentMemory() = default;
@@ -162,26 +191,33 @@ Result<std::unique_ptr<RecurrentMemory>> RecurrentMemory::create(RecurrentMemory
   }
   if (n == 0) return bad("no recurrent layer");
   const uint64_t bytes_per_seq = uint64_t{n} * sizeof(float);
+  if (config.n_spec > 256) return bad("n_spec = " + std::to_string(config.n_spec) + " > 256");
   const uint64_t n_ckpt_cells = uint64_t{config.n_seq_max} * config.n_checkpoints;
-  if (bytes_per_seq * (config.n_seq_max + n_ckpt_cells) > (uint64_t{1} << 46)) {
-    return Status::no_space(
-        "RecurrentMemory: " + std::to_string(bytes_per_seq) + " bytes per state times " +
-        std::to_string(config.n_seq_max + n_ckpt_cells) + " states is too large");
+  const uint64_t n_spec_cells = uint64_t{config.n_seq_max} * config.n_spec;
+  if (bytes_per_seq * (config.n_seq_max + n_ckpt_cells + n_spec_cells) > (uint64_t{1} << 46)) {
+    return Status::no_space("RecurrentMemory: " + std::to_string(bytes_per_seq) +
+                            " bytes per state times " +
+                            std::to_string(config.n_seq_max + n_ckpt_cells + n_spec_cells) +
+                            " states is too large");
   }
   Result<AlignedBuffer> cells = AlignedBuffer::allocate(bytes_per_seq * config.n_seq_max);
   if (!cells.ok()) return cells.status().with_context("RecurrentMemory cells");
   Result<AlignedBuffer> pool = AlignedBuffer::allocate(bytes_per_seq * n_ckpt_cells);
   if (!pool.ok()) return pool.status().with_context("RecurrentMemory checkpoints");
-  return std::unique_ptr<RecurrentMemory>(
-      new RecurrentMemory(std::move(config), std::move(off_r), std::move(off_s), n,
-                          std::move(cells).value(), std::move(pool).value()));
+  Result<AlignedBuffer> spec = AlignedBuffer::allocate(bytes_per_seq * n_spec_cells);
+  if (!spec.ok()) return spec.status().with_context("RecurrentMemory speculative states");
+  return std::unique_ptr<RecurrentMemory>(new RecurrentMemory(
+      std::move(config), std::move(off_r), std::move(off_s), n, std::move(cells).value(),
+      std::move(pool).value(), std::move(spec).value()));
 }
 
 Result<std::unique_ptr<RecurrentMemory>> RecurrentMemory::copy() const {
   MNEMO_ASSIGN_OR_RETURN(AlignedBuffer cells, cells_.copy());
   MNEMO_ASSIGN_OR_RETURN(AlignedBuffer pool, ckpt_pool_.copy());
-  std::unique_ptr<RecurrentMemory> c(new RecurrentMemory(
-      config_, layer_off_r_, layer_off_s_, n_floats_, std::move(cells), std::move(pool)));
+  MNEMO_ASSIGN_OR_RETURN(AlignedBuffer spec, spec_pool_.copy());
+  std::unique_ptr<RecurrentMemory> c(new RecurrentMemory(config_, layer_off_r_, layer_off_s_,
+                                                         n_floats_, std::move(cells),
+                                                         std::move(pool), std::move(spec)));
   c->seqs_ = seqs_;
   return c;
 }
@@ -198,6 +234,12 @@ float* RecurrentMemory::cell_ptr(SeqId seq) const {
 float* RecurrentMemory::ckpt_ptr(uint32_t pool_cell) const {
   CHECK_LT(pool_cell, config_.n_seq_max * config_.n_checkpoints);
   return reinterpret_cast<float*>(const_cast<uint8_t*>(ckpt_pool_.data())) +
+         size_t(pool_cell) * n_floats_;
+}
+
+float* RecurrentMemory::spec_ptr(uint32_t pool_cell) const {
+  CHECK_LT(pool_cell, config_.n_seq_max * config_.n_spec);
+  return reinterpret_cast<float*>(const_cast<uint8_t*>(spec_pool_.data())) +
          size_t(pool_cell) * n_floats_;
 }
 
@@ -218,6 +260,13 @@ std::vector<Pos> RecurrentMemory::checkpoints(SeqId seq) const {
   return out;
 }
 
+std::vector<Pos> RecurrentMemory::spec_states(SeqId seq) const {
+  std::vector<Pos> out;
+  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return out;
+  for (const Checkpoint& c : seqs_[seq].spec) out.push_back(c.pos);
+  return out;
+}
+
 std::span<const float> RecurrentMemory::cell(SeqId seq) const { return {cell_ptr(seq), n_floats_}; }
 
 std::span<const float> RecurrentMemory::checkpoint(SeqId seq, Pos pos) const {
@@ -228,10 +277,21 @@ std::span<const float> RecurrentMemory::checkpoint(SeqId seq, Pos pos) const {
   return {};
 }
 
-const RecurrentMemory::Checkpoint* RecurrentMemory::find_checkpoint(SeqId seq, Pos pos) const {
-  const Checkpoint* best = nullptr;
+std::span<const float> RecurrentMemory::spec_state(SeqId seq, Pos pos) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= config_.n_seq_max) return {};
+  for (const Checkpoint& c : seqs_[seq].spec) {
+    if (c.pos == pos) return {spec_ptr(c.cell), n_floats_};
+  }
+  return {};
+}
+
+RecurrentMemory::SavedState RecurrentMemory::find_checkpoint(SeqId seq, Pos pos) const {
+  SavedState best;
   for (const Checkpoint& c : seqs_[seq].ckpts) {
-    if (c.pos <= pos) best = &c;
+    if (c.pos <= pos && c.pos > best.pos) best = {c.pos, ckpt_ptr(c.cell)};
+  }
+  for (const Checkpoint& c : seqs_[seq].spec) {
+    if (c.pos <= pos && c.pos > best.pos) best = {c.pos, spec_ptr(c.cell)};
   }
   return best;
 }
@@ -285,9 +345,63 @@ std::unique_ptr<RecurrentMemoryContext> RecurrentMemory::prepare(
   }
   std::unique_ptr<RecurrentMemoryContext> ctx(
       new RecurrentMemoryContext(this, RecurrentMemoryContext::Mode::kBatch));
+  if (config_.n_spec > 0) ctx->spec_rows_ = plan_spec_rows(*ubatches);
   ctx->ubatches_ = std::move(ubatches);
   ctx->epoch_ = epoch_;
   return ctx;
+}
+
+std::vector<std::vector<uint32_t>> RecurrentMemory::plan_spec_rows(
+    const std::vector<Ubatch>& ubs) const {
+  std::vector<std::vector<uint32_t>> rows(ubs.size());
+  // Per sequence, its output rows in order, as (ubatch, row); the last row of the sequence in
+  // the batch is dropped (its state is the cell), and only the last n_spec are kept.
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> per_seq(config_.n_seq_max);
+  std::vector<std::pair<uint32_t, uint32_t>> last(config_.n_seq_max, {UINT32_MAX, 0});
+  for (uint32_t u = 0; u < ubs.size(); ++u) {
+    const SeqId s = ubs[u].seqs[0];
+    for (uint32_t r = 0; r < ubs[u].n_tokens(); ++r) {
+      if (ubs[u].output[r]) per_seq[s].emplace_back(u, r);
+    }
+    last[s] = {u, ubs[u].n_tokens() - 1};
+  }
+  for (SeqId s = 0; s < static_cast<SeqId>(config_.n_seq_max); ++s) {
+    auto& v = per_seq[s];
+    if (!v.empty() && v.back() == last[s]) v.pop_back();
+    const size_t from = v.size() > config_.n_spec ? v.size() - config_.n_spec : 0;
+    for (size_t i = from; i < v.size(); ++i) rows[v[i].first].push_back(v[i].second);
+  }
+  return rows;
+}
+
+std::vector<std::pair<uint32_t, float*>> RecurrentMemory::take_spec(
+    const Ubatch& ub, const std::vector<uint32_t>& rows, RsJournal* journal) {
+  const SeqId s = ub.seqs[0];
+  SeqMeta& m = seqs_[s];
+  if (journal->spec_saved.empty()) {
+    journal->spec_saved.assign(size_t(config_.n_seq_max) * config_.n_spec, 0);
+  }
+  const uint32_t first = static_cast<uint32_t>(s) * config_.n_spec;
+  std::vector<std::pair<uint32_t, float*>> out;
+  for (uint32_t r : rows) {
+    uint32_t cell = first;
+    if (m.spec.size() < config_.n_spec) {
+      std::vector<uint8_t> used(config_.n_spec, 0);
+      for (const Checkpoint& c : m.spec) used[c.cell - first] = 1;
+      while (used[cell - first]) ++cell;
+    } else {
+      cell = m.spec.front().cell;  // the oldest goes
+      m.spec.erase(m.spec.begin());
+      if (!journal->spec_saved[cell]) {
+        journal->spec_saved[cell] = 1;
+        journal->spec.push_back(
+            {cell, std::vector<float>(spec_ptr(cell), spec_ptr(cell) + n_floats_)});
+      }
+    }
+    m.spec.push_back({ub.pos[r], cell});
+    out.emplace_back(r, spec_ptr(cell));
+  }
+  return out;
 }
 
 std::unique_ptr<MemoryContext> RecurrentMemory::init_batch(const Batch& batch, uint32_t n_ubatch,
@@ -367,6 +481,9 @@ void RecurrentMemory::undo(RsJournal* journal) {
   for (auto it = journal->pool.rbegin(); it != journal->pool.rend(); ++it) {
     std::memcpy(ckpt_ptr(it->cell), it->bytes.data(), n_floats_ * sizeof(float));
   }
+  for (auto it = journal->spec.rbegin(); it != journal->spec.rend(); ++it) {
+    std::memcpy(spec_ptr(it->cell), it->bytes.data(), n_floats_ * sizeof(float));
+  }
   for (auto it = journal->seqs.rbegin(); it != journal->seqs.rend(); ++it) {
     seqs_[it->seq] = it->meta;
     std::memcpy(cell_ptr(it->seq), it->cell.data(), n_floats_ * sizeof(float));
@@ -400,7 +517,7 @@ Status RecurrentMemory::check_seq_rm(SeqId seq, Pos p0, Pos p1) const {
         std::to_string(m.pos_max) +
         "]: a state can only be cut back to a checkpoint (a tail), or emptied");
   }
-  if (find_checkpoint(seq, r.lo - 1) == nullptr) {
+  if (find_checkpoint(seq, r.lo - 1).data == nullptr) {
     return Status::out_of_range(
         "seq_rm: seq_id " + std::to_string(seq) + " cannot be cut back to position " +
         std::to_string(r.lo - 1) + ": no checkpoint at or before it (checkpoints: " +
@@ -419,14 +536,14 @@ Status RecurrentMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
       reset_seq(s);
       return;
     }
-    const Checkpoint* c = find_checkpoint(s, r.lo - 1);
-    CHECK(c != nullptr);
-    const Pos keep = c->pos;
-    std::memcpy(cell_ptr(s), ckpt_ptr(c->cell), n_floats_ * sizeof(float));
+    const SavedState c = find_checkpoint(s, r.lo - 1);
+    CHECK(c.data != nullptr);
+    const Pos keep = c.pos;
+    std::memcpy(cell_ptr(s), c.data, n_floats_ * sizeof(float));
     m.pos_max = keep;
-    m.ckpts.erase(std::remove_if(m.ckpts.begin(), m.ckpts.end(),
-                                 [keep](const Checkpoint& k) { return k.pos > keep; }),
-                  m.ckpts.end());
+    const auto newer = [keep](const Checkpoint& k) { return k.pos > keep; };
+    m.ckpts.erase(std::remove_if(m.ckpts.begin(), m.ckpts.end(), newer), m.ckpts.end());
+    m.spec.erase(std::remove_if(m.spec.begin(), m.spec.end(), newer), m.spec.end());
   };
   for_each_seq(seq, config_.n_seq_max, rm_one);
   ++epoch_;
@@ -447,7 +564,7 @@ Status RecurrentMemory::check_seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) const
                                  " on; copying only positions from " + std::to_string(r.lo) +
                                  " is not possible");
   }
-  if (r.hi <= m.pos_max && find_checkpoint(src, r.hi - 1) == nullptr) {
+  if (r.hi <= m.pos_max && find_checkpoint(src, r.hi - 1).data == nullptr) {
     return Status::out_of_range(
         "seq_cp: seq_id " + std::to_string(src) + " has no checkpoint at or before position " +
         std::to_string(r.hi - 1) + " (checkpoints: " + pos_list(checkpoints(src)) + ")");
@@ -469,9 +586,9 @@ Status RecurrentMemory::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
     d.pos_max = m.pos_max;
     std::memcpy(cell_ptr(dst), cell_ptr(src), bytes);
   } else {
-    const Checkpoint* c = find_checkpoint(src, r.hi - 1);
-    d.pos_max = c->pos;
-    std::memcpy(cell_ptr(dst), ckpt_ptr(c->cell), bytes);
+    const SavedState c = find_checkpoint(src, r.hi - 1);
+    d.pos_max = c.pos;
+    std::memcpy(cell_ptr(dst), c.data, bytes);
   }
   const uint32_t first = static_cast<uint32_t>(dst) * config_.n_checkpoints;
   for (const Checkpoint& c : m.ckpts) {
@@ -531,6 +648,7 @@ Status RecurrentMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   m.pos_min += delta;
   m.pos_max += delta;
   for (Checkpoint& c : m.ckpts) c.pos += delta;
+  for (Checkpoint& c : m.spec) c.pos += delta;
   ++epoch_;
   return Status();
 }
@@ -562,6 +680,7 @@ Status RecurrentMemory::seq_div(SeqId seq, Pos p0, Pos p1, int32_t d) {
   m.pos_min /= d;
   m.pos_max /= d;
   for (Checkpoint& c : m.ckpts) c.pos /= d;
+  m.spec.clear();
   // Checkpoints that now share a position: keep the newest of each.
   std::vector<Checkpoint> kept;
   for (const Checkpoint& c : m.ckpts) {
@@ -593,8 +712,8 @@ Result<TruncatePlan> RecurrentMemory::plan_truncate(SeqId seq, Pos p) const {
   if (p > m.pos_max) {
     keep = m.pos_max + 1;  // nothing past p is held (0 for an empty sequence)
   } else if (p > m.pos_min) {
-    const Checkpoint* c = find_checkpoint(seq, p - 1);
-    keep = c != nullptr ? c->pos + 1 : 0;
+    const SavedState c = find_checkpoint(seq, p - 1);
+    keep = c.data != nullptr ? c.pos + 1 : 0;
   }
   return TruncatePlan{keep, static_cast<uint32_t>(p - keep)};
 }
@@ -607,18 +726,23 @@ void RecurrentMemory::clear() {
 MemoryBreakdown RecurrentMemory::breakdown() const {
   MemoryBreakdown b;
   const uint32_t n_ckpt_rows = config_.n_seq_max * config_.n_checkpoints;
-  for (const char* part : {"rs", "rs_ckpt"}) {
-    const bool ckpt = part[2] == '_';
-    const uint32_t rows = ckpt ? n_ckpt_rows : config_.n_seq_max;
+  const uint32_t n_spec_rows = config_.n_seq_max * config_.n_spec;
+  for (const std::string part : {"rs", "rs_ckpt", "rs_spec"}) {
+    const bool ckpt = part == "rs_ckpt", spec = part == "rs_spec";
+    const uint32_t rows = ckpt ? n_ckpt_rows : spec ? n_spec_rows : config_.n_seq_max;
     if (rows == 0) continue;
     MemoryBreakdown::Stream st;
     st.part = part;
     st.n_cells = rows;
-    for (const SeqMeta& m : seqs_) st.used += ckpt ? uint32_t(m.ckpts.size()) : (m.pos_max >= 0);
+    for (const SeqMeta& m : seqs_) {
+      st.used += ckpt ? uint32_t(m.ckpts.size()) : spec ? uint32_t(m.spec.size()) : (m.pos_max >= 0);
+    }
     st.free = rows - st.used;
     st.k_type = GgmlType::F32;
     st.v_type = GgmlType::F32;
-    st.mapped_bytes = ckpt ? ckpt_pool_.mapped_bytes() : cells_.mapped_bytes();
+    st.mapped_bytes = ckpt   ? ckpt_pool_.mapped_bytes()
+                      : spec ? spec_pool_.mapped_bytes()
+                             : cells_.mapped_bytes();
     std::vector<MemoryBreakdown::Tensor> tensors;
     for (uint32_t il = 0; il < layer_off_r_.size(); ++il) {
       if (!holds_layer(il)) continue;
@@ -642,7 +766,8 @@ Result<SeqMemoryInfo> RecurrentMemory::seq_info(SeqId seq) const {
   info.seq_id = seq;
   // Sequence s owns cell s and checkpoint cells [s * n_checkpoints, (s + 1) * n_checkpoints),
   // all allocated at create(): they serve s whether it holds data or not.
-  info.bytes = (size_t{1} + config_.n_checkpoints) * n_floats_ * sizeof(float);
+  info.bytes =
+      (size_t{1} + config_.n_checkpoints + config_.n_spec) * n_floats_ * sizeof(float);
   return info;
 }
 

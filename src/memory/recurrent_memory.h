@@ -43,6 +43,14 @@
 //   plan_truncate(s, p) keep = p when nothing past p is held, else one past the newest
 //                       checkpoint at or before p - 1, else 0.
 //
+// Speculative states. With n_spec = S > 0, a transaction also keeps, per sequence, the state after
+// each of its output rows except the sequence's last row in the batch (that state is the cell),
+// the last S of them: speculative decoding verifies drafted tokens with an output on every row,
+// and rolling a rejected tail back is then a copy. They live in S more cells per sequence
+// (replacing the oldest) and count as checkpoints for seq_rm, seq_cp and plan_truncate; they are
+// not saved in state files. The forward pass writes them: for_segments() runs a layer's kernels
+// in segments that end at each such row and copies the state after it.
+//
 // Transactions (invariants 1 and 2 of memory.h). init_batch validates (one sequence per row),
 // splits with split_seq (one sequence per ubatch, cut at checkpoint boundaries) and always fits:
 // states are preallocated. apply() of a ubatch saves, the first time the transaction touches a
@@ -84,7 +92,13 @@ struct RecurrentMemoryConfig {
   /// Checkpoints kept per sequence, newest first survive (0: none). Memory: n_seq_max *
   /// n_checkpoints * (sum of n_embd_r + n_embd_s over held layers) * 4 bytes.
   uint32_t n_checkpoints = 0;
+  /// S: speculative states kept per sequence (see the header comment; 0: none). Memory:
+  /// n_seq_max * n_spec * (sum of n_embd_r + n_embd_s over held layers) * 4 bytes.
+  uint32_t n_spec = 0;
 };
+
+/// Which state of a recurrent layer RecurrentMemoryContext::for_segments copies.
+enum class RsPart : uint8_t { kConv, kSsm };
 
 /// The transaction returned by RecurrentMemory::init_batch / init_full (see MemoryContext for the
 /// protocol). Between apply() and the next apply() / rollback(), the forward pass reads and
@@ -108,6 +122,13 @@ class RecurrentMemoryContext final : public PlannedContext {
   float* conv_state(uint32_t il) const;
   /// The current sequence's ssm state of layer il: [n_embd_s(il)] floats (as conv_state).
   float* ssm_state(uint32_t il) const;
+  /// Runs fn(b, e) over the current ubatch's tokens [0, T) in order: once over [0, T) when no
+  /// speculative state is kept in this ubatch, else in segments each ending after a row whose
+  /// state is kept, copying layer il's `part` state (the cell, as fn left it) into that row's
+  /// speculative cell after its segment. fn must advance the state over tokens [b, e) exactly
+  /// as one call over [0, T) would (the recurrence is token by token: docs/numerics.md).
+  void for_segments(uint32_t il, RsPart part, int64_t T,
+                    const std::function<void(int64_t b, int64_t e)>& fn) const;
 
  private:
   friend class RecurrentMemory;
@@ -117,6 +138,10 @@ class RecurrentMemoryContext final : public PlannedContext {
   RecurrentMemory* state_;
   Mode mode_;
   std::unique_ptr<RsJournal> journal_;
+  // Per ubatch, the rows whose state is kept (speculative states), ascending.
+  std::vector<std::vector<uint32_t>> spec_rows_;
+  // The current ubatch's kept rows and their speculative cells (set by apply()).
+  std::vector<std::pair<uint32_t, float*>> cur_spec_;
   uint32_t n_applied_ = 0;
   uint64_t epoch_ = 0;
   bool spent_ = false;
@@ -196,10 +221,14 @@ class RecurrentMemory final : public Memory {
   float* ssm_state(uint32_t il, SeqId seq) const;
   /// Positions of seq's checkpoints, ascending (each: the state after that position).
   std::vector<Pos> checkpoints(SeqId seq) const;
+  /// Positions of seq's speculative states, ascending (each: the state after that position).
+  std::vector<Pos> spec_states(SeqId seq) const;
   /// Whole-state bytes of seq's cell ([n_floats_per_seq()] floats: held layers in order, conv
   /// then ssm) and of its checkpoint at position `pos` (empty span when there is none).
   std::span<const float> cell(SeqId seq) const;
   std::span<const float> checkpoint(SeqId seq, Pos pos) const;
+  /// Whole-state bytes of seq's speculative state after `pos` (empty span when there is none).
+  std::span<const float> spec_state(SeqId seq, Pos pos) const;
   /// Changes on every mutation (contexts check it to catch interleaved use).
   uint64_t epoch() const { return epoch_; }
 
@@ -214,17 +243,30 @@ class RecurrentMemory final : public Memory {
     Pos pos_min = -1;
     Pos pos_max = -1;
     std::vector<Checkpoint> ckpts;  // ascending pos
+    std::vector<Checkpoint> spec;   // ascending pos; cell: index into the speculative pool
+  };
+  // A saved state of a sequence: its position and bytes ([n_floats]).
+  struct SavedState {
+    Pos pos = -1;
+    float* data = nullptr;
   };
 
   RecurrentMemory(RecurrentMemoryConfig config, std::vector<int64_t> off_r,
                   std::vector<int64_t> off_s, size_t n_floats, AlignedBuffer cells,
-                  AlignedBuffer ckpt_pool);
+                  AlignedBuffer ckpt_pool, AlignedBuffer spec_pool);
 
   Status check_seq(SeqId seq, const char* op, const char* what) const;
   float* cell_ptr(SeqId seq) const;
   float* ckpt_ptr(uint32_t pool_cell) const;
-  // The newest checkpoint of seq at or before pos, or nullptr.
-  const Checkpoint* find_checkpoint(SeqId seq, Pos pos) const;
+  float* spec_ptr(uint32_t pool_cell) const;
+  // The newest checkpoint or speculative state of seq at or before pos (data null: none).
+  SavedState find_checkpoint(SeqId seq, Pos pos) const;
+  // Per ubatch of a transaction, the rows whose speculative state is kept.
+  std::vector<std::vector<uint32_t>> plan_spec_rows(const std::vector<Ubatch>& ubs) const;
+  // Takes speculative cells for the rows of ubatch `ub` (journaled): (row, cell bytes).
+  std::vector<std::pair<uint32_t, float*>> take_spec(const Ubatch& ub,
+                                                     const std::vector<uint32_t>& rows,
+                                                     RsJournal* journal);
   // Empties seq (metadata only; cell bytes are left as they are).
   void reset_seq(SeqId seq);
   // One ubatch's commit (journaled): see the header comment.
@@ -237,6 +279,7 @@ class RecurrentMemory final : public Memory {
   size_t n_floats_ = 0;               // floats per sequence state
   AlignedBuffer cells_;               // [n_seq_max x n_floats] f32
   AlignedBuffer ckpt_pool_;           // [n_seq_max * n_checkpoints x n_floats] f32
+  AlignedBuffer spec_pool_;           // [n_seq_max * n_spec x n_floats] f32
   std::vector<SeqMeta> seqs_;         // [n_seq_max]
   uint64_t epoch_ = 0;
 };

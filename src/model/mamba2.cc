@@ -43,8 +43,12 @@ void Forward::mamba2_mixer(uint32_t il, const RecurrentMemoryContext& rs, const 
   cp.n_ch = n_ch;
   cp.d_conv = hp_.ssm_d_conv;
   cp.silu = true;
-  kernels::ssm_conv1d(cp, rs.conv_state(il), zxbcdt + d_inner, d_in_proj, L.ssm_conv1d.f32(),
-                      L.ssm_conv1d_b.present() ? L.ssm_conv1d_b.f32() : nullptr, xbc, n_ch, pool_);
+  rs.for_segments(il, RsPart::kConv, T, [&](int64_t b, int64_t e) {
+    cp.n_tokens = e - b;
+    kernels::ssm_conv1d(cp, rs.conv_state(il), zxbcdt + b * d_in_proj + d_inner, d_in_proj,
+                        L.ssm_conv1d.f32(), L.ssm_conv1d_b.present() ? L.ssm_conv1d_b.f32() : nullptr,
+                        xbc + b * n_ch, n_ch, pool_);
+  });
 
   kernels::SsmScanParams sp;
   sp.n_tokens = T;
@@ -52,9 +56,13 @@ void Forward::mamba2_mixer(uint32_t il, const RecurrentMemoryContext& rs, const 
   sp.head_dim = d_inner / H;
   sp.d_state = N;
   sp.n_group = G;
-  kernels::ssm_scan(sp, rs.ssm_state(il), xbc, n_ch, dt, d_in_proj, L.ssm_dt_b.f32(), L.ssm_a.f32(),
-                    xbc + d_inner, n_ch, xbc + d_inner + G * N, n_ch, L.ssm_d.f32(), y, d_inner,
-                    pool_);
+  rs.for_segments(il, RsPart::kSsm, T, [&](int64_t b, int64_t e) {
+    sp.n_tokens = e - b;
+    const float* xb = xbc + b * n_ch;
+    kernels::ssm_scan(sp, rs.ssm_state(il), xb, n_ch, dt + b * d_in_proj, d_in_proj,
+                      L.ssm_dt_b.f32(), L.ssm_a.f32(), xb + d_inner, n_ch, xb + d_inner + G * N,
+                      n_ch, L.ssm_d.f32(), y + b * d_inner, d_inner, pool_);
+  });
 
   kernels::rms_norm_gated(y, d_inner, z, d_in_proj, L.ssm_norm.f32(), hp_.rms_eps, T, d_inner, G, y,
                           d_inner);

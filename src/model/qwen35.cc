@@ -54,8 +54,11 @@ void Forward::delta_net_mixer(uint32_t il, const RecurrentMemoryContext& rs, con
   cp.n_ch = n_qkv;
   cp.d_conv = hp_.ssm_d_conv;
   cp.silu = true;
-  kernels::ssm_conv1d(cp, rs.conv_state(il), qkv, n_qkv, L.ssm_conv1d.f32(), nullptr, xc, n_qkv,
-                      pool_);
+  rs.for_segments(il, RsPart::kConv, T, [&](int64_t b, int64_t e) {
+    cp.n_tokens = e - b;
+    kernels::ssm_conv1d(cp, rs.conv_state(il), qkv + b * n_qkv, n_qkv, L.ssm_conv1d.f32(), nullptr,
+                        xc + b * n_qkv, n_qkv, pool_);
+  });
   for (int64_t t = 0; t < T; ++t) {
     kernels::l2_norm_rows(xc + t * n_qkv, 2 * Hk, d, d, hp_.rms_eps);  // the q and k heads
   }
@@ -78,8 +81,12 @@ void Forward::delta_net_mixer(uint32_t il, const RecurrentMemoryContext& rs, con
   p.n_v_head = Hv;
   p.head_dim = d;
   p.q_scale = 1.0f / std::sqrt(float(d));
-  kernels::gated_delta_net(p, rs.ssm_state(il), xc, xc + Hk * d, n_qkv, xc + 2 * Hk * d, n_qkv, g,
-                           beta, Hv, o, n_v, pool_);
+  rs.for_segments(il, RsPart::kSsm, T, [&](int64_t b, int64_t e) {
+    p.n_tokens = e - b;
+    const float* xb = xc + b * n_qkv;
+    kernels::gated_delta_net(p, rs.ssm_state(il), xb, xb + Hk * d, n_qkv, xb + 2 * Hk * d, n_qkv,
+                             g + b * Hv, beta + b * Hv, Hv, o + b * n_v, n_v, pool_);
+  });
 
   kernels::rms_norm(o, L.ssm_norm.f32(), hp_.rms_eps, T * Hv, d, o);
   kernels::silu_mul(z, o, T * n_v, o);

@@ -52,6 +52,32 @@ void add_sampling_flags(CLI::App& app, SamplingParams* p) {
   app.add_option("-s,--seed", p->seed, "random seed (default: random)");
 }
 
+void SpecFlags::add_to(CLI::App& app) {
+  app.add_option("--spec-type", spec_type,
+                 "speculative decoding without a draft model: none or ngram-simple (drafts "
+                 "looked up in the sequence itself)");
+  app.add_option("--spec-ngram-size-n", spec.ngram_size_n,
+                 "ngram-simple: longest key looked up, in tokens");
+  app.add_option("--model-draft", model_draft,
+                 "draft model for speculative decoding (same vocabulary as -m)");
+  app.add_option("--draft-max,--draft", spec.draft_max, "most tokens drafted per step");
+  app.add_option("--draft-min", spec.draft_min, "shorter drafts are not verified");
+  app.add_option("--draft-p-min", spec.draft_p_min,
+                 "draft model: stop drafting when its pick's probability is below this");
+}
+
+Status SpecFlags::resolve() {
+  if (spec_type == "none") {
+    spec.ngram = false;
+  } else if (spec_type == "ngram-simple") {
+    spec.ngram = true;
+  } else {
+    return Status::invalid_argument("--spec-type: unknown type '" + spec_type +
+                                    "' (none, ngram-simple)");
+  }
+  return spec.validate();
+}
+
 double now_ms() {
   using namespace std::chrono;
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();

@@ -9,6 +9,7 @@
 #include "mnemo/context.h"
 #include "mnemo/model.h"
 #include "mnemo/sampling.h"
+#include "mnemo/speculative.h"
 #include "mnemo/status.h"
 #include "mnemo/tokenizer.h"
 
@@ -31,6 +32,19 @@ struct ModelFlags {
 /// Sampling flags: --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 /// --frequency-penalty, --presence-penalty, --seed.
 void add_sampling_flags(CLI::App& app, SamplingParams* p);
+
+/// Speculative decoding flags, named as llama.cpp's: --spec-type (none | ngram-simple),
+/// --spec-ngram-size-n, -md / --model-draft, --draft-max (alias --draft), --draft-min,
+/// --draft-p-min.
+struct SpecFlags {
+  SpecParams spec;
+  std::string spec_type = "none";
+  std::string model_draft;  // path of the draft model; empty: none
+  void add_to(CLI::App& app);
+  /// Resolves spec_type into spec.ngram and validates (InvalidArgument naming the flag).
+  Status resolve();
+  bool enabled() const { return spec.ngram || !model_draft.empty(); }
+};
 
 /// A model with its tokenizer, loaded once.
 struct LoadedModel {

@@ -17,7 +17,7 @@ namespace {
 constexpr std::pair<const char*, const char*> kLlamaAliases[] = {
     {"-ub", "--ubatch-size"},   {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
     {"-kvu", "--kv-unified"},   {"-np", "--parallel"},      {"-fa", "--flash-attn"},
-    {"-ngl", "--n-gpu-layers"}, {"-nr", "--no-repack"},
+    {"-ngl", "--n-gpu-layers"}, {"-nr", "--no-repack"},      {"-md", "--model-draft"},
 };
 
 std::vector<std::string> rewrite_aliases(int argc, char** argv) {

@@ -9,6 +9,7 @@
 #include "base/utf8.h"
 #include "kernels/kernels.h"
 #include "mnemo/chat.h"
+#include "mnemo/speculative.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 
@@ -17,6 +18,7 @@ namespace {
 
 struct RunFlags {
   ModelFlags model;
+  SpecFlags spec;
   SamplingParams sampling;
   std::string prompt;
   std::string system;
@@ -51,6 +53,9 @@ class Utf8Stream {
 int run_main(RunFlags& f) {
   if (Status st = f.model.resolve(); !st.ok()) return fail("mnemo run", st.message(), 2);
   if (Status st = f.sampling.validate(); !st.ok()) return fail("mnemo run", st.message(), 2);
+  if (Status st = f.spec.resolve(); !st.ok()) return fail("mnemo run", st.message(), 2);
+  // Recurrent memories keep the state after each drafted token, so a rejected tail is a copy.
+  if (f.spec.enabled()) f.model.ctx.rs_n_spec = f.spec.spec.draft_max;
   auto lm = load_model(f.model);
   if (!lm.ok()) return fail("mnemo run", lm.status().to_string(), 1);
   const Model& model = *lm->model;
@@ -64,6 +69,18 @@ int run_main(RunFlags& f) {
   auto ctx_r = Context::create(model, f.model.ctx);
   if (!ctx_r.ok()) return fail("mnemo run", ctx_r.status().to_string(), 1);
   Context& ctx = **ctx_r;
+  LoadedModel draft_lm;
+  std::unique_ptr<DraftModel> drafter;
+  if (!f.spec.model_draft.empty()) {
+    ModelFlags df = f.model;
+    df.model_path = f.spec.model_draft;
+    auto d = load_model(df);
+    if (!d.ok()) return fail("mnemo run", "--model-draft: " + d.status().to_string(), 1);
+    draft_lm = std::move(d).value();
+    auto dm = DraftModel::create(*draft_lm.model, *draft_lm.tokenizer, tok, df.ctx);
+    if (!dm.ok()) return fail("mnemo run", "--model-draft: " + dm.status().to_string(), 1);
+    drafter = std::move(dm).value();
+  }
 
   std::string text = f.prompt;
   if (f.chat) {
@@ -115,21 +132,73 @@ int run_main(RunFlags& f) {
   if (!f.chat) out.write(f.prompt);
   const double t_tg0 = now_ms();
   int32_t n_gen = 0;
+  uint64_t n_drafted = 0, n_accepted = 0;
   Pos pos = Pos(prompt.size());
-  std::span<const float> logits = ctx.logits(0);
-  while (n_gen < f.n_predict && uint32_t(pos) < n_ctx_seq) {
-    const TokenId next = sampler.sample(logits);
+  std::vector<TokenId> history = prompt;  // every token of the sequence, the next one included
+  DraftLength draft_len(f.spec.spec.draft_max);
+  // The first token comes from the prompt's logits; each step then decodes `next` (sampled, not
+  // yet decoded) at `pos`, followed by the drafted tokens when speculating, and samples from
+  // every row in order while the samples agree with the draft (include/mnemo/speculative.h).
+  if (f.n_predict > 0 && uint32_t(pos) < n_ctx_seq) {
+    TokenId next = sampler.sample(ctx.logits(0));
     sampler.accept(next);
     ++n_gen;
-    if (tok.is_eog(next)) break;
-    out.write(tok.token_to_piece(next, f.show_special));
-    batch.clear();
-    batch.add(next, pos++, {0}, true);
-    if (Status st = ctx.decode(batch); !st.ok()) {
-      fmt::print(stderr, "\nmnemo run: decode failed: {}\n", st.to_string());
-      return 1;
+    history.push_back(next);
+    while (!tok.is_eog(next)) {
+      out.write(tok.token_to_piece(next, f.show_special));
+      if (n_gen >= f.n_predict || uint32_t(pos) + 1 >= n_ctx_seq) break;
+      std::vector<TokenId> draft;
+      if (f.spec.enabled()) {
+        // Room: row k samples the token at pos + k + 1, which must be generated (n_predict)
+        // and fit (n_ctx), as plain decoding's limits say.
+        const uint32_t room = std::min<uint32_t>(uint32_t(f.n_predict - n_gen) - 1,
+                                                 n_ctx_seq - uint32_t(pos) - 2);
+        const uint32_t want = std::min(draft_len.next(), room);
+        if (want > 0 && f.spec.spec.ngram) {
+          draft = ngram_draft(history, f.spec.spec.ngram_size_n, want);
+        }
+        if (want > 0 && draft.empty() && drafter) {
+          auto d = drafter->draft(0, history, want, f.spec.spec.draft_p_min);
+          if (!d.ok()) {
+            fmt::print(stderr, "\nmnemo run: draft model failed: {}\n", d.status().to_string());
+            return 1;
+          }
+          draft = std::move(d).value();
+        }
+        if (draft.size() < f.spec.spec.draft_min) draft.clear();
+      }
+      batch.clear();
+      batch.add(next, pos, {0}, true);
+      for (size_t i = 0; i < draft.size(); ++i) batch.add(draft[i], pos + Pos(i + 1), {0}, true);
+      if (Status st = ctx.decode(batch); !st.ok()) {
+        fmt::print(stderr, "\nmnemo run: decode failed: {}\n", st.to_string());
+        return 1;
+      }
+      uint32_t accepted = 0;
+      for (uint32_t i = 0;; ++i) {
+        next = sampler.sample(ctx.logits(i));
+        sampler.accept(next);
+        ++n_gen;
+        history.push_back(next);
+        if (i == draft.size() || next != draft[i] || tok.is_eog(next) || n_gen >= f.n_predict) {
+          break;
+        }
+        out.write(tok.token_to_piece(next, f.show_special));
+        ++accepted;
+      }
+      n_drafted += draft.size();
+      n_accepted += accepted;
+      draft_len.update(static_cast<uint32_t>(draft.size()), accepted);
+      // Rows past the last accepted draft token are removed (recurrent memories: a copy of the
+      // state kept after that row).
+      pos += Pos(accepted) + 1;
+      if (accepted < draft.size()) {
+        if (Status st = ctx.memory().seq_rm(0, pos, -1); !st.ok()) {
+          fmt::print(stderr, "\nmnemo run: rollback failed: {}\n", st.to_string());
+          return 1;
+        }
+      }
     }
-    logits = ctx.logits(0);
   }
   out.flush();
   const double t_tg = now_ms() - t_tg0;
@@ -140,6 +209,10 @@ int run_main(RunFlags& f) {
              lm->load_ms, prompt.size(), t_pp, prompt.size() * 1000.0 / t_pp, n_gen, t_tg,
              n_gen > 0 ? n_gen * 1000.0 / t_tg : 0.0, ctx.params().n_threads,
              kernels::simd_target());
+  if (f.spec.enabled()) {
+    fmt::print(stderr, "mnemo run: speculative: draft_n {} draft_n_accepted {} ({:.1f} %)\n",
+               n_drafted, n_accepted, n_drafted > 0 ? 100.0 * n_accepted / n_drafted : 0.0);
+  }
   return 0;
 }
 
@@ -149,6 +222,7 @@ RunFn register_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
   f->sampling.temp = 0.8f;
   f->model.add_to(app, false);
+  f->spec.add_to(app);
   add_sampling_flags(app, &f->sampling);
   app.add_option("-p,--prompt", f->prompt, "prompt text")->required();
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate");

@@ -68,6 +68,10 @@ std::string snapshot(const RecurrentMemory& m) {
       put(&c, sizeof c);
       put(m.checkpoint(s, c).data(), m.checkpoint(s, c).size_bytes());
     }
+    for (Pos c : m.spec_states(s)) {
+      put(&c, sizeof c);
+      put(m.spec_state(s, c).data(), m.spec_state(s, c).size_bytes());
+    }
   }
   return out;
 }

@@ -1,0 +1,171 @@
+// Drafting for speculative decoding: prompt lookup, the adaptive draft length and the draft
+// model. Contract: include/mnemo/speculative.h.
+
+#include "mnemo/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "mnemo/batch.h"
+#include "mnemo/sampling.h"
+
+namespace mnemo {
+
+Status SpecParams::validate() const {
+  if (draft_max < 1 || draft_max > 256) {
+    return Status::invalid_argument("--draft-max " + std::to_string(draft_max) +
+                                    " is outside [1, 256]");
+  }
+  if (draft_min > draft_max) {
+    return Status::invalid_argument("--draft-min " + std::to_string(draft_min) +
+                                    " exceeds --draft-max " + std::to_string(draft_max));
+  }
+  if (ngram_size_n < 1 || ngram_size_n > 16) {
+    return Status::invalid_argument("--spec-ngram-size-n " + std::to_string(ngram_size_n) +
+                                    " is outside [1, 16]");
+  }
+  if (!(draft_p_min >= 0.0f && draft_p_min <= 1.0f)) {
+    return Status::invalid_argument("--draft-p-min must be in [0, 1]");
+  }
+  return Status();
+}
+
+std::vector<TokenId> ngram_draft(std::span<const TokenId> history, uint32_t n_max,
+                                 uint32_t n_draft) {
+  std::vector<TokenId> out;
+  const size_t h = history.size();
+  if (n_draft == 0 || h < 2) return out;
+  for (size_t n = std::min<size_t>(n_max, h - 1); n >= 1; --n) {
+    const std::span<const TokenId> key = history.subspan(h - n, n);
+    // The most recent earlier occurrence: a start i < h - n with history[i, i + n) == key.
+    for (size_t i = h - n; i-- > 0;) {
+      if (!std::equal(key.begin(), key.end(), history.begin() + i)) continue;
+      const size_t from = i + n;
+      const size_t take = std::min<size_t>(n_draft, h - from);
+      out.assign(history.begin() + from, history.begin() + from + take);
+      return out;
+    }
+  }
+  return out;
+}
+
+uint32_t DraftLength::next() {
+  if (pause_ > 0) {
+    --pause_;
+    return 0;
+  }
+  return cur_;
+}
+
+void DraftLength::update(uint32_t drafted, uint32_t accepted) {
+  if (drafted == 0) return;
+  if (accepted == drafted) {
+    cur_ = std::min(max_, std::max<uint32_t>(1, cur_ * 2));
+  } else {
+    cur_ = std::min(max_, accepted + 1);
+  }
+  if (accepted > 0) {
+    misses_ = 0;
+    backoff_ = 4;
+    return;
+  }
+  if (++misses_ >= 3) {
+    pause_ = backoff_;
+    backoff_ = std::min<uint32_t>(64, backoff_ * 2);
+    misses_ = 0;
+    cur_ = std::max<uint32_t>(1, std::min(max_, 4u));
+  }
+}
+
+// --- draft model -------------------------------------------------------------------------------
+
+DraftModel::DraftModel(std::unique_ptr<Context> ctx)
+    : ctx_(std::move(ctx)), held_(ctx_->params().n_seq_max) {}
+
+Result<std::unique_ptr<DraftModel>> DraftModel::create(const Model& draft,
+                                                       const Tokenizer& draft_tok,
+                                                       const Tokenizer& target_tok,
+                                                       const ContextParams& params) {
+  const size_t n = static_cast<size_t>(draft_tok.n_vocab());
+  if (draft_tok.n_vocab() != target_tok.n_vocab()) {
+    return Status::invalid_argument("the draft model's vocabulary has " + std::to_string(n) +
+                                    " tokens, the target's " +
+                                    std::to_string(target_tok.n_vocab()) +
+                                    ": a draft model must share the target's vocabulary");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 1000 && n > 2000) i = n - 1000;
+    const TokenId id = static_cast<TokenId>(i);
+    if (draft_tok.token_text(id) != target_tok.token_text(id)) {
+      return Status::invalid_argument("the draft model's token " + std::to_string(i) +
+                                      " differs from the target's: a draft model must share "
+                                      "the target's vocabulary");
+    }
+  }
+  MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::create(draft, params));
+  return std::unique_ptr<DraftModel>(new DraftModel(std::move(ctx)));
+}
+
+void DraftModel::forget(SeqId seq) {
+  if (seq < 0 || static_cast<size_t>(seq) >= held_.size()) return;
+  (void)ctx_->memory().seq_rm(seq, -1, -1);
+  held_[seq].clear();
+}
+
+Result<std::vector<TokenId>> DraftModel::draft(SeqId seq, std::span<const TokenId> history,
+                                               uint32_t n_max, float p_min) {
+  std::vector<TokenId> out;
+  if (seq < 0 || static_cast<size_t>(seq) >= held_.size()) {
+    return Status::invalid_argument("draft: seq_id " + std::to_string(seq) + " is out of range");
+  }
+  if (history.empty() || n_max == 0) return out;
+  std::vector<TokenId>& held = held_[seq];
+  const uint32_t n_ctx_seq = ctx_->n_ctx_seq();
+  if (history.size() + n_max > n_ctx_seq) {
+    // The draft context is as long as the target's: near its end there is no room to draft.
+    if (history.size() + 1 >= n_ctx_seq) return out;
+    n_max = static_cast<uint32_t>(n_ctx_seq - history.size() - 1);
+  }
+  // Keep the common prefix (at least one token is decoded, for its logits).
+  size_t keep = 0;
+  while (keep < held.size() && keep + 1 < history.size() && held[keep] == history[keep]) ++keep;
+  Memory& mem = ctx_->memory();
+  MNEMO_ASSIGN_OR_RETURN(TruncatePlan plan, mem.plan_truncate(seq, static_cast<Pos>(keep)));
+  keep = static_cast<size_t>(plan.keep);
+  auto fail = [&](const Status& st) {
+    forget(seq);
+    return st;
+  };
+  if (Status st = mem.seq_rm(seq, static_cast<Pos>(keep), -1); !st.ok()) return fail(st);
+  held.resize(keep);
+  Batch batch;
+  const size_t chunk = ctx_->params().n_batch;
+  for (size_t i = keep; i < history.size(); i += chunk) {
+    const size_t end = std::min(history.size(), i + chunk);
+    batch.clear();
+    for (size_t j = i; j < end; ++j) {
+      batch.add(history[j], static_cast<Pos>(j), {seq}, j + 1 == history.size());
+    }
+    if (Status st = ctx_->decode(batch); !st.ok()) return fail(st);
+    held.insert(held.end(), history.begin() + i, history.begin() + end);
+  }
+  for (uint32_t k = 0; k < n_max; ++k) {
+    const std::span<const float> logits = ctx_->logits(0);
+    const int32_t best = sampling::argmax(logits);
+    // The pick's probability: softmax at the maximum, 1 / sum(exp(l - max)).
+    double sum = 0;
+    const float m = logits[best];
+    for (float l : logits) sum += std::exp(double(l) - m);
+    if (1.0 / sum < p_min) break;
+    out.push_back(best);
+    if (k + 1 == n_max) break;
+    batch.clear();
+    batch.add(best, static_cast<Pos>(held.size()), {seq}, true);
+    if (Status st = ctx_->decode(batch); !st.ok()) return fail(st);
+    held.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace mnemo
