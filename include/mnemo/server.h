@@ -13,6 +13,7 @@
 #include "mnemo/context.h"
 #include "mnemo/model.h"
 #include "mnemo/sampling.h"
+#include "mnemo/speculative.h"
 #include "mnemo/status.h"
 #include "mnemo/tokenizer.h"
 
@@ -29,6 +30,11 @@ struct ServerParams {
   std::string model_alias;         // -a / --alias: "model" in responses ("" = file name)
   ContextParams ctx;               // -c -b -ub -t -ctk -ctv -kvu -np (n_seq_max = slots)
   SamplingParams sampling;         // defaults for fields a request leaves out
+  /// Speculative decoding in every slot (--spec-type, --draft-max, ...; mnemo/speculative.h)
+  /// and the draft model (-md) with its tokenizer: not owned, null for none.
+  SpecParams spec;
+  const Model* draft_model = nullptr;
+  const Tokenizer* draft_tokenizer = nullptr;
   int32_t n_predict = -1;          // -n: default tokens per request (-1: n_predict_max)
   int32_t n_predict_max = 4096;    // --n-predict-max: requests asking for more get 400
   int32_t n_keep = 0;              // --keep: tokens a context shift keeps (-1: the prompt)

@@ -93,6 +93,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   auto ctx = Context::create(model, params.ctx);
   if (!ctx.ok()) return ctx.status();
   e->ctx_ = std::move(ctx).value();
+  if (params.draft_model != nullptr) {
+    auto d = DraftModel::create(*params.draft_model, *params.draft_tokenizer, tok, params.ctx);
+    if (!d.ok()) return d.status().with_context("--model-draft");
+    e->drafter_ = std::move(d).value();
+  }
   // An -c the machine cannot hold is refused now, not when the cells fill and the kernel kills
   // the server.
   MNEMO_RETURN_IF_ERROR(e->ctx_->reserve(available_memory_bytes()));

@@ -72,6 +72,7 @@
 #include "mnemo/memory.h"
 #include "mnemo/model.h"
 #include "mnemo/quant.h"
+#include "mnemo/speculative.h"
 #include "mnemo/sampling.h"
 #include "mnemo/status.h"
 #include "mnemo/tokenizer.h"
@@ -148,6 +149,8 @@ struct CompletionStats {
                             // or the prompt cache (timings.cache_n)
   int32_t n_generated = 0;  // tokens sampled (an end-of-generation token counts)
   int32_t n_shifts = 0;     // context shifts done
+  int32_t n_drafted = 0;    // speculative decoding: tokens drafted and verified (draft_n)
+  int32_t n_draft_accepted = 0;  // ... of which the target agreed with (draft_n_accepted)
   double prompt_ms = 0;     // admission to first sampled token
   double gen_ms = 0;        // first sampled token to the end
 };
@@ -279,6 +282,12 @@ struct EngineParams {
   /// prompt cache's tiers, the shared store (with it, a slot is also stashed when each request
   /// ends, so the next turn can land on another replica), KV events.
   PromptReuseParams reuse;
+  /// Speculative decoding in every slot (include/mnemo/speculative.h): off unless spec.ngram
+  /// or a draft model is given. The draft model and its tokenizer (not owned) must outlive the
+  /// engine; its context gets ctx's sizes.
+  SpecParams spec;
+  const Model* draft_model = nullptr;
+  const Tokenizer* draft_tokenizer = nullptr;
 };
 
 class Engine {
@@ -376,6 +385,12 @@ class Engine {
   void begin(Task& t, Slot& slot, size_t n_cached);
   bool context_shift(Slot& slot);
   void finish(Slot& slot, FinishReason reason);
+  /// Speculative decoding: removes the drafted positions past slot.spec_end from the memory and
+  /// the slot's tokens (no-op when spec_end < 0), so a slot ends holding what plain decoding
+  /// would have left.
+  void drop_unverified(Slot& slot);
+  /// Speculative decoding: the tokens to draft after slot's pending token (empty: none).
+  std::vector<TokenId> draft_for(Slot& slot, uint32_t room);
   void fail(Slot& slot, ErrorKind kind, const std::string& why);
   void release(Slot& slot);
   // Wakes the loop (an asynchronous prompt-cache lookup finished). Any thread.
@@ -414,6 +429,7 @@ class Engine {
   EngineInfo info_;
   EngineParams params_;
   std::unique_ptr<Context> ctx_;  // loop thread only (after start())
+  std::unique_ptr<DraftModel> drafter_;  // -md: the draft model (loop thread only)
   // Where prompts' prefixes come from and where slots' memory goes: loop thread only; its
   // cache's and store's threads call wake().
   std::unique_ptr<PromptReuse> reuse_;

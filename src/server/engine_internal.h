@@ -84,6 +84,11 @@ struct Engine::Slot {
   int32_t n_reasoning = 0;
   std::string reasoning_tail;
   std::deque<TokenId> forced;
+  // Speculative decoding: this request's draft length, and while a verified draft is being
+  // sampled, the end of what the slot would hold had it decoded plainly (-1: none): positions
+  // from there on are drafts that finish() and fail() drop first.
+  DraftLength draft_len{1};
+  Pos spec_end = -1;
   double t_start = 0;  // admission, ms (now_ms)
   double t_first = 0;  // first token sampled, ms (now_ms)
 };
@@ -94,6 +99,8 @@ struct Engine::WorkItem {
   Pos pos0 = 0;                 // position of tokens[0]
   std::vector<TokenId> tokens;  // consecutive positions
   bool output = false;          // the last token needs logits
+  /// Speculative decoding: tokens[1 ..] are drafted, and every row needs logits (output set).
+  size_t n_draft = 0;
 };
 
 }  // namespace mnemo::server

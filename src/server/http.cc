@@ -228,6 +228,11 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   ep.context_shift = params.context_shift;
   ep.max_queue = params.max_queue;
   ep.kv_policy = std::move(policy);
+  ep.spec = params.spec;
+  ep.draft_model = params.draft_model;
+  ep.draft_tokenizer = params.draft_tokenizer;
+  // Recurrent memories keep the state after each drafted row, so a rejected tail is a copy.
+  if (params.spec.ngram || params.draft_model != nullptr) ep.ctx.rs_n_spec = params.spec.draft_max;
   if (Status st = cache_params(params, &ep); !st.ok()) return st;
   auto engine_r = Engine::create(model, tok, ep, &metrics);
   if (!engine_r.ok()) {

@@ -74,6 +74,12 @@ void request_metrics(std::string* o, const Metrics& m, const EngineInfo& info,
           "Running requests whose memory was set aside (stashed, cells freed) to make room in a "
           "full unified KV cache; each resumes byte-identical.",
           load(m.preemptions_total));
+  counter(o, "draft_tokens_total",
+          "Speculative decoding: tokens drafted and verified (timings.draft_n summed).",
+          load(m.draft_tokens_total));
+  counter(o, "draft_tokens_accepted_total",
+          "Speculative decoding: drafted tokens the model agreed with (draft_n_accepted).",
+          load(m.draft_tokens_accepted_total));
   gauge(o, "requests_processing", "Requests holding a slot.", snap.n_processing);
   gauge(o, "requests_deferred", "Requests waiting for a slot.", snap.n_queued);
   gauge(o, "requests_preempted",

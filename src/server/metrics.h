@@ -29,6 +29,8 @@ struct Metrics {
   // Running requests whose memory was set aside to free cells of a full unified KV cache (each
   // resumed byte-identical when cells free up).
   std::atomic<uint64_t> preemptions_total{0};
+  std::atomic<uint64_t> draft_tokens_total{0};           // speculative: drafted and verified
+  std::atomic<uint64_t> draft_tokens_accepted_total{0};  // ... the target agreed with
   // Prompt-cache outcomes of admitted requests with cache_prompt: a hit reused at least one
   // prompt token, from a slot [0] (its own or another's), the RAM tier [1] or the disk tier [2].
   // [3]: the shared store.

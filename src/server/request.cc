@@ -634,7 +634,7 @@ Status parse_content_length(std::string_view text, uint64_t* out) {
 
 Json timings_json(const CompletionStats& s) {
   const int32_t prompt_n = s.n_prompt - s.n_cached;
-  return {
+  Json t = {
       {"cache_n", s.n_cached},
       {"prompt_n", prompt_n},
       {"prompt_ms", s.prompt_ms},
@@ -645,6 +645,12 @@ Json timings_json(const CompletionStats& s) {
       {"predicted_per_token_ms", s.n_generated > 0 ? s.gen_ms / s.n_generated : 0.0},
       {"predicted_per_second", s.gen_ms > 0 ? s.n_generated * 1000.0 / s.gen_ms : 0.0},
   };
+  // As llama-server: present when the request drafted.
+  if (s.n_drafted > 0) {
+    t["draft_n"] = s.n_drafted;
+    t["draft_n_accepted"] = s.n_draft_accepted;
+  }
+  return t;
 }
 
 Json token_probs_json(const std::vector<TokenProbs>& probs, int32_t top_n, const Tokenizer& tok,

@@ -265,6 +265,28 @@ uint32_t Engine::reclaim_idle(uint32_t target, const Slot* except, const HeldSeq
   return free;
 }
 
+std::vector<TokenId> Engine::draft_for(Slot& s, uint32_t room) {
+  std::vector<TokenId> draft;
+  const SpecParams& sp = params_.spec;
+  if ((!sp.ngram && !drafter_) || !s.forced.empty()) return draft;
+  const uint32_t want = std::min(s.draft_len.next(), room);
+  if (want == 0) return draft;
+  std::vector<TokenId> history = s.held.tokens;
+  history.push_back(s.pending);
+  if (sp.ngram) draft = ngram_draft(history, sp.ngram_size_n, want);
+  if (draft.empty() && drafter_) {
+    auto d = drafter_->draft(s.id, history, want, sp.draft_p_min);
+    if (d.ok()) {
+      draft = std::move(d).value();
+    } else {
+      MNEMO_LOG(kWarn) << "slot " << s.id << ": the draft model failed, decoding plainly: "
+                          << d.status().to_string();
+    }
+  }
+  if (draft.size() < sp.draft_min) draft.clear();
+  return draft;
+}
+
 void Engine::fit_step(std::vector<WorkItem>& items) {
   if (!info_.kv_unified || items.empty()) return;
   uint32_t free = stream_free();
@@ -274,6 +296,12 @@ void Engine::fit_step(std::vector<WorkItem>& items) {
     for (const WorkItem& it : items) n += static_cast<uint32_t>(it.tokens.size());
     return n;
   };
+  if (need() <= free) return;
+  // Drafts go first: they are a bet, not work a request is owed.
+  for (WorkItem& it : items) {
+    it.tokens.resize(it.tokens.size() - it.n_draft);
+    it.n_draft = 0;
+  }
   if (need() <= free) return;
   // Finished requests' memory gives way first.
   free = reclaim_idle(need(), nullptr, nullptr, /*all_or_nothing=*/false);
@@ -384,8 +412,19 @@ void Engine::step() {
     it.pos0 = static_cast<Pos>(s.held.tokens.size());
     it.tokens = {s.pending};
     it.output = true;
-    items.push_back(std::move(it));
     --budget;
+    // Row k of a draft of k tokens samples the token at pos0 + k + 1: it must still be wanted
+    // (n_predict) and fit the slot (n_ctx), as plain decoding's limits say.
+    const int64_t want = int64_t(s.task->req.n_predict) - s.stats.n_generated - 1;
+    const int64_t fit = int64_t(info_.n_ctx_seq) - it.pos0 - 2;
+    const int64_t room = std::min<int64_t>({want, fit, int64_t(budget)});
+    if (room > 0) {
+      std::vector<TokenId> draft = draft_for(s, static_cast<uint32_t>(room));
+      it.n_draft = draft.size();
+      it.tokens.insert(it.tokens.end(), draft.begin(), draft.end());
+      budget -= static_cast<uint32_t>(draft.size());
+    }
+    items.push_back(std::move(it));
   }
   // While some slots generate, prompt chunks are capped at one ubatch so a long prompt delays
   // their next token by one forward pass, not by n_batch / n_ubatch of them.
@@ -419,11 +458,15 @@ void Engine::decode_items(std::vector<WorkItem>& items) {
   uint32_t n_out = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const WorkItem& it = items[i];
+    const size_t first_out = it.tokens.size() - 1 - it.n_draft;
     for (size_t j = 0; j < it.tokens.size(); ++j) {
-      const bool out = it.output && j + 1 == it.tokens.size();
+      const bool out = it.output && j >= first_out;
       batch.add(it.tokens[j], it.pos0 + static_cast<Pos>(j), {it.slot->id}, out);
     }
-    if (it.output) out_row[i] = n_out++;
+    if (it.output) {
+      out_row[i] = n_out;
+      n_out += static_cast<uint32_t>(it.n_draft) + 1;
+    }
   }
   const Status st = ctx_->decode(batch);
   metrics_->decode_steps_total.fetch_add(1, std::memory_order_relaxed);
@@ -485,15 +528,48 @@ void Engine::commit(WorkItem& item, uint32_t out_row) {
       return;
     }
   }
-  const std::span<const float> logits = ctx_->logits(out_row);
-  TokenId tok = kTokenNull;
-  if (s.forced.empty()) {
-    tok = s.sampler->sample(logits);
-  } else {  // the end of a spent reasoning budget
-    tok = s.forced.front();
-    s.forced.pop_front();
+  if (item.n_draft == 0) {
+    const std::span<const float> logits = ctx_->logits(out_row);
+    TokenId tok = kTokenNull;
+    if (s.forced.empty()) {
+      tok = s.sampler->sample(logits);
+    } else {  // the end of a spent reasoning budget
+      tok = s.forced.front();
+      s.forced.pop_front();
+    }
+    on_token(s, tok, logits);
+    return;
   }
-  on_token(s, tok, logits);
+  // Speculative decoding: row i samples as plain decoding would after the tokens before it; the
+  // draft holds while the picks agree with it (include/mnemo/speculative.h). Before each pick
+  // the slot is marked as holding positions [0, pos0 + i + 1): if the pick ends the request,
+  // finish() drops the drafted rows past that, leaving what plain decoding would.
+  const size_t k = item.n_draft;
+  size_t accepted = 0;
+  for (size_t i = 0; i <= k; ++i) {
+    const std::span<const float> logits = ctx_->logits(out_row + static_cast<uint32_t>(i));
+    TokenId tok = kTokenNull;
+    if (s.forced.empty()) {
+      tok = s.sampler->sample(logits);
+    } else {  // a reasoning budget ran out while the draft was read
+      tok = s.forced.front();
+      s.forced.pop_front();
+    }
+    s.spec_end = item.pos0 + static_cast<Pos>(i) + 1;
+    const bool agrees = i < k && tok == item.tokens[i + 1];
+    if (agrees) ++accepted;
+    on_token(s, tok, logits);
+    if (s.state != SlotState::kGenerating || !agrees) break;
+  }
+  s.stats.n_drafted += static_cast<int32_t>(k);
+  s.stats.n_draft_accepted += static_cast<int32_t>(accepted);
+  s.draft_len.update(static_cast<uint32_t>(k), static_cast<uint32_t>(accepted));
+  if (s.state == SlotState::kGenerating) {
+    // The last pick is the next pending token, decoded at spec_end next step; the rows from
+    // there on are rejected drafts.
+    drop_unverified(s);
+    check_slot(s);
+  }
 }
 
 void Engine::track_reasoning(Slot& s, const std::string& piece) {

@@ -47,6 +47,8 @@ void Engine::begin(Task& t, Slot& slot, size_t n_cached) {
   }
   slot.stream.reset(t.req.stop);
   slot.pending = kTokenNull;
+  slot.draft_len = DraftLength(params_.spec.draft_max);
+  slot.spec_end = -1;
   slot.unsent_tokens.clear();
   slot.unsent_probs.clear();
   slot.stats = CompletionStats{};
@@ -112,7 +114,23 @@ bool Engine::context_shift(Slot& s) {
   return true;
 }
 
+void Engine::drop_unverified(Slot& s) {
+  if (s.spec_end < 0) return;
+  const Pos end = s.spec_end;
+  s.spec_end = -1;
+  if (Status st = ctx_->memory().seq_rm(s.id, end, -1); !st.ok()) {
+    // Cannot happen (a recurrent memory keeps the state after every drafted row); the slot's
+    // memory is then dropped whole rather than left ahead of its tokens.
+    MNEMO_LOG(kError) << "slot " << s.id << ": dropping rejected drafts failed: " << st.to_string();
+    (void)ctx_->memory().seq_rm(s.id, -1, -1);
+    s.held.tokens.clear();
+    return;
+  }
+  s.held.tokens.resize(std::min<size_t>(s.held.tokens.size(), static_cast<size_t>(end)));
+}
+
 void Engine::finish(Slot& s, FinishReason reason) {
+  drop_unverified(s);
   const double now = now_ms();
   std::string rest = s.stream.flush();
   if (!rest.empty() || !s.unsent_tokens.empty()) {
@@ -151,6 +169,8 @@ void Engine::finish(Slot& s, FinishReason reason) {
   m.prompt_tokens_total.fetch_add(uint64_t(s.stats.n_prompt - s.stats.n_cached), kRelaxed);
   m.prompt_tokens_cached_total.fetch_add(uint64_t(s.stats.n_cached), kRelaxed);
   m.tokens_predicted_total.fetch_add(uint64_t(s.stats.n_generated), kRelaxed);
+  m.draft_tokens_total.fetch_add(uint64_t(s.stats.n_drafted), kRelaxed);
+  m.draft_tokens_accepted_total.fetch_add(uint64_t(s.stats.n_draft_accepted), kRelaxed);
   m.prompt_us_total.fetch_add(uint64_t(s.stats.prompt_ms * 1000), kRelaxed);
   m.predicted_us_total.fetch_add(uint64_t(s.stats.gen_ms * 1000), kRelaxed);
   if (reason == FinishReason::kCancelled) m.cancelled_total.fetch_add(1, kRelaxed);
@@ -158,6 +178,7 @@ void Engine::finish(Slot& s, FinishReason reason) {
 }
 
 void Engine::fail(Slot& s, ErrorKind kind, const std::string& why) {
+  drop_unverified(s);
   CompletionEvent ev;
   ev.kind = CompletionEvent::Kind::kError;
   ev.error_kind = kind;

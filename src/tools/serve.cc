@@ -15,6 +15,7 @@ namespace {
 
 struct ServeFlags {
   ModelFlags model;
+  SpecFlags spec;
   server::ServerParams server;
 };
 
@@ -23,9 +24,22 @@ int serve_main(ServeFlags& f) {
   if (Status st = f.server.sampling.validate(); !st.ok()) {
     return fail("mnemo serve", st.message(), 2);
   }
+  if (Status st = f.spec.resolve(); !st.ok()) return fail("mnemo serve", st.message(), 2);
   auto lm = load_model(f.model);
   if (!lm.ok()) return fail("mnemo serve", lm.status().to_string(), 1);
   report_loaded("mnemo serve", *lm);
+  LoadedModel draft;
+  if (!f.spec.model_draft.empty()) {
+    ModelFlags df = f.model;
+    df.model_path = f.spec.model_draft;
+    auto d = load_model(df);
+    if (!d.ok()) return fail("mnemo serve", "--model-draft: " + d.status().to_string(), 1);
+    draft = std::move(d).value();
+    report_loaded("mnemo serve", draft);
+    f.server.draft_model = draft.model.get();
+    f.server.draft_tokenizer = draft.tokenizer.get();
+  }
+  f.server.spec = f.spec.spec;
   f.server.model_path = f.model.model_path;
   f.server.ctx = f.model.ctx;
   Status st = server::run_server(*lm->model, *lm->tokenizer, f.server);
@@ -40,6 +54,7 @@ RunFn register_serve(CLI::App& app) {
   f->model.ctx.n_seq_max = 4;
   f->server.sampling.temp = 0.8f;
   f->model.add_to(app, /*with_parallel=*/true);
+  f->spec.add_to(app);
   add_sampling_flags(app, &f->server.sampling);
   server::ServerParams& s = f->server;
   app.add_option("--host", s.host, "address to listen on (default 127.0.0.1: loopback only)");
