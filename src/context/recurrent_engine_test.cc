@@ -357,20 +357,24 @@ TEST_P(RollbackTest, SpeculativeRollbackIsACopyAndExact) {
     Batch v;
     v.add(got.back(), pos, {0}, true);
     for (int i = 0; i < k; ++i) v.add(draft[i], pos + 1 + i, {0}, true);
-    if (step == 3) {  // an aborted verify changes nothing
-      const std::string before =
-          dynamic_cast<const HybridMemory*>(&ctx->memory())
-              ? testing::snapshot(dynamic_cast<const HybridMemory&>(ctx->memory()))
-              : testing::snapshot(dynamic_cast<const RecurrentMemory&>(ctx->memory()));
+    if (step == 3 || step == 7) {
+      // An aborted verify changes nothing but the speculative states it overwrote, which are
+      // dropped: the others keep their bytes.
+      const auto* h = dynamic_cast<const HybridMemory*>(&ctx->memory());
+      const RecurrentMemory& rs =
+          h ? h->rs() : dynamic_cast<const RecurrentMemory&>(ctx->memory());
+      auto snap = [&] { return h ? testing::snapshot(*h) : testing::snapshot(rs); };
+      const std::string before = snap();
+      const auto spec_before = testing::spec_snapshot(rs);
       int calls = 0;
       ctx->set_abort_callback([&] { return ++calls > 5; });
       EXPECT_EQ(ctx->decode(v).code(), StatusCode::kAborted);
       ctx->set_abort_callback(nullptr);
-      const std::string after =
-          dynamic_cast<const HybridMemory*>(&ctx->memory())
-              ? testing::snapshot(dynamic_cast<const HybridMemory&>(ctx->memory()))
-              : testing::snapshot(dynamic_cast<const RecurrentMemory&>(ctx->memory()));
-      EXPECT_EQ(after, before);
+      EXPECT_EQ(snap(), before);
+      for (const auto& [key, bytes] : testing::spec_snapshot(rs)) {
+        ASSERT_TRUE(spec_before.count(key)) << "pos " << key.second;
+        EXPECT_EQ(spec_before.at(key), bytes) << "pos " << key.second;
+      }
     }
     ASSERT_TRUE(ctx->decode(v).ok());
     int accepted = 0;

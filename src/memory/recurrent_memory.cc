@@ -26,12 +26,11 @@ struct RsJournal {
   };
   std::vector<SeqSave> seqs;
   std::vector<PoolSave> pool;
-  std::vector<PoolSave> spec;       // speculative cells before they were replaced
+  std::vector<uint32_t> spec_overwritten;  // live speculative cells this transaction reused
   std::vector<uint8_t> seq_saved;   // [n_seq_max]
   std::vector<uint8_t> pool_saved;  // [n_seq_max * n_checkpoints]
-  std::vector<uint8_t> spec_saved;  // [n_seq_max * n_spec]
 
-  bool empty() const { return seqs.empty() && pool.empty() && spec.empty(); }
+  bool empty() const { return seqs.empty() && pool.empty(); }
 };
 
 namespace {
@@ -378,9 +377,6 @@ std::vector<std::pair<uint32_t, float*>> RecurrentMemory::take_spec(
     const Ubatch& ub, const std::vector<uint32_t>& rows, RsJournal* journal) {
   const SeqId s = ub.seqs[0];
   SeqMeta& m = seqs_[s];
-  if (journal->spec_saved.empty()) {
-    journal->spec_saved.assign(size_t(config_.n_seq_max) * config_.n_spec, 0);
-  }
   const uint32_t first = static_cast<uint32_t>(s) * config_.n_spec;
   std::vector<std::pair<uint32_t, float*>> out;
   for (uint32_t r : rows) {
@@ -390,13 +386,11 @@ std::vector<std::pair<uint32_t, float*>> RecurrentMemory::take_spec(
       for (const Checkpoint& c : m.spec) used[c.cell - first] = 1;
       while (used[cell - first]) ++cell;
     } else {
-      cell = m.spec.front().cell;  // the oldest goes
+      // The oldest goes. Its bytes are not saved: if the transaction rolls back, the state
+      // it held is dropped instead (a speculative state is a cache of a recent state).
+      cell = m.spec.front().cell;
       m.spec.erase(m.spec.begin());
-      if (!journal->spec_saved[cell]) {
-        journal->spec_saved[cell] = 1;
-        journal->spec.push_back(
-            {cell, std::vector<float>(spec_ptr(cell), spec_ptr(cell) + n_floats_)});
-      }
+      journal->spec_overwritten.push_back(cell);
     }
     m.spec.push_back({ub.pos[r], cell});
     out.emplace_back(r, spec_ptr(cell));
@@ -481,12 +475,14 @@ void RecurrentMemory::undo(RsJournal* journal) {
   for (auto it = journal->pool.rbegin(); it != journal->pool.rend(); ++it) {
     std::memcpy(ckpt_ptr(it->cell), it->bytes.data(), n_floats_ * sizeof(float));
   }
-  for (auto it = journal->spec.rbegin(); it != journal->spec.rend(); ++it) {
-    std::memcpy(spec_ptr(it->cell), it->bytes.data(), n_floats_ * sizeof(float));
-  }
   for (auto it = journal->seqs.rbegin(); it != journal->seqs.rend(); ++it) {
     seqs_[it->seq] = it->meta;
     std::memcpy(cell_ptr(it->seq), it->cell.data(), n_floats_ * sizeof(float));
+    std::vector<Checkpoint>& spec = seqs_[it->seq].spec;
+    std::erase_if(spec, [&](const Checkpoint& c) {
+      return std::find(journal->spec_overwritten.begin(), journal->spec_overwritten.end(),
+                       c.cell) != journal->spec_overwritten.end();
+    });
   }
   *journal = RsJournal{};
 }

@@ -49,14 +49,16 @@
 // and rolling a rejected tail back is then a copy. They live in S more cells per sequence
 // (replacing the oldest) and count as checkpoints for seq_rm, seq_cp and plan_truncate; they are
 // not saved in state files. The forward pass writes them: for_segments() runs a layer's kernels
-// in segments that end at each such row and copies the state after it.
+// in segments that end at each such row and copies the state after it. They are a cache of
+// recent states: a transaction that rolls back drops those it overwrote (the others, and
+// everything else, come back byte-equal), so their bytes are never copied aside.
 //
 // Transactions (invariants 1 and 2 of memory.h). init_batch validates (one sequence per row),
 // splits with split_seq (one sequence per ubatch, cut at checkpoint boundaries) and always fits:
 // states are preallocated. apply() of a ubatch saves, the first time the transaction touches a
 // sequence, its cell bytes and metadata, and the bytes of any occupied checkpoint cell before it
 // is replaced; rollback() restores them, so cell bytes, checkpoint bytes of every live checkpoint
-// and metadata come back byte-equal. The forward pass writes the cell in place after apply().
+// and metadata come back byte-equal (speculative states: see above). The forward pass writes the cell in place after apply().
 //
 // Lifetime: created by RecurrentMemory::create as a std::unique_ptr; neither copyable nor movable
 // (contexts keep a pointer); copy() deep-copies. Single-threaded (the server loop owns it).

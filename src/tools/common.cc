@@ -54,26 +54,31 @@ void add_sampling_flags(CLI::App& app, SamplingParams* p) {
 
 void SpecFlags::add_to(CLI::App& app) {
   app.add_option("--spec-type", spec_type,
-                 "speculative decoding without a draft model: none or ngram-simple (drafts "
-                 "looked up in the sequence itself)");
-  app.add_option("--spec-ngram-size-n", spec.ngram_size_n,
+                 "speculative decoding: none, ngram-simple (drafts looked up in the sequence "
+                 "itself; combines with -md) or draft-simple (the draft model alone)");
+  app.add_option("--spec-ngram-size-n,--spec-ngram-simple-size-n", spec.ngram_size_n,
                  "ngram-simple: longest key looked up, in tokens");
-  app.add_option("--model-draft", model_draft,
+  app.add_option("--model-draft,--spec-draft-model", model_draft,
                  "draft model for speculative decoding (same vocabulary as -m)");
-  app.add_option("--draft-max,--draft", spec.draft_max, "most tokens drafted per step");
-  app.add_option("--draft-min", spec.draft_min, "shorter drafts are not verified");
-  app.add_option("--draft-p-min", spec.draft_p_min,
+  app.add_option("--draft-max,--draft,--draft-n,--spec-draft-n-max", spec.draft_max,
+                 "most tokens drafted per step");
+  app.add_option("--draft-min,--draft-n-min,--spec-draft-n-min", spec.draft_min,
+                 "shorter drafts are not verified");
+  app.add_option("--draft-p-min,--spec-draft-p-min", spec.draft_p_min,
                  "draft model: stop drafting when its pick's probability is below this");
 }
 
 Status SpecFlags::resolve() {
-  if (spec_type == "none") {
+  if (spec_type == "none" || spec_type == "draft-simple") {
     spec.ngram = false;
   } else if (spec_type == "ngram-simple") {
     spec.ngram = true;
   } else {
     return Status::invalid_argument("--spec-type: unknown type '" + spec_type +
-                                    "' (none, ngram-simple)");
+                                    "' (none, ngram-simple, draft-simple)");
+  }
+  if (spec_type == "draft-simple" && model_draft.empty()) {
+    return Status::invalid_argument("--spec-type draft-simple needs a draft model (-md)");
   }
   return spec.validate();
 }

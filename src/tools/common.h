@@ -33,9 +33,11 @@ struct ModelFlags {
 /// --frequency-penalty, --presence-penalty, --seed.
 void add_sampling_flags(CLI::App& app, SamplingParams* p);
 
-/// Speculative decoding flags, named as llama.cpp's: --spec-type (none | ngram-simple),
-/// --spec-ngram-size-n, -md / --model-draft, --draft-max (alias --draft), --draft-min,
-/// --draft-p-min.
+/// Speculative decoding flags, named as llama.cpp's (its older and newer spellings both):
+/// --spec-type (none | ngram-simple | draft-simple), --spec-ngram-size-n
+/// (--spec-ngram-simple-size-n), -md / --model-draft (--spec-draft-model), --draft-max
+/// (--draft, --spec-draft-n-max), --draft-min (--spec-draft-n-min), --draft-p-min
+/// (--spec-draft-p-min).
 struct SpecFlags {
   SpecParams spec;
   std::string spec_type = "none";

@@ -68,9 +68,16 @@ std::string snapshot(const RecurrentMemory& m) {
       put(&c, sizeof c);
       put(m.checkpoint(s, c).data(), m.checkpoint(s, c).size_bytes());
     }
+  }
+  return out;
+}
+
+std::map<std::pair<SeqId, Pos>, std::string> spec_snapshot(const RecurrentMemory& m) {
+  std::map<std::pair<SeqId, Pos>, std::string> out;
+  for (SeqId s = 0; s < static_cast<SeqId>(m.n_seq_max()); ++s) {
     for (Pos c : m.spec_states(s)) {
-      put(&c, sizeof c);
-      put(m.spec_state(s, c).data(), m.spec_state(s, c).size_bytes());
+      const auto b = m.spec_state(s, c);
+      out[{s, c}] = std::string(reinterpret_cast<const char*>(b.data()), b.size_bytes());
     }
   }
   return out;

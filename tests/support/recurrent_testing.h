@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memory/hybrid_memory.h"
@@ -43,5 +45,8 @@ std::vector<float> ref_rs_state(const RecurrentMemory& m, const std::vector<int3
 std::string snapshot(const RecurrentMemory& m);
 /// Both children of a hybrid memory (KV snapshot of memory_testing.h + the recurrent one).
 std::string snapshot(const HybridMemory& m);
+/// The speculative states of every sequence (not in snapshot(): a rolled-back transaction may
+/// drop some of them): {(seq, pos) -> state bytes}.
+std::map<std::pair<SeqId, Pos>, std::string> spec_snapshot(const RecurrentMemory& m);
 
 }  // namespace mnemo::testing
