@@ -53,21 +53,31 @@ std::vector<TokenId> ngram_draft(std::span<const TokenId> history, uint32_t n_ma
 /// How long the next draft of one sequence should be: adapts to how many were accepted, so
 /// that speculation costs little where drafts keep failing (an open-ended chat) and runs long
 /// where they hold (an edit of a file in the prompt). Starts at draft_max; a fully accepted draft
-/// doubles the length (up to draft_max), a partly accepted one sets it to accepted + 1, and after
-/// three drafts in a row with nothing accepted speculation pauses for 4, 8, ... 64 steps.
+/// doubles the length (up to draft_max), a partly accepted one sets it to accepted + 1.
+/// Speculation pauses (for 4, then 8, ... 64 steps) when it stops paying: each step gains
+/// accepted - cost - drafted * kRowCost target steps, where `cost` (update's argument) is what
+/// making the draft cost in target steps (0 for prompt lookup; a draft model: the decodes it
+/// ran, each DraftModel::cost, even when it drafted nothing) and kRowCost what one more row
+/// costs the verifying forward pass; the pause
+/// comes when the moving average of that gain (weight 1/4 for the newest; 1 at the start, 0
+/// after a pause, so that one losing step then pauses again) falls below 0; the pauses grow
+/// back to 4 steps once the average exceeds 0.5.
 class DraftLength {
  public:
+  static constexpr float kRowCost = 0.03f;
   explicit DraftLength(uint32_t draft_max) : max_(draft_max), cur_(draft_max) {}
   /// Tokens to draft this step (0: speculation paused; the step decodes plainly and counts).
   uint32_t next();
-  /// Records the outcome of a verified draft of `drafted` tokens of which `accepted` held.
-  void update(uint32_t drafted, uint32_t accepted);
+  /// Records the outcome of a step that drafted `drafted` tokens, of which `accepted` held, at a
+  /// cost of `cost` target steps. A step with no draft and no cost changes nothing; one with a
+  /// cost and no draft (a draft model that was not sure enough) counts as a loss.
+  void update(uint32_t drafted, uint32_t accepted, float cost = 0.0f);
 
  private:
   uint32_t max_;
   uint32_t cur_;
-  uint32_t misses_ = 0;  // drafts in a row with nothing accepted
-  uint32_t pause_ = 0;   // steps left without speculation
+  float gain_ = 1.0f;   // moving average of the gain per verified draft, in target steps
+  uint32_t pause_ = 0;  // steps left without speculation
   uint32_t backoff_ = 4;
 };
 
@@ -84,16 +94,23 @@ class DraftModel {
 
   /// Up to n_max greedy tokens continuing `history` (every token of target sequence `seq`, the
   /// next, undecoded one included), stopping early when the draft model's probability of its
-  /// pick is below p_min. The draft sequence is first brought to `history`: its longest common
+  /// pick is below p_min. Each call decodes max(1, tokens drafted) times (n_decodes()). The draft sequence is first brought to `history`: its longest common
   /// prefix is kept, the rest decoded. Errors: the draft Context's (the draft sequence is then
   /// emptied and the next call decodes it again).
   Result<std::vector<TokenId>> draft(SeqId seq, std::span<const TokenId> history, uint32_t n_max,
                                      float p_min);
   /// Empties sequence `seq` of the draft model.
   void forget(SeqId seq);
+  /// What drafting one token costs in decoding steps of `target`: the bytes of weights one
+  /// decoded token reads, the draft's over the target's (decoding is bound by them on a CPU).
+  float cost(const Model& target) const;
   Context& context() { return *ctx_; }
+  /// Forward passes of the draft model in the last draft() call (the pending token's, then one
+  /// per drafted token but the last).
+  uint32_t n_decodes() const { return n_decodes_; }
 
  private:
+  uint32_t n_decodes_ = 0;
   explicit DraftModel(std::unique_ptr<Context> ctx);
   std::unique_ptr<Context> ctx_;
   std::vector<std::vector<TokenId>> held_;  // [n_seq_max] tokens each draft sequence holds

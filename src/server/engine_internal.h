@@ -88,6 +88,7 @@ struct Engine::Slot {
   // sampled, the end of what the slot would hold had it decoded plainly (-1: none): positions
   // from there on are drafts that finish() and fail() drop first.
   DraftLength draft_len{1};
+  float draft_cost = 0.0f;  // the step's draft: target steps per drafted token (0: prompt lookup)
   Pos spec_end = -1;
   double t_start = 0;  // admission, ms (now_ms)
   double t_first = 0;  // first token sampled, ms (now_ms)

@@ -273,17 +273,20 @@ std::vector<TokenId> Engine::draft_for(Slot& s, uint32_t room) {
   if (want == 0) return draft;
   std::vector<TokenId> history = s.held.tokens;
   history.push_back(s.pending);
+  s.draft_cost = 0.0f;
   if (sp.ngram) draft = ngram_draft(history, sp.ngram_size_n, want);
   if (draft.empty() && drafter_) {
     auto d = drafter_->draft(s.id, history, want, sp.draft_p_min);
     if (d.ok()) {
       draft = std::move(d).value();
+      s.draft_cost = float(drafter_->n_decodes()) * drafter_->cost(model_);
     } else {
       MNEMO_LOG(kWarn) << "slot " << s.id << ": the draft model failed, decoding plainly: "
                           << d.status().to_string();
     }
   }
   if (draft.size() < sp.draft_min) draft.clear();
+  if (draft.empty()) s.draft_len.update(0, 0, s.draft_cost);
   return draft;
 }
 
@@ -563,7 +566,7 @@ void Engine::commit(WorkItem& item, uint32_t out_row) {
   }
   s.stats.n_drafted += static_cast<int32_t>(k);
   s.stats.n_draft_accepted += static_cast<int32_t>(accepted);
-  s.draft_len.update(static_cast<uint32_t>(k), static_cast<uint32_t>(accepted));
+  s.draft_len.update(static_cast<uint32_t>(k), static_cast<uint32_t>(accepted), s.draft_cost);
   if (s.state == SlotState::kGenerating) {
     // The last pick is the next pending token, decoded at spec_end next step; the rows from
     // there on are rejected drafts.

@@ -58,24 +58,23 @@ uint32_t DraftLength::next() {
   return cur_;
 }
 
-void DraftLength::update(uint32_t drafted, uint32_t accepted) {
-  if (drafted == 0) return;
-  if (accepted == drafted) {
+void DraftLength::update(uint32_t drafted, uint32_t accepted, float cost) {
+  if (drafted == 0 && cost <= 0.0f) return;
+  if (drafted > 0 && accepted == drafted) {
     cur_ = std::min(max_, std::max<uint32_t>(1, cur_ * 2));
-  } else {
+  } else if (drafted > 0) {
     cur_ = std::min(max_, accepted + 1);
   }
-  if (accepted > 0) {
-    misses_ = 0;
-    backoff_ = 4;
+  const float gain = float(accepted) - cost - float(drafted) * kRowCost;
+  gain_ = 0.75f * gain_ + 0.25f * gain;
+  if (gain_ >= 0.0f) {
+    if (gain_ > 0.5f) backoff_ = 4;  // paying clearly again
     return;
   }
-  if (++misses_ >= 3) {
-    pause_ = backoff_;
-    backoff_ = std::min<uint32_t>(64, backoff_ * 2);
-    misses_ = 0;
-    cur_ = std::max<uint32_t>(1, std::min(max_, 4u));
-  }
+  pause_ = backoff_;
+  backoff_ = std::min<uint32_t>(64, backoff_ * 2);
+  gain_ = 0.0f;  // after a pause one losing step pauses again, for twice as long
+  cur_ = std::max<uint32_t>(1, std::min(max_, 4u));
 }
 
 // --- draft model -------------------------------------------------------------------------------
@@ -107,6 +106,11 @@ Result<std::unique_ptr<DraftModel>> DraftModel::create(const Model& draft,
   return std::unique_ptr<DraftModel>(new DraftModel(std::move(ctx)));
 }
 
+float DraftModel::cost(const Model& target) const {
+  const double t = double(target.n_decode_bytes());
+  return t > 0 ? float(double(ctx_->model().n_decode_bytes()) / t) : 1.0f;
+}
+
 void DraftModel::forget(SeqId seq) {
   if (seq < 0 || static_cast<size_t>(seq) >= held_.size()) return;
   (void)ctx_->memory().seq_rm(seq, -1, -1);
@@ -116,6 +120,7 @@ void DraftModel::forget(SeqId seq) {
 Result<std::vector<TokenId>> DraftModel::draft(SeqId seq, std::span<const TokenId> history,
                                                uint32_t n_max, float p_min) {
   std::vector<TokenId> out;
+  n_decodes_ = 0;
   if (seq < 0 || static_cast<size_t>(seq) >= held_.size()) {
     return Status::invalid_argument("draft: seq_id " + std::to_string(seq) + " is out of range");
   }
@@ -148,6 +153,7 @@ Result<std::vector<TokenId>> DraftModel::draft(SeqId seq, std::span<const TokenI
       batch.add(history[j], static_cast<Pos>(j), {seq}, j + 1 == history.size());
     }
     if (Status st = ctx_->decode(batch); !st.ok()) return fail(st);
+    ++n_decodes_;
     held.insert(held.end(), history.begin() + i, history.begin() + end);
   }
   for (uint32_t k = 0; k < n_max; ++k) {
@@ -163,6 +169,7 @@ Result<std::vector<TokenId>> DraftModel::draft(SeqId seq, std::span<const TokenI
     batch.clear();
     batch.add(best, static_cast<Pos>(held.size()), {seq}, true);
     if (Status st = ctx_->decode(batch); !st.ok()) return fail(st);
+    ++n_decodes_;
     held.push_back(best);
   }
   return out;

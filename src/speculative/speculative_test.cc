@@ -43,18 +43,57 @@ TEST(DraftLength, AdaptsAndPauses) {
   d.update(8, 8);
   d.update(16, 16);
   EXPECT_EQ(d.next(), 16u);  // capped at draft_max
-  // Three misses in a row pause speculation for 4 steps, then 8.
-  d.update(16, 0);
-  d.update(1, 0);
-  d.update(1, 0);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(d.next(), 0u);
+  // Free drafts (prompt lookup) that miss: the average gain (here about 13) has to fall below 0.
+  // Gains of a 16-token miss are -0.48; the average drops by a quarter each time.
+  int steps = 0;
+  while (d.next() > 0 && steps < 100) {
+    d.update(16, 0);
+    ++steps;
+  }
+  EXPECT_GT(steps, 8);
+  EXPECT_LT(steps, 20);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d.next(), 0u);  // 4 steps paused in all
   EXPECT_EQ(d.next(), 4u);
-  d.update(4, 0);
-  d.update(1, 0);
-  d.update(1, 0);
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(d.next(), 0u);
+  // Paused again after the next run of misses: 8 steps now (the average restarts at 1).
+  steps = 0;
+  while (d.next() > 0 && steps < 100) {
+    d.update(1, 0);
+    ++steps;
+  }
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(d.next(), 0u);
   EXPECT_GT(d.next(), 0u);
   d.update(0, 0);  // nothing drafted: no change
+}
+
+TEST(DraftLength, CostlyDraftsPauseWhenTheyDoNotPay) {
+  // A draft model costing a third of a target step per decode, 4 decodes per draft: 1 accepted
+  // out of 4 loses (1 - 4 / 3 - 4 * 0.03 < 0); 3 out of 4 pays.
+  DraftLength paying(4);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_GT(paying.next(), 0u) << i;
+    paying.update(4, 3, 4.0f / 3);
+  }
+  DraftLength losing(4);
+  int steps = 0;
+  while (losing.next() > 0 && steps < 100) {
+    losing.update(4, 1, 4.0f / 3);
+    ++steps;
+  }
+  EXPECT_LT(steps, 10);
+  EXPECT_EQ(losing.next(), 0u);
+  // A draft model that is never sure enough drafts nothing, but each try costs.
+  DraftLength unsure(4);
+  steps = 0;
+  while (unsure.next() > 0 && steps < 100) {
+    unsure.update(0, 0, 1.0f / 3);
+    ++steps;
+  }
+  EXPECT_LT(steps, 10);
+  DraftLength lookup(4);  // prompt lookup finding nothing: free, never pauses
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_GT(lookup.next(), 0u);
+    lookup.update(0, 0, 0.0f);
+  }
 }
 
 TEST(SpecParams, Validate) {

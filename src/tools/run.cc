@@ -148,6 +148,7 @@ int run_main(RunFlags& f) {
       out.write(tok.token_to_piece(next, f.show_special));
       if (n_gen >= f.n_predict || uint32_t(pos) + 1 >= n_ctx_seq) break;
       std::vector<TokenId> draft;
+      float draft_cost = 0.0f;  // target steps per drafted token (prompt lookup: free)
       if (f.spec.enabled()) {
         // Room: row k samples the token at pos + k + 1, which must be generated (n_predict)
         // and fit (n_ctx), as plain decoding's limits say.
@@ -164,8 +165,10 @@ int run_main(RunFlags& f) {
             return 1;
           }
           draft = std::move(d).value();
+          draft_cost = float(drafter->n_decodes()) * drafter->cost(model);
         }
         if (draft.size() < f.spec.spec.draft_min) draft.clear();
+        if (draft.empty()) draft_len.update(0, 0, draft_cost);
       }
       batch.clear();
       batch.add(next, pos, {0}, true);
@@ -188,7 +191,9 @@ int run_main(RunFlags& f) {
       }
       n_drafted += draft.size();
       n_accepted += accepted;
-      draft_len.update(static_cast<uint32_t>(draft.size()), accepted);
+      if (!draft.empty()) {
+        draft_len.update(static_cast<uint32_t>(draft.size()), accepted, draft_cost);
+      }
       // Rows past the last accepted draft token are removed (recurrent memories: a copy of the
       // state kept after that row).
       pos += Pos(accepted) + 1;
