@@ -20,6 +20,8 @@
 #include "mnemo/swa.h"
 
 namespace mnemo {
+class RepackCacheFile;  // src/model/repack_cache.h
+
 
 namespace kernels {
 class PackedMatrix;  // src/kernels/kernels.h: a weight matrix repacked for the integer kernels
@@ -189,6 +191,12 @@ struct ModelParams {
   bool repack = true;
   /// Threads used for repacking (0: all hardware threads).
   int n_threads = 0;
+  /// Repack cache directory ("" = none; `--repack-cache DIR`): the repacked weights are kept
+  /// there in one file per model file, SIMD target and packed-layout version, and a later load
+  /// maps that file (checked: every entry's XXH3) instead of packing again. A missing, stale or
+  /// damaged file is (re)written after packing; a directory that cannot be written only costs
+  /// the saving (Model::repack_note says why). Format: src/model/repack_cache.h.
+  std::string repack_cache_dir;
 };
 
 /// Loaded model: the mapped file, hyper-parameters and weights. Immutable after load, so one
@@ -220,6 +228,9 @@ class Model {
   uint64_t n_decode_bytes() const;
   /// Number of repacked matrices (see ModelParams::repack).
   size_t n_packed() const { return packed_.size(); }
+  /// What the repack cache did at load: "" (none), "mapped from the repack cache", "written to
+  /// the repack cache", or why it was not used or written.
+  const std::string& repack_note() const { return repack_note_; }
   /// A short description: "llama 30 blocks, 134.5 M params, 82.0 MiB (q4_1)".
   std::string describe() const;
 
@@ -234,14 +245,17 @@ class Model {
   Status bind_embedding_and_output();
   Status load_qwen35_hparams();  // qwen35 / qwen35moe (src/model/model_qwen35.cc)
   Status bind_qwen35_weights();
-  /// Repacks every linear weight (see ModelParams::repack).
-  void repack_weights(int n_threads);
+  /// Repacks every linear weight (see ModelParams::repack), through the repack cache when
+  /// `cache_dir` is set (`mtime_ns`: the model file's modification time, for its key).
+  void repack_weights(int n_threads, const std::string& cache_dir, int64_t mtime_ns);
 
   gguf::File file_;
   HParams hp_;
   Weight token_embd_, output_norm_, output_;
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<kernels::PackedMatrix>> packed_;  // owners of Weight::packed
+  std::unique_ptr<RepackCacheFile> repack_file_;  // the mapped cache the packed weights read
+  std::string repack_note_;
 };
 
 }  // namespace mnemo

@@ -273,6 +273,59 @@ TEST(ContextTest, RepackedAndPlainWeightsAgreeRealSmolLM2) {
   expect_close_logprobs(run_separately(**plain, prompts), run_separately(**packed, prompts));
 }
 
+// The repack cache (ModelParams::repack_cache_dir): the first load packs and writes the
+// cache, the next maps it, and both give exactly the logits of a load without the cache. A
+// damaged or truncated entry is noticed (every entry's checksum) and replaced; a directory that
+// cannot be written only costs the saving.
+TEST(ContextTest, RepackCacheMapsTheSamePackingRealSmolLM2) {
+  const std::string path = real_model_path();
+  if (path.empty()) GTEST_SKIP() << "models/SmolLM2-135M-Instruct-Q4_1.gguf not fetched";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("mnemo_repack_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  ModelParams cached;
+  cached.repack_cache_dir = dir.string();
+  auto fresh = Model::load(path);
+  ASSERT_TRUE(fresh.ok());
+  const auto prompts = make_prompts((*fresh)->hparams().n_vocab, {17, 6});
+  const LogitsBySeqPos want = run_separately(**fresh, prompts);
+  auto load = [&](const std::string& note_has) {
+    auto m = Model::load(path, cached);
+    EXPECT_TRUE(m.ok());
+    if (!m.ok()) return;
+    EXPECT_NE((*m)->repack_note().find(note_has), std::string::npos) << (*m)->repack_note();
+    EXPECT_EQ((*m)->n_packed(), (*fresh)->n_packed());
+    EXPECT_EQ(run_separately(**m, prompts), want) << (*m)->repack_note();
+  };
+  load("written to the repack cache");
+  load("mapped from the repack cache");
+  ASSERT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
+  const std::filesystem::path entry = std::filesystem::directory_iterator(dir)->path();
+  if ((*fresh)->n_packed() > 0) {
+    // A flipped byte in the last matrix.
+    {
+      FILE* f = std::fopen(entry.c_str(), "r+b");
+      ASSERT_NE(f, nullptr);
+      std::fseek(f, -100, SEEK_END);
+      const int c = std::fgetc(f);
+      std::fseek(f, -100, SEEK_END);
+      std::fputc(c ^ 0x5a, f);
+      std::fclose(f);
+    }
+    load("damaged weights");
+    load("mapped from the repack cache");
+    // Truncated.
+    std::filesystem::resize_file(entry, std::filesystem::file_size(entry) / 2);
+    load("written to the repack cache");
+    load("mapped from the repack cache");
+  }
+  // A cache "directory" that is a file: nothing saved, the model still loads and agrees.
+  std::filesystem::remove_all(dir);
+  { FILE* f = std::fopen(dir.c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }
+  load("not saved");
+  std::filesystem::remove_all(dir);
+}
+
 // Snapshot of every stream's cell metadata, for byte-equality checks.
 std::vector<std::tuple<uint32_t, uint32_t, Pos>> cell_snapshot(const Memory& mem) {
   std::vector<std::tuple<uint32_t, uint32_t, Pos>> out;

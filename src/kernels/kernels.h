@@ -126,9 +126,14 @@ class PackedMatrix {
 
  private:
   friend PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
+  friend struct PackedImage packed_image(const PackedMatrix& m);
+  friend PackedMatrix adopt_packed(const WeightMatrix& w, const struct PackedImage& img);
   friend void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
                      float* y, int64_t y_stride, ThreadPool* pool);
   struct Free {
+    Free() : owned(true) {}
+    explicit Free(bool owns) : owned(owns) {}
+    bool owned;  // false: the bytes belong to someone else (adopt_packed)
     void operator()(void* p) const;
   };
   WeightMatrix source_;
@@ -141,6 +146,27 @@ class PackedMatrix {
 
 /// Packs `w` (see PackedMatrix); threads split the row groups. Cost: one pass over the weights.
 PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
+
+/// The bytes of a packed matrix and what reading them needs, to keep them outside the process
+/// (the model's repack cache, src/model/repack_cache.h). format / layout / group_bytes are this
+/// build's internal ids: valid only with the same kPackedLayoutVersion and SIMD target.
+struct PackedImage {
+  const void* data = nullptr;  // null: not packed
+  size_t bytes = 0;
+  int32_t format = 0;
+  int32_t layout = 0;
+  int64_t group_bytes = 0;
+};
+/// Version of the packed layouts' bytes: bumped whenever pack_matrix changes what it writes, so
+/// that a repack cache made by another version is rebuilt.
+inline constexpr int kPackedLayoutVersion = 1;
+/// The bytes of `m` (data null when m is not packed); they live as long as m.
+PackedImage packed_image(const PackedMatrix& m);
+/// A matrix reading packed bytes it does not own (`img.data`: 64-byte aligned, unchanged and
+/// alive as long as the matrix) for the source `w`. Not packed (matmul then reads the source)
+/// when `img` is not exactly what pack_matrix(w) makes under the current target: another
+/// layout, format, group size or byte count. Cost: O(1), nothing is read.
+PackedMatrix adopt_packed(const WeightMatrix& w, const PackedImage& img);
 
 /// matmul() on packed weights: the same contract and the same bound on the result (see the
 /// other overload); the float arithmetic differs, so results agree with matmul(source) to

@@ -208,7 +208,59 @@ bool amx_available() {
 
 }  // namespace internal
 
-void PackedMatrix::Free::operator()(void* p) const { std::free(p); }
+void PackedMatrix::Free::operator()(void* p) const {
+  if (owned) std::free(p);
+}
+
+PackedImage packed_image(const PackedMatrix& m) {
+  PackedImage img;
+  if (!m.is_packed()) return img;
+  img.data = m.data_.get();
+  img.bytes = m.bytes_;
+  img.format = m.format_;
+  img.layout = m.layout_;
+  img.group_bytes = m.group_bytes_;
+  return img;
+}
+
+PackedMatrix adopt_packed(const WeightMatrix& w, const PackedImage& img) {
+  PackedMatrix pm;
+  pm.source_ = w;
+  if (img.data == nullptr || w.n_out == 0 || !matmul_supports(w.type) ||
+      reinterpret_cast<uintptr_t>(img.data) % 64 != 0 || w.n_in <= 0 ||
+      w.n_in % block_size(w.type) != 0) {
+    return pm;
+  }
+  // What pack_matrix(w) would make under the current target.
+  const internal::PackedLayoutKind kind = internal::packed_layout_kind();
+  if (img.layout != static_cast<int>(kind)) return pm;
+  int format = 0;
+  int64_t group_bytes = 0;
+  size_t bytes = 0;
+  if (kind == internal::PackedLayoutKind::kRows16) {
+    const auto f =
+        static_cast<internal::PackedFormat>(HWY_DYNAMIC_DISPATCH(PackFormatForTarget)(w.type));
+    if (f == internal::PackedFormat::kNone) return pm;
+    format = static_cast<int>(f);
+    group_bytes = internal::packed_layout(f, w.n_in).group_bytes;
+    bytes = static_cast<size_t>(internal::ceil_div(w.n_out, 16) * group_bytes);
+  } else if (kind == internal::PackedLayoutKind::kRows8) {
+    group_bytes = HWY_DYNAMIC_DISPATCH(Pack8GroupBytes)(w.type, w.n_in);
+    if (group_bytes == 0) return pm;
+    bytes = static_cast<size_t>(
+        internal::round_up(internal::ceil_div(w.n_out, 8) * group_bytes, 64));
+  } else {
+    return pm;
+  }
+  if (img.format != format || img.group_bytes != group_bytes || img.bytes != bytes) return pm;
+  pm.data_ = std::unique_ptr<void, PackedMatrix::Free>(const_cast<void*>(img.data),
+                                                       PackedMatrix::Free{false});
+  pm.bytes_ = bytes;
+  pm.format_ = format;
+  pm.group_bytes_ = group_bytes;
+  pm.layout_ = img.layout;
+  return pm;
+}
 
 PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
   CHECK(matmul_supports(w.type)) << "pack_matrix: unsupported type " << type_name(w.type);

@@ -5,8 +5,10 @@
 #include "kernels/kernels.h"
 #include "mnemo/thread_pool.h"
 #include "model/load_util.h"
+#include "model/repack_cache.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -67,15 +69,42 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelP
   std::unique_ptr<Model> m(new Model(std::move(file).value()));
   MNEMO_RETURN_IF_ERROR(m->load_hparams().with_context(path));
   MNEMO_RETURN_IF_ERROR(m->bind_weights().with_context(path));
-  if (params.repack) m->repack_weights(params.n_threads);
+  if (params.repack) {
+    struct stat sb {};
+    const int64_t mtime_ns = ::stat(path.c_str(), &sb) == 0
+                                 ? int64_t(sb.st_mtim.tv_sec) * 1000000000 + sb.st_mtim.tv_nsec
+                                 : 0;
+    m->repack_weights(params.n_threads, params.repack_cache_dir, mtime_ns);
+  }
   return m;
 }
 
-void Model::repack_weights(int n_threads) {
+void Model::repack_weights(int n_threads, const std::string& cache_dir, int64_t mtime_ns) {
   if (n_threads <= 0) n_threads = std::max(1, int(std::thread::hardware_concurrency()));
   ThreadPool pool(n_threads);
-  // Every weight the forward passes multiply with (Forward::matmul); the token embedding is
-  // read by rows (get_rows) and stays as it is, but a tied output matrix is repacked.
+  // The matrices to pack, in a fixed order (the repack cache's entries follow it): experts
+  // first, each expert's matrix on its own (moe_ffn multiplies one expert at a time), then every
+  // weight the forward passes multiply with (Forward::matmul); the token embedding is read by
+  // rows (get_rows) and stays as it is, but a tied output matrix is repacked.
+  struct Job {
+    Weight* w;
+    kernels::WeightMatrix src;
+    int64_t expert;  // -1: the whole matrix
+  };
+  std::vector<Job> jobs;
+  if (hp_.is_moe()) {
+    for (LayerWeights& l : layers_) {
+      const std::pair<Weight*, int64_t> exps[] = {{&l.ffn_gate_exps, hp_.n_ff_exp},
+                                                  {&l.ffn_up_exps, hp_.n_ff_exp},
+                                                  {&l.ffn_down_exps, hp_.n_embd}};
+      for (auto [w, rows] : exps) {
+        if (!w->present()) continue;
+        for (int64_t e = 0; e < int64_t(hp_.n_expert); ++e) {
+          jobs.push_back({w, {w->type, w->data + size_t(e * rows) * w->row_bytes, rows, w->ne0}, e});
+        }
+      }
+    }
+  }
   std::vector<Weight*> linear = {&output_};
   for (LayerWeights& l : layers_) {
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ssm_in,
@@ -84,39 +113,79 @@ void Model::repack_weights(int n_threads) {
       linear.push_back(w);
     }
   }
-  // Experts: each expert's matrix is packed on its own (moe_ffn multiplies one expert at a time).
-  if (hp_.is_moe()) {
-    for (LayerWeights& l : layers_) {
-      const std::pair<Weight*, int64_t> exps[] = {{&l.ffn_gate_exps, hp_.n_ff_exp},
-                                                  {&l.ffn_up_exps, hp_.n_ff_exp},
-                                                  {&l.ffn_down_exps, hp_.n_embd}};
-      for (auto [w, rows] : exps) {
-        std::vector<const kernels::PackedMatrix*> slices;
-        for (int64_t e = 0; e < int64_t(hp_.n_expert); ++e) {
-          const kernels::WeightMatrix src{w->type, w->data + size_t(e * rows) * w->row_bytes, rows,
-                                          w->ne0};
-          auto p = std::make_unique<kernels::PackedMatrix>(kernels::pack_matrix(src, &pool));
-          if (!p->is_packed()) break;
-          slices.push_back(p.get());
-          packed_.push_back(std::move(p));
-        }
-        if (slices.size() != hp_.n_expert) continue;  // a type or target packing does not serve
-        w->packed_slices = std::move(slices);
-        w->slice_rows = rows;
-        file_.release_pages(w->data, w->row_bytes * size_t(w->ne1));
-      }
-    }
-  }
   for (Weight* w : linear) {
     if (!w->present() || w->ne1 < 2) continue;
-    const kernels::WeightMatrix src{w->type, w->data, w->ne1, w->ne0};
-    auto p = std::make_unique<kernels::PackedMatrix>(kernels::pack_matrix(src, &pool));
-    if (!p->is_packed()) continue;
-    w->packed = p.get();
-    packed_.push_back(std::move(p));
-    // The file's copy is not read any more. A tied output matrix is also the token embedding,
-    // whose rows get_rows still reads: those few pages fault back in from the file on use.
-    file_.release_pages(w->data, w->row_bytes * size_t(w->ne1));
+    jobs.push_back({w, {w->type, w->data, w->ne1, w->ne0}, -1});
+  }
+
+  // From the cache when it holds this file's packing, else packed here (and saved).
+  std::vector<kernels::PackedMatrix> made(jobs.size());
+  bool from_cache = false;
+  std::string key;
+  if (!cache_dir.empty()) {
+    key = repack_cache_key(file_, mtime_ns);
+    auto f = RepackCacheFile::open(cache_dir, key, &pool);
+    if (f.ok() && (*f)->images().size() == jobs.size()) {
+      from_cache = true;
+      for (size_t i = 0; i < jobs.size() && from_cache; ++i) {
+        const kernels::PackedImage& img = (*f)->images()[i];
+        made[i] = kernels::adopt_packed(jobs[i].src, img);
+        from_cache = (img.data == nullptr) || made[i].is_packed();
+      }
+      if (from_cache) {
+        repack_file_ = std::move(f).value();
+        repack_note_ = "mapped from the repack cache";
+      } else {
+        repack_note_ = "the repack cache entry does not fit this build: packing again";
+      }
+    } else if (f.ok()) {
+      repack_note_ = "the repack cache entry has another matrix count: packing again";
+    } else if (f.status().code() != StatusCode::kNotFound) {
+      repack_note_ = f.status().message() + ": packing again";
+    }
+  }
+  if (!from_cache) {
+    for (size_t i = 0; i < jobs.size(); ++i) made[i] = kernels::pack_matrix(jobs[i].src, &pool);
+    if (!cache_dir.empty()) {
+      std::vector<kernels::PackedImage> images;
+      images.reserve(made.size());
+      for (const kernels::PackedMatrix& m : made) images.push_back(kernels::packed_image(m));
+      const Status st = write_repack_cache(cache_dir, key, images);
+      const std::string before = repack_note_.empty() ? "" : repack_note_ + "; ";
+      repack_note_ = before + (st.ok() ? "written to the repack cache"
+                                       : "not saved: " + st.message());
+    }
+  }
+
+  // Hand the packed matrices to their weights. An experts tensor is used packed only when
+  // every expert's slice packed (a type or target packing does not serve leaves them all).
+  for (size_t i = 0; i < jobs.size();) {
+    Weight* w = jobs[i].w;
+    if (jobs[i].expert >= 0) {
+      const size_t n = hp_.n_expert;
+      bool all = true;
+      for (size_t e = 0; e < n; ++e) all = all && made[i + e].is_packed();
+      if (all) {
+        std::vector<const kernels::PackedMatrix*> slices;
+        for (size_t e = 0; e < n; ++e) {
+          packed_.push_back(std::make_unique<kernels::PackedMatrix>(std::move(made[i + e])));
+          slices.push_back(packed_.back().get());
+        }
+        w->packed_slices = std::move(slices);
+        w->slice_rows = jobs[i].src.n_out;
+        file_.release_pages(w->data, w->row_bytes * size_t(w->ne1));
+      }
+      i += n;
+      continue;
+    }
+    if (made[i].is_packed()) {
+      packed_.push_back(std::make_unique<kernels::PackedMatrix>(std::move(made[i])));
+      w->packed = packed_.back().get();
+      // The file's copy is not read any more. A tied output matrix is also the token
+      // embedding, whose rows get_rows still reads: those few pages fault back in on use.
+      file_.release_pages(w->data, w->row_bytes * size_t(w->ne1));
+    }
+    ++i;
   }
 }
 

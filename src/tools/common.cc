@@ -25,6 +25,9 @@ void ModelFlags::add_to(CLI::App& app, bool with_parallel) {
   app.add_flag("--no-repack", no_repack,
                "keep weights in the file's layout (default: repack linear weights at load for "
                "the VNNI / AMX kernels)");
+  app.add_option("--repack-cache", repack_cache,
+                 "keep the repacked weights in DIR (one checked file per model file and CPU "
+                 "kind) and map them on the next start instead of repacking");
   if (with_parallel) app.add_option("--parallel", ctx.n_seq_max, "parallel sequences (slots)");
 }
 
@@ -95,6 +98,7 @@ Result<LoadedModel> load_model(const ModelFlags& flags) {
   ModelParams mp;
   mp.repack = !flags.no_repack;
   mp.n_threads = flags.ctx.n_threads;
+  mp.repack_cache_dir = flags.repack_cache;
   auto model = Model::load(path, mp);
   if (!model.ok()) return model.status();
   lm.model = std::move(model).value();
@@ -118,9 +122,11 @@ void report_loaded(std::string_view command, const LoadedModel& lm) {
 }
 
 std::string repack_summary(const Model& model) {
-  if (model.n_packed() == 0) return "";
-  return fmt::format("{} weight matrices repacked ({:.1f} MiB)", model.n_packed(),
-                     model.n_packed_bytes() / 1048576.0);
+  if (model.n_packed() == 0 && model.repack_note().empty()) return "";
+  std::string s = fmt::format("{} weight matrices repacked ({:.1f} MiB)", model.n_packed(),
+                              model.n_packed_bytes() / 1048576.0);
+  if (!model.repack_note().empty()) s += ", " + model.repack_note();
+  return s;
 }
 
 }  // namespace mnemo::tools

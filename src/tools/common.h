@@ -22,6 +22,7 @@ struct ModelFlags {
   std::string type_k = "f16";
   std::string type_v = "f16";
   bool no_repack = false;
+  std::string repack_cache;  // --repack-cache DIR (ModelParams::repack_cache_dir)
 
   /// Registers -m, -c, -b, -ub, -t, -ctk, -ctv, -kvu (and -np when with_parallel).
   void add_to(CLI::App& app, bool with_parallel);
