@@ -93,6 +93,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   auto ctx = Context::create(model, params.ctx);
   if (!ctx.ok()) return ctx.status();
   e->ctx_ = std::move(ctx).value();
+  e->hparams_swa_ = model.hparams().n_swa > 0;
   if (params.draft_model != nullptr) {
     auto d = DraftModel::create(*params.draft_model, *params.draft_tokenizer, tok, params.ctx);
     if (!d.ok()) return d.status().with_context("--model-draft");

@@ -430,6 +430,7 @@ class Engine {
   EngineParams params_;
   std::unique_ptr<Context> ctx_;  // loop thread only (after start())
   std::unique_ptr<DraftModel> drafter_;  // -md: the draft model (loop thread only)
+  bool hparams_swa_ = false;             // the model has sliding-window layers
   // Where prompts' prefixes come from and where slots' memory goes: loop thread only; its
   // cache's and store's threads call wake().
   std::unique_ptr<PromptReuse> reuse_;

@@ -269,6 +269,19 @@ std::vector<TokenId> Engine::draft_for(Slot& s, uint32_t room) {
   std::vector<TokenId> draft;
   const SpecParams& sp = params_.spec;
   if ((!sp.ngram && !drafter_) || !s.forced.empty()) return draft;
+  // A sliding-window cache evicts cells judged from each ubatch's start, so a rollback is exact
+  // only if a verify batch is one ubatch: its rows must not be split among ubatches with other
+  // slots' rows (split KV cuts equal shares per sequence). Such a model drafts while it is the
+  // only slot at work (docs/design.md §3.3).
+  if (hparams_swa_ && !params_.ctx.swa_full) {
+    for (const auto& o : slots_) {
+      if (o.get() != &s &&
+          (o->state == SlotState::kGenerating || o->state == SlotState::kPrompt)) {
+        return draft;
+      }
+    }
+  }
+  room = std::min(room, info_.n_ubatch - 1);
   const uint32_t want = std::min(s.draft_len.next(), room);
   if (want == 0) return draft;
   std::vector<TokenId> history = s.held.tokens;

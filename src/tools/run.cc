@@ -152,8 +152,10 @@ int run_main(RunFlags& f) {
       if (f.spec.enabled()) {
         // Room: row k samples the token at pos + k + 1, which must be generated (n_predict)
         // and fit (n_ctx), as plain decoding's limits say.
-        const uint32_t room = std::min<uint32_t>(uint32_t(f.n_predict - n_gen) - 1,
-                                                 n_ctx_seq - uint32_t(pos) - 2);
+        // A verify batch stays one ubatch: a sliding-window cache's rollback needs that.
+        const uint32_t room = std::min<uint32_t>({uint32_t(f.n_predict - n_gen) - 1,
+                                                  n_ctx_seq - uint32_t(pos) - 2,
+                                                  ctx.params().n_ubatch - 1});
         const uint32_t want = std::min(draft_len.next(), room);
         if (want > 0 && f.spec.spec.ngram) {
           draft = ngram_draft(history, f.spec.spec.ngram_size_n, want);
