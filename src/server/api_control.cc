@@ -193,7 +193,14 @@ Json props_json(const ServerFacts& s, const EngineInfo& info, const ControlReply
               {"logit_bias", Json::array()},
               {"stream", false},
               {"n_probs", 0},
-              {"timings_per_token", false}}}}},
+              {"timings_per_token", false},
+              // As llama-server: the speculation kinds in use, and the draft bounds.
+              {"speculative.types", std::string("none") +
+                                        (params.spec.ngram ? ",ngram-simple" : "") +
+                                        (params.draft_model ? ",draft-simple" : "")},
+              {"speculative.n_max", params.spec.draft_max},
+              {"speculative.n_min", params.spec.draft_min},
+              {"speculative.p_min", params.spec.draft_p_min}}}}},
           {"endpoint_slots", params.slots_endpoint},
           {"endpoint_metrics", params.metrics},
           {"build_info", "mnemo 0.1.0"}};

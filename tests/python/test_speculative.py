@@ -159,6 +159,10 @@ def test_server_slots_batched_with_drafts_equal_plain(binary, tiny, smollm2_mode
             accepted_n += g["timings"].get("draft_n_accepted", 0)
             assert "draft_n" not in w["timings"]
         assert drafted_n > accepted_n > 0
+        props = requests.get(spec.url + "/props", timeout=10).json()
+        params = props["default_generation_settings"]["params"]
+        assert params["speculative.types"] == "none,ngram-simple"  # as llama-server's
+        assert params["speculative.n_max"] == 6
         assert metric(spec, "draft_tokens_total") == drafted_n
         assert metric(spec, "draft_tokens_accepted_total") == accepted_n
         # The next turn: the prompt cache holds exactly what plain decoding left.
