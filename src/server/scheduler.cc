@@ -562,6 +562,8 @@ void Engine::commit(WorkItem& item, uint32_t out_row) {
   // finish() drops the drafted rows past that, leaving what plain decoding would.
   const size_t k = item.n_draft;
   size_t accepted = 0;
+  // Counted first: a pick that ends the request reports the stats (timings, /metrics) at once.
+  s.stats.n_drafted += static_cast<int32_t>(k);
   for (size_t i = 0; i <= k; ++i) {
     const std::span<const float> logits = ctx_->logits(out_row + static_cast<uint32_t>(i));
     TokenId tok = kTokenNull;
@@ -573,12 +575,13 @@ void Engine::commit(WorkItem& item, uint32_t out_row) {
     }
     s.spec_end = item.pos0 + static_cast<Pos>(i) + 1;
     const bool agrees = i < k && tok == item.tokens[i + 1];
-    if (agrees) ++accepted;
+    if (agrees) {
+      ++accepted;
+      ++s.stats.n_draft_accepted;
+    }
     on_token(s, tok, logits);
     if (s.state != SlotState::kGenerating || !agrees) break;
   }
-  s.stats.n_drafted += static_cast<int32_t>(k);
-  s.stats.n_draft_accepted += static_cast<int32_t>(accepted);
   s.draft_len.update(static_cast<uint32_t>(k), static_cast<uint32_t>(accepted), s.draft_cost);
   if (s.state == SlotState::kGenerating) {
     // The last pick is the next pending token, decoded at spec_end next step; the rows from
