@@ -135,20 +135,22 @@ def four_at_once(srv, prompts, **kw):
 
 
 @pytest.mark.kernels
-@pytest.mark.parametrize("arch", ["smollm2", "granitehybrid", "qwen35"])
+@pytest.mark.parametrize("arch", ["smollm2", "smollm2-kvu", "granitehybrid", "qwen35"])
 def test_server_slots_batched_with_drafts_equal_plain(binary, tiny, smollm2_model, arch):
     """Four slots generate at once, their pending tokens and drafts in the same ubatches; each
     answer equals a plain server's, and a follow-up turn finds as much of its prompt cached as
     after plain decoding (no drafted row stays in a slot's memory)."""
     prompts = prompts_for(500)
     common = ["--parallel", 4, "-c", 2048]
-    model = smollm2_model if arch == "smollm2" else tiny[arch]
+    if arch == "smollm2-kvu":  # one unified stream: drafts take cells the slots share
+        common = ["--parallel", 4, "-c", 256, "-kvu"]  # full: fit_step drops drafts, preempts
+    model = smollm2_model if arch.startswith("smollm2") else tiny[arch]
     plain = Server(binary, model, *common, threads=1, start_timeout=60)
     spec = Server(binary, model, *common, "--spec-type", "ngram-simple", "--draft-max", 6,
                   "--metrics", threads=1, start_timeout=60)
     try:
         # Random-weight models repeat themselves only after a while: longer answers there.
-        n = 48 if arch == "smollm2" else 96
+        n = 48 if arch.startswith("smollm2") else 96
         want = four_at_once(plain, prompts, n=n)
         got = four_at_once(spec, prompts, n=n)
         drafted_n = accepted_n = 0
