@@ -284,6 +284,21 @@ std::span<const float> RecurrentMemory::spec_state(SeqId seq, Pos pos) const {
   return {};
 }
 
+uint32_t RecurrentMemory::take_cell(std::vector<Checkpoint>& list, uint32_t first, uint32_t n,
+                                    bool* evicted) {
+  *evicted = list.size() >= n;
+  if (*evicted) {  // the oldest goes
+    const uint32_t cell = list.front().cell;
+    list.erase(list.begin());
+    return cell;
+  }
+  std::vector<uint8_t> used(n, 0);
+  for (const Checkpoint& c : list) used[c.cell - first] = 1;
+  uint32_t cell = first;
+  while (used[cell - first]) ++cell;
+  return cell;
+}
+
 RecurrentMemory::SavedState RecurrentMemory::find_checkpoint(SeqId seq, Pos pos) const {
   SavedState best;
   for (const Checkpoint& c : seqs_[seq].ckpts) {
@@ -377,21 +392,14 @@ std::vector<std::pair<uint32_t, float*>> RecurrentMemory::take_spec(
     const Ubatch& ub, const std::vector<uint32_t>& rows, RsJournal* journal) {
   const SeqId s = ub.seqs[0];
   SeqMeta& m = seqs_[s];
-  const uint32_t first = static_cast<uint32_t>(s) * config_.n_spec;
   std::vector<std::pair<uint32_t, float*>> out;
   for (uint32_t r : rows) {
-    uint32_t cell = first;
-    if (m.spec.size() < config_.n_spec) {
-      std::vector<uint8_t> used(config_.n_spec, 0);
-      for (const Checkpoint& c : m.spec) used[c.cell - first] = 1;
-      while (used[cell - first]) ++cell;
-    } else {
-      // The oldest goes. Its bytes are not saved: if the transaction rolls back, the state
-      // it held is dropped instead (a speculative state is a cache of a recent state).
-      cell = m.spec.front().cell;
-      m.spec.erase(m.spec.begin());
-      journal->spec_overwritten.push_back(cell);
-    }
+    bool evicted = false;
+    const uint32_t cell =
+        take_cell(m.spec, static_cast<uint32_t>(s) * config_.n_spec, config_.n_spec, &evicted);
+    // An evicted state's bytes are not saved: if the transaction rolls back, the state it held
+    // is dropped instead (a speculative state is a cache of a recent state).
+    if (evicted) journal->spec_overwritten.push_back(cell);
     m.spec.push_back({ub.pos[r], cell});
     out.emplace_back(r, spec_ptr(cell));
   }
@@ -450,20 +458,13 @@ void RecurrentMemory::apply_ubatch(const Ubatch& ub, RsJournal* journal) {
   if (n > 0 && p > 0 && p % static_cast<Pos>(n) == 0 &&
       (m.ckpts.empty() || m.ckpts.back().pos != p - 1)) {
     // Snapshot the state after p - 1 (the cell, before this ubatch's forward pass writes it).
-    const uint32_t first = static_cast<uint32_t>(s) * config_.n_checkpoints;
-    uint32_t cell = first;
-    if (m.ckpts.size() < config_.n_checkpoints) {
-      std::vector<uint8_t> used(config_.n_checkpoints, 0);
-      for (const Checkpoint& c : m.ckpts) used[c.cell - first] = 1;
-      while (used[cell - first]) ++cell;
-    } else {
-      cell = m.ckpts.front().cell;  // the oldest goes
-      m.ckpts.erase(m.ckpts.begin());
-      if (!journal->pool_saved[cell]) {
-        journal->pool_saved[cell] = 1;
-        journal->pool.push_back(
-            {cell, std::vector<float>(ckpt_ptr(cell), ckpt_ptr(cell) + n_floats_)});
-      }
+    bool evicted = false;
+    const uint32_t cell = take_cell(m.ckpts, static_cast<uint32_t>(s) * config_.n_checkpoints,
+                                    config_.n_checkpoints, &evicted);
+    if (evicted && !journal->pool_saved[cell]) {
+      journal->pool_saved[cell] = 1;
+      journal->pool.push_back(
+          {cell, std::vector<float>(ckpt_ptr(cell), ckpt_ptr(cell) + n_floats_)});
     }
     std::memcpy(ckpt_ptr(cell), cell_ptr(s), bytes);
     m.ckpts.push_back({p - 1, cell});

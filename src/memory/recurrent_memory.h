@@ -261,6 +261,10 @@ class RecurrentMemory final : public Memory {
   float* cell_ptr(SeqId seq) const;
   float* ckpt_ptr(uint32_t pool_cell) const;
   float* spec_ptr(uint32_t pool_cell) const;
+  // A cell of a sequence's pool cells [first, first + n) for a new entry of `list` (ascending
+  // pos, n >= 1): a free one, else the oldest entry's, which is removed (*evicted = true).
+  static uint32_t take_cell(std::vector<Checkpoint>& list, uint32_t first, uint32_t n,
+                            bool* evicted);
   // The newest checkpoint or speculative state of seq at or before pos (data null: none).
   SavedState find_checkpoint(SeqId seq, Pos pos) const;
   // Per ubatch of a transaction, the rows whose speculative state is kept.

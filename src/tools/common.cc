@@ -109,6 +109,14 @@ Result<LoadedModel> load_model(const ModelFlags& flags) {
   return lm;
 }
 
+Result<LoadedModel> load_draft_model(const ModelFlags& target, const std::string& path) {
+  ModelFlags df = target;
+  df.model_path = path;
+  auto d = load_model(df);
+  if (!d.ok()) return Status(d.status().code(), "--model-draft: " + d.status().to_string());
+  return d;
+}
+
 int fail(std::string_view command, std::string_view message, int code) {
   fmt::print(stderr, "{}: {}\n", command, message);
   return code;

@@ -59,6 +59,9 @@ struct LoadedModel {
 /// Loads flags.model_path and its tokenizer, repacking weights unless --no-repack (with
 /// flags.ctx.n_threads threads); errors name the file.
 Result<LoadedModel> load_model(const ModelFlags& flags);
+/// Loads the draft model (-md) with the target's model flags (threads, repacking, repack cache);
+/// errors are prefixed "--model-draft: ".
+Result<LoadedModel> load_draft_model(const ModelFlags& target, const std::string& path);
 /// One line on the repacked weights for the tools' load message ("" when none).
 std::string repack_summary(const Model& model);
 

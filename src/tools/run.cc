@@ -72,12 +72,10 @@ int run_main(RunFlags& f) {
   LoadedModel draft_lm;
   std::unique_ptr<DraftModel> drafter;
   if (!f.spec.model_draft.empty()) {
-    ModelFlags df = f.model;
-    df.model_path = f.spec.model_draft;
-    auto d = load_model(df);
-    if (!d.ok()) return fail("mnemo run", "--model-draft: " + d.status().to_string(), 1);
+    auto d = load_draft_model(f.model, f.spec.model_draft);
+    if (!d.ok()) return fail("mnemo run", d.status().message(), 1);
     draft_lm = std::move(d).value();
-    auto dm = DraftModel::create(*draft_lm.model, *draft_lm.tokenizer, tok, df.ctx);
+    auto dm = DraftModel::create(*draft_lm.model, *draft_lm.tokenizer, tok, f.model.ctx);
     if (!dm.ok()) return fail("mnemo run", "--model-draft: " + dm.status().to_string(), 1);
     drafter = std::move(dm).value();
   }

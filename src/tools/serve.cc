@@ -30,10 +30,8 @@ int serve_main(ServeFlags& f) {
   report_loaded("mnemo serve", *lm);
   LoadedModel draft;
   if (!f.spec.model_draft.empty()) {
-    ModelFlags df = f.model;
-    df.model_path = f.spec.model_draft;
-    auto d = load_model(df);
-    if (!d.ok()) return fail("mnemo serve", "--model-draft: " + d.status().to_string(), 1);
+    auto d = load_draft_model(f.model, f.spec.model_draft);
+    if (!d.ok()) return fail("mnemo serve", d.status().message(), 1);
     draft = std::move(d).value();
     report_loaded("mnemo serve", draft);
     f.server.draft_model = draft.model.get();
