@@ -61,6 +61,11 @@ struct ChatMessage {
   std::string content;
 };
 
+/// Why a media part (an image, audio or file) of a message or prompt is refused: the text
+/// every API surface appends to the error naming the part.
+inline constexpr std::string_view kNoMediaModel =
+    "mnemo has no vision or audio model (no multimodal projector): send text only";
+
 /// The template families mnemo renders.
 enum class ChatTemplateFamily : uint8_t { kChatml, kLlama3, kGemma };
 

@@ -92,11 +92,18 @@ class Sampler {
   const grammar::Matcher* grammar_state() const { return matcher_.get(); }
   /// The distribution the last sample() drew from, after every stage (llama-server's
   /// post-sampling probabilities): candidates best first with their probability p; only the
-  /// tokens the stages kept. Greedy: the picked token alone, p = 1.
+  /// tokens the stages kept. Greedy: the picked token alone, p = 1; or, after
+  /// set_greedy_candidates(n) with n > 1, the n best tokens (logit bias and penalties applied)
+  /// with p the softmax over those n, as llama.cpp's greedy sampling reports probabilities (a
+  /// top-k of n_probs, then a softmax; the pick is the first).
   std::span<const TokenCandidate> last_distribution() const {
-    return last_greedy_ ? std::span<const TokenCandidate>(&greedy_, 1)
-                        : std::span<const TokenCandidate>(cands_);
+    if (!last_greedy_) return std::span<const TokenCandidate>(cands_);
+    if (!greedy_top_.empty()) return std::span<const TokenCandidate>(greedy_top_);
+    return std::span<const TokenCandidate>(&greedy_, 1);
   }
+  /// How many candidates last_distribution() keeps after a greedy pick (0 or 1: the pick alone;
+  /// the server sets a request's n_probs when it asks for post-sampling probabilities).
+  void set_greedy_candidates(int32_t n) { greedy_n_ = n; }
   /// Forgets the penalty window and re-seeds.
   void reset();
 
@@ -113,6 +120,10 @@ class Sampler {
   // last_distribution(): the greedy pick, or cands_ as the last chain left it (not copied).
   TokenCandidate greedy_{0, 0.0f, 1.0f};
   bool last_greedy_ = true;
+  int32_t greedy_n_ = 0;                     // set_greedy_candidates
+  std::vector<TokenCandidate> greedy_top_;  // the greedy_n_ best after a greedy pick, or empty
+  // Fills greedy_top_ from `logits` (bias and penalties applied) when greedy_n_ > 1.
+  void keep_greedy_top(std::span<const TokenCandidate> cands);
   // The chain without the grammar: penalties, top-k, top-p, min-p, temperature, draw.
   int32_t sample_chain(std::span<const float> logits);
   bool grammar_allows(int32_t token) const;

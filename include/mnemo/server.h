@@ -63,6 +63,7 @@ struct ServerParams {
   /// may call the API (CORS); "*" (the default, as llama-server) allows every origin.
   std::string allowed_origins = "*";
   bool slots_endpoint = true;  // --slots / --no-slots: GET /slots
+  bool webui = true;           // --webui / --no-webui (also --ui / --no-ui): the web page at /
   /// --chat-template: a template family ("chatml", "llama3", "gemma") or, with jinja, a Jinja
   /// template's text, instead of the model's tokenizer.chat_template ("" = the model's).
   /// ChatTemplate::choose (include/mnemo/chat.h) says which wins.

@@ -198,6 +198,15 @@ class Tokenizer {
   TokenId unk() const;  // unknown
   TokenId pad() const;  // padding
   TokenId sep() const;  // separator
+  /// Fill-in-the-middle markers (GGUF tokenizer.ggml.fim_*_token_id, or found by text as
+  /// llama.cpp finds them: "<|fim_prefix|>", "<fim-prefix>", "<PRE>", ...); kTokenNull when
+  /// absent. pre / suf / mid: before the prefix, the suffix, and where the middle is generated;
+  /// rep / sep: the repository name and file separators of repository-level FIM (Qwen2.5-Coder).
+  TokenId fim_pre() const;
+  TokenId fim_suf() const;
+  TokenId fim_mid() const;
+  TokenId fim_rep() const;
+  TokenId fim_sep() const;
   TokenId nl() const;   // the token of "\n" (SPM: <0x0A>)
   /// Whether tokenize(..., add_special = true, ...) prepends BOS / appends EOS.
   bool add_bos() const;

@@ -238,12 +238,25 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return sample_chain(work_);
 }
 
+void Sampler::keep_greedy_top(std::span<const TokenCandidate> cands) {
+  const size_t n = std::min(size_t(greedy_n_), cands.size());
+  greedy_top_.assign(cands.begin(), cands.end());
+  // Best first; ties to the lower id, as the greedy pick breaks them.
+  std::partial_sort(greedy_top_.begin(), greedy_top_.begin() + ptrdiff_t(n), greedy_top_.end(),
+                    [](const TokenCandidate& a, const TokenCandidate& b) {
+                      return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+                    });
+  greedy_top_.resize(n);
+  sampling::softmax(greedy_top_);
+}
+
 int32_t Sampler::sample_chain(std::span<const float> logits) {
   const bool penalize =
       !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
                            params_.presence_penalty != 0.0f);
   const bool bias = !params_.logit_bias.empty();
-  if (params_.temp <= 0.0f && !penalize && !bias) {
+  greedy_top_.clear();
+  if (params_.temp <= 0.0f && !penalize && !bias && greedy_n_ <= 1) {
     const int32_t t = sampling::argmax(logits);
     greedy_ = {t, logits[size_t(t)], 1.0f};
     last_greedy_ = true;
@@ -267,6 +280,7 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
     });
     greedy_ = {best->id, best->logit, 1.0f};
     last_greedy_ = true;
+    if (greedy_n_ > 1) keep_greedy_top(cands_);
     return best->id;
   }
   sampling::top_k(cands_, params_.top_k);

@@ -148,6 +148,12 @@ enum class Api : uint8_t { kLlama, kOaiCompletion, kOaiChat };
 
 /// llama.cpp's POST /completion (api_llama.cc).
 const WireApi& llama_completion_api();
+/// llama-server's POST /infill: fill-in-the-middle from "input_prefix", "input_suffix",
+/// "input_extra" ([{"filename", "text"}], other files of the repository) and "prompt" (text
+/// that continues the prefix), laid out with the model's FIM tokens as llama-server lays them
+/// out; answered as /completion. A model without FIM prefix / suffix / middle tokens gets
+/// NotSupported (501) naming the missing ones.
+const WireApi& llama_infill_api();
 /// OpenAI's POST /v1/completions (api_openai.cc).
 const WireApi& openai_completion_api();
 /// OpenAI's POST /v1/chat/completions (api_openai.cc).

@@ -90,7 +90,8 @@ Status tool_result_text(const Json& block, const std::string& where, std::string
     if (type != "text" || !part.contains("text") || !part["text"].is_string()) {
       return Status::invalid_argument(fmt::format(
           "{}.content[{}]: only text blocks are supported in a tool_result{}", where, k,
-          type == "image" || type == "document" ? " (this server's model reads text only)" : ""));
+          type == "image" || type == "document" ? std::string("; ") + std::string(kNoMediaModel)
+                                                 : std::string()));
     }
     append_text(part["text"].get<std::string>(), out);
   }
@@ -120,7 +121,7 @@ Status add_block(const Json& block, const std::string& where, Turn* t,
     append_text(text->get<std::string>(), &t->text);
   } else if (type == "image" || type == "document") {
     return Status::invalid_argument(fmt::format(
-        "{}: {} blocks are not supported (this server's model reads text only)", where, type));
+        "{}: {} blocks are not supported: {}", where, type, kNoMediaModel));
   } else if (type == "tool_use" && assistant) {
     std::string id, name;
     MNEMO_RETURN_IF_ERROR(get_name(block, "id", where, &id));

@@ -84,7 +84,19 @@ Json slots_json(const ControlReply& snap) {
                    {"n_decoded", s.n_generated},
                    {"type_k", type_json(s.type_k)},
                    {"type_v", type_json(s.type_v)},
-                   {"bytes", s.bytes}});
+                   {"bytes", s.bytes},
+                   // llama-server's fields beside mnemo's own.
+                   {"speculative", s.speculative},
+                   {"n_prompt_tokens_cache", s.n_cached},
+                   {"n_prompt_tokens_processed", s.n_prompt - s.n_cached},
+                   {"params", s.params ? generation_settings_json(*s.params) : Json::object()},
+                   {"next_token",
+                    Json::array({{{"has_next_token", s.state != SlotState::kIdle},
+                                  {"has_new_line", false},
+                                  {"n_remain", s.state == SlotState::kIdle
+                                                   ? -1
+                                                   : s.n_predict - s.n_generated},
+                                  {"n_decoded", s.n_generated}}})}});
   }
   return arr;
 }

@@ -27,34 +27,6 @@ const char* stop_type_name(FinishReason r) {
   }
 }
 
-// [{"token": id, "bias": b}], a ban's bias null (as llama-server shows them).
-Json logit_bias_json(const std::vector<LogitBias>& v) {
-  Json a = Json::array();
-  for (const LogitBias& lb : v) {
-    a.push_back({{"token", lb.token}, {"bias", std::isinf(lb.bias) ? Json() : Json(lb.bias)}});
-  }
-  return a;
-}
-
-Json generation_settings(const CompletionRequest& q) {
-  const SamplingParams& s = q.sampling;
-  return {{"n_predict", q.n_predict},
-          {"temperature", s.temp},
-          {"top_k", s.top_k},
-          {"top_p", s.top_p},
-          {"min_p", s.min_p},
-          {"repeat_penalty", s.repeat_penalty},
-          {"repeat_last_n", s.repeat_last_n},
-          {"frequency_penalty", s.frequency_penalty},
-          {"presence_penalty", s.presence_penalty},
-          {"seed", s.seed},
-          {"n_keep", q.n_keep},
-          {"stop", q.stop},
-          {"ignore_eos", q.ignore_eos},
-          {"cache_prompt", q.cache_prompt},
-          {"logit_bias", logit_bias_json(s.logit_bias)}};
-}
-
 // llama.cpp's "completion_probabilities" for these tokens (entries with "id").
 Json probs_json(const ParsedCompletion& p, const std::vector<TokenProbs>& probs,
                 const ApiDefaults& d) {
@@ -80,7 +52,7 @@ Json select_fields(const Json& j, const std::vector<std::string>& fields) {
   return only;
 }
 
-class LlamaCompletionApi final : public WireApi {
+class LlamaCompletionApi : public WireApi {
  public:
   std::string_view id_prefix() const override { return "cmpl-"; }
 
@@ -180,11 +152,11 @@ class LlamaCompletionApi final : public WireApi {
               {"tokens_cached", std::max(0, r.stats.n_prompt + r.stats.n_generated - 1)},
               {"prompt", d.tok->detokenize(p.req.prompt, DetokenizeOptions{true, true})},
               {"has_new_line", r.text.find('\n') != std::string::npos},
-              {"truncated", r.finish == FinishReason::kContext},
+              {"truncated", p.truncated || r.finish == FinishReason::kContext},
               {"stop_type", stop_type_name(r.finish)},
               {"stopping_word", r.stop_word},
               {"context_shifts", r.stats.n_shifts},
-              {"generation_settings", generation_settings(p.req)},
+              {"generation_settings", generation_settings_json(p.req)},
               {"timings", timings_json(r.stats)}};
     j["tokens"] = p.return_tokens ? Json(r.tokens) : Json::array();
     if (p.logprobs) j["completion_probabilities"] = probs_json(p, r.probs, d);
@@ -192,10 +164,134 @@ class LlamaCompletionApi final : public WireApi {
   }
 };
 
+// The text of an "input_extra" chunk's field, or an error naming it (llama-server's texts).
+Status chunk_field(const Json& chunk, const char* key, const char* fallback, std::string* out) {
+  auto it = chunk.find(key);
+  if (it == chunk.end() && fallback != nullptr) {
+    *out = fallback;
+    return Status();
+  }
+  if (it == chunk.end() || !it->is_string()) {
+    return Status::invalid_argument(
+        fallback == nullptr
+            ? std::string("extra_context chunk must contain a \"text\" field with a string value")
+            : fmt::format("extra_context chunk's \"{}\" field must be a string", key));
+  }
+  *out = it->get<std::string>();
+  return Status();
+}
+
+Status optional_text(const Json& b, const char* key, std::string* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return Status();
+  if (!it->is_string()) return Status::invalid_argument(fmt::format("'{}' must be a string", key));
+  *out = it->get<std::string>();
+  return Status();
+}
+
+// /infill. The prompt, as llama-server lays it out for fill-in-the-middle (facts from its
+// output on the same model):
+//   [BOS when the vocabulary adds it]
+//   extra := [FIM_REP "myproject\n"]                 (when the model has REP and SEP tokens)
+//            per input_extra chunk: FIM_SEP filename "\n" text
+//                                   (without a SEP token: "\n\n--- snippet ---\n\n" text)
+//            [FIM_SEP "filename\n"]                   (with a SEP token)
+//   extra's last max(0, n_ctx - n_batch - 2 n_predict) tokens, then
+//   FIM_PRE prefix' prompt FIM_SUF suffix' FIM_MID
+// where prefix' is the prefix's last 3 (n_batch / 4) tokens and suffix' the suffix's first
+// max(0, n_batch / 4 - (2 + |prompt|)) tokens. Every text is tokenized on its own, without
+// special-token parsing, except "prompt" (parsed as /completion parses a prompt).
+class LlamaInfillApi final : public LlamaCompletionApi {
+ public:
+  Status parse_one(const Json& b, const Json*, const Tokenizer& tok, const ChatTemplate& tmpl,
+                   const ApiDefaults& d, ParsedCompletion* out) const override {
+    std::string missing;
+    if (tok.fim_pre() == kTokenNull) missing += "prefix token is missing. ";
+    if (tok.fim_suf() == kTokenNull) missing += "suffix token is missing. ";
+    if (tok.fim_mid() == kTokenNull) missing += "middle token is missing. ";
+    if (!missing.empty()) {
+      return Status::not_supported("Infill is not supported by this model: " + missing);
+    }
+    if (!b.is_object()) return Status::invalid_argument("the request body must be a JSON object");
+    std::string prefix, suffix, prompt_text;
+    MNEMO_RETURN_IF_ERROR(optional_text(b, "input_prefix", &prefix));
+    MNEMO_RETURN_IF_ERROR(optional_text(b, "input_suffix", &suffix));
+    MNEMO_RETURN_IF_ERROR(optional_text(b, "prompt", &prompt_text));
+    auto text = [&](const std::string& t) { return tok.tokenize(t, false, false); };
+    auto append = [](std::vector<TokenId>* to, const std::vector<TokenId>& v) {
+      to->insert(to->end(), v.begin(), v.end());
+    };
+    std::vector<TokenId> extra;
+    const bool has_sep = tok.fim_sep() != kTokenNull;
+    if (tok.fim_rep() != kTokenNull && has_sep) {
+      extra.push_back(tok.fim_rep());
+      append(&extra, text("myproject\n"));
+    }
+    if (auto it = b.find("input_extra"); it != b.end() && !it->is_null()) {
+      if (!it->is_array()) return Status::invalid_argument("'input_extra' must be an array");
+      for (const Json& chunk : *it) {
+        if (!chunk.is_object()) {
+          return Status::invalid_argument("extra_context chunk must be a JSON object");
+        }
+        std::string chunk_text, filename;
+        MNEMO_RETURN_IF_ERROR(chunk_field(chunk, "text", nullptr, &chunk_text));
+        MNEMO_RETURN_IF_ERROR(chunk_field(chunk, "filename", "tmp", &filename));
+        if (has_sep) {
+          extra.push_back(tok.fim_sep());
+          append(&extra, text(filename + "\n"));
+        } else {
+          append(&extra, text("\n\n--- snippet ---\n\n"));
+        }
+        append(&extra, text(chunk_text));
+      }
+    }
+    if (has_sep) {
+      extra.push_back(tok.fim_sep());
+      append(&extra, text("filename\n"));
+    }
+    int64_t n_predict_asked = -1;
+    MNEMO_RETURN_IF_ERROR(get_int(b, "n_predict", -1, INT32_MAX, &n_predict_asked));
+    const std::vector<TokenId> prompt_ids =
+        tok.tokenize(prompt_text, /*add_special=*/false, /*parse_special=*/true);
+    std::vector<TokenId> pre = text(prefix), suf = text(suffix);
+    const int64_t n_batch = d.n_batch;
+    const size_t n_pre = std::min<size_t>(pre.size(), size_t(3 * (n_batch / 4)));
+    const size_t n_suf = std::min<size_t>(
+        suf.size(), size_t(std::max<int64_t>(0, n_batch / 4 - (2 + int64_t(prompt_ids.size())))));
+    const int64_t extra_room = int64_t(d.n_ctx_seq) - n_batch - 2 * n_predict_asked;
+    const size_t n_extra = std::min<size_t>(extra.size(), size_t(std::max<int64_t>(0, extra_room)));
+
+    std::vector<TokenId> ids;
+    if (tok.add_bos() && tok.bos() != kTokenNull) ids.push_back(tok.bos());
+    ids.insert(ids.end(), extra.end() - ptrdiff_t(n_extra), extra.end());
+    ids.push_back(tok.fim_pre());
+    ids.insert(ids.end(), pre.end() - ptrdiff_t(n_pre), pre.end());
+    append(&ids, prompt_ids);
+    ids.push_back(tok.fim_suf());
+    ids.insert(ids.end(), suf.begin(), suf.begin() + ptrdiff_t(n_suf));
+    ids.push_back(tok.fim_mid());
+
+    Json body = b;
+    body["prompt"] = Json(ids);
+    return LlamaCompletionApi::parse_one(body, nullptr, tok, tmpl, d, out);
+  }
+
+  Status parse(const Json& b, const Tokenizer& tok, const ChatTemplate& tmpl, const ApiDefaults& d,
+               std::vector<ParsedCompletion>* out) const override {
+    out->assign(1, ParsedCompletion());
+    return parse_one(b, nullptr, tok, tmpl, d, &(*out)[0]);
+  }
+};
+
 }  // namespace
 
 const WireApi& llama_completion_api() {
   static const LlamaCompletionApi api;
+  return api;
+}
+
+const WireApi& llama_infill_api() {
+  static const LlamaInfillApi api;
   return api;
 }
 

@@ -47,8 +47,10 @@ Status content_parts(const Json& parts, const std::string& where, Json* out) {
     const std::string& type = part["type"].get_ref<const std::string&>();
     const char* key = type == "refusal" ? "refusal" : "text";
     if (type != "input_text" && type != "output_text" && type != "text" && type != "refusal") {
+      const bool media = type == "input_image" || type == "input_file" || type == "input_audio";
       return bad(fmt::format(
-          "'{}.type' is '{}': only text parts (input_text, output_text) are supported", at, type));
+          "'{}.type' is '{}': only text parts (input_text, output_text) are supported{}{}", at,
+          type, media ? "; " : "", media ? kNoMediaModel : std::string_view()));
     }
     if (!field(part, key).is_string()) {
       return bad(fmt::format("'{}.{}' must be a string", at, key));

@@ -166,8 +166,9 @@ struct CompletionEvent {
   FinishReason finish = FinishReason::kNone;  // kDone
   std::string stop_word;                      // kDone with kWord: the stop string matched
   CompletionStats stats;  // kAdmitted (id_slot, n_prompt, n_cached), kText (so far), kDone (all)
-  /// kProgress (CompletionRequest::return_progress): prompt tokens read so far (beyond the
-  /// n_cached reused) and ms since admission; sent at admission and after each prompt chunk.
+  /// kProgress (CompletionRequest::return_progress): prompt tokens in the slot so far, the
+  /// n_cached reused ones included (as llama-server counts: the last event has processed ==
+  /// total), and ms since admission; sent at admission and after each prompt chunk.
   int32_t n_processed = 0;
   double progress_ms = 0;
   ErrorKind error_kind = ErrorKind::kInternal;  // kError
@@ -205,7 +206,13 @@ struct SlotInfo {
   int32_t n_tokens = 0;     // tokens held in memory (HeldSeq::tokens)
   int32_t n_prompt = 0;     // current request: prompt tokens (0 when idle)
   int32_t n_generated = 0;  // current request: tokens sampled so far
+  int32_t n_cached = 0;     // current request: prompt tokens reused (not evaluated)
+  int32_t n_predict = 0;    // current request: tokens it may generate (0 when idle)
   uint64_t id_task = 0;     // current request's id (0 when idle)
+  bool speculative = false;  // the server drafts tokens (an n-gram drafter or a draft model)
+  // The settings of the request served now or last (its prompt left out); null before the
+  // first request.
+  std::shared_ptr<const CompletionRequest> params;
   // K / V types of the slot's stream; nullopt when no attention K/V serves the slot (a
   // recurrent state alone).
   std::optional<GgmlType> type_k;

@@ -65,6 +65,9 @@ struct Engine::Slot {
   uint64_t last_active = 0;  // steps_ of its last decode (for the KV policy)
   // The request being served (state != kIdle).
   std::unique_ptr<Task> task;
+  // The settings of the request served now or last (its prompt left out), for /slots' params;
+  // null until the first one.
+  std::shared_ptr<const CompletionRequest> last_params;
   uint64_t admitted = 0;  // admissions_ when it was admitted: the youngest is preempted first
   // kPreempted: the memory set aside (the sequence itself is empty) and the state to resume in
   // (kPrompt or kGenerating). Everything below is kept as it was.

@@ -77,6 +77,8 @@ ErrorKind error_kind_for(const Status& st, ErrorOrigin origin) {
       switch (code) {
         case StatusCode::kOutOfRange:
           return ErrorKind::kPromptTooLong;
+        case StatusCode::kNotSupported:
+          return ErrorKind::kNotSupported;
         case StatusCode::kNotFound:
           return ErrorKind::kNotFound;
         default:
@@ -84,8 +86,6 @@ ErrorKind error_kind_for(const Status& st, ErrorOrigin origin) {
       }
     case ErrorOrigin::kSlotRestore:
       switch (code) {
-        case StatusCode::kNotFound:
-          return ErrorKind::kNotFound;
         case StatusCode::kNoSpace:
           return ErrorKind::kCacheFull;
         case StatusCode::kIOError:

@@ -60,9 +60,12 @@ enum class ErrorOrigin : uint8_t {
 
 /// The ErrorKind of a failed Status (st must not be ok):
 ///   kRequest      OutOfRange (a prompt of n_ctx_seq tokens or more) kPromptTooLong; NotFound
-///                 (a stored response the request names) kNotFound; any other kInvalidRequest.
-///   kSlotRestore  NotFound kNotFound; NoSpace kCacheFull; IOError, Internal kInternal; any
-///                 other (a bad, damaged, newer or other model's file) kInvalidRequest.
+///                 (a stored response the request names) kNotFound; NotSupported (what the
+///                 model cannot do, e.g. /infill without FIM tokens) kNotSupported; any other
+///                 kInvalidRequest.
+///   kSlotRestore  NoSpace kCacheFull; IOError, Internal kInternal; any other (a missing,
+///                 bad, damaged, newer or other model's file) kInvalidRequest (llama-server's
+///                 400).
 ///   kSlotSave     NotSupported kNotSupported; any other kInternal.
 ///   kRequantize   NotSupported kNotSupported; InvalidArgument kInvalidRequest; NoSpace
 ///                 kCacheFull; any other kInternal.

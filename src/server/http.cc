@@ -12,6 +12,7 @@
 //   POST /slots/{id}?action=save|restore|erase   {"filename": ...}; needs --slot-save-path
 //   POST /cache/requantize            {"ctk", "ctv", "slot"?}: bytes before / after, ms
 //   POST /completion, /completions    llama.cpp's fields; "stream": SSE "data:" events
+//   POST /infill                      fill-in-the-middle (FIM tokens), answered as /completion
 //   POST /v1/completions              OpenAI; SSE ending with "data: [DONE]"
 //   POST /v1/chat/completions, /chat/completions
 //   POST /v1/messages                 Anthropic's Messages API; SSE with named events; errors
@@ -69,6 +70,7 @@ void Front::install(httplib::Server& svr) {
   svr.Post("/cache/requantize", wrap_post(&Front::requantize));
   svr.Post("/completion", wrap_post(completions(llama_completion_api())));
   svr.Post("/completions", wrap_post(completions(llama_completion_api())));
+  svr.Post("/infill", wrap_post(completions(llama_infill_api())));
   svr.Post("/v1/completions", wrap_post(completions(openai_completion_api())));
   svr.Post("/v1/chat/completions", wrap_post(completions(openai_chat_api())));
   svr.Post("/chat/completions", wrap_post(completions(openai_chat_api())));

@@ -19,6 +19,10 @@ void Front::health(const Request&, Response& res, RequestLog&) {
 }
 
 void Front::web_page(const Request&, Response& res, RequestLog&) {
+  if (!params_.webui) {  // --no-webui: as llama-server, the page is not there
+    reply_error(res, ErrorKind::kNotFound, "File Not Found");
+    return;
+  }
   res.status = 200;
   res.set_content(reinterpret_cast<const char*>(kWebIndex), kWebIndexSize,
                   "text/html; charset=utf-8");
@@ -30,10 +34,11 @@ void Front::props(const Request&, Response& res, RequestLog&) {
   reply_json(res, props_json(facts(), engine_.info(), snap));
 }
 
+// The disabled-endpoint texts are llama-server's own, word for word (clients match them).
 void Front::slots(const Request& req, Response& res, RequestLog&) {
   if (!params_.slots_endpoint) {
     reply_error(res, ErrorKind::kNotSupported,
-                "the slots endpoint is disabled: start the server with --slots");
+                "This server does not support slots endpoint. Start it with `--slots`");
     return;
   }
   ControlReply snap;
@@ -51,7 +56,7 @@ void Front::slots(const Request& req, Response& res, RequestLog&) {
 void Front::slot_action(const Request& req, Response& res, RequestLog& log) {
   if (params_.slot_save_path.empty()) {
     reply_error(res, ErrorKind::kNotSupported,
-                "slot actions are disabled: start the server with --slot-save-path DIR");
+                "This server does not support slots action. Start it with `--slot-save-path`");
     return;
   }
   const std::string id_text = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
@@ -153,7 +158,7 @@ void Front::detokenize(const Request& req, Response& res, RequestLog&) {
 void Front::metrics(const Request&, Response& res, RequestLog&) {
   if (!params_.metrics) {
     reply_error(res, ErrorKind::kNotSupported,
-                "the metrics endpoint is disabled: start the server with --metrics");
+                "This server does not support metrics endpoint. Start it with `--metrics`");
     return;
   }
   ControlReply snap;

@@ -52,6 +52,8 @@ Front::Front(const Model& model, const Tokenizer& tok, Engine& engine, const Ser
   defaults_.n_slots = engine.info().n_slots;
   defaults_.tok = &tok;
   defaults_.n_ctx_seq = engine.info().n_ctx_seq;
+  defaults_.context_shift = engine.info().context_shift;
+  defaults_.n_batch = engine.info().n_batch;
   for (TokenId id = 0; id < tok.n_vocab(); ++id) {
     defaults_.max_token_bytes = std::max(defaults_.max_token_bytes, tok.token_text(id).size());
   }

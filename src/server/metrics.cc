@@ -215,22 +215,42 @@ void store_metrics(std::string* o, const ControlReply& snap) {
 void llamacpp_metrics(std::string* o, const Metrics& m, const ControlReply& snap) {
   const double p_s = prompt_seconds(m);
   const double g_s = predicted_seconds(m);
-  llamacpp(o, "prompt_tokens_total", "counter", "Prompt tokens evaluated (cached ones excluded).",
+  // llama-server's names, HELP texts and order (its /metrics with --metrics).
+  llamacpp(o, "prompt_tokens_total", "counter",
+           "Number of prompt tokens processed, excluding cached tokens",
            load(m.prompt_tokens_total));
-  llamacpp(o, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from a cache.",
-           load(m.prompt_tokens_cached_total));
-  llamacpp(o, "prompt_seconds_total", "counter", "Time spent on prompts.", p_s);
-  llamacpp(o, "tokens_predicted_total", "counter", "Tokens generated.",
+  llamacpp(o, "prompt_tokens_cached_total", "counter",
+           "Number of prompt tokens reused from the cache", load(m.prompt_tokens_cached_total));
+  llamacpp(o, "prompt_seconds_total", "counter", "Total time spent processing prompts", p_s);
+  llamacpp(o, "tokens_predicted_total", "counter", "Number of generation tokens processed",
            load(m.tokens_predicted_total));
-  llamacpp(o, "tokens_predicted_seconds_total", "counter", "Time spent generating.", g_s);
-  llamacpp(o, "n_decode_total", "counter", "Batches decoded.", load(m.decode_steps_total));
-  llamacpp(o, "prompt_tokens_seconds", "gauge", "Prompt tokens per second of prompt time.",
+  llamacpp(o, "tokens_predicted_seconds_total", "counter", "Total time spent generating tokens",
+           g_s);
+  llamacpp(o, "n_decode_total", "counter",
+           "Total number of llama_decode() calls, excluding speculative decoding and multimodal "
+           "decoding",
+           load(m.decode_steps_total));
+  llamacpp(o, "n_tokens_max", "counter",
+           "Largest observed sequence length (prompt + generation)", load(m.n_tokens_max));
+  llamacpp(o, "spec_decode_num_draft_tokens_total", "counter",
+           "Speculative: Total draft tokens generated", load(m.draft_tokens_total));
+  llamacpp(o, "spec_decode_num_accepted_tokens_total", "counter",
+           "Speculative: Total draft tokens accepted by the target model",
+           load(m.draft_tokens_accepted_total));
+  llamacpp(o, "spec_decode_num_drafts_total", "counter",
+           "Speculative: Total speculative decoding verification steps",
+           load(m.draft_steps_total));
+  llamacpp(o, "prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s",
            p_s > 0 ? load(m.prompt_tokens_total) / p_s : 0.0);
-  llamacpp(o, "predicted_tokens_seconds", "gauge",
-           "Generated tokens per second of generation time.",
+  llamacpp(o, "predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
            g_s > 0 ? load(m.tokens_predicted_total) / g_s : 0.0);
-  llamacpp(o, "requests_processing", "gauge", "Requests holding a slot.", snap.n_processing);
-  llamacpp(o, "requests_deferred", "gauge", "Requests waiting for a slot.", snap.n_queued);
+  llamacpp(o, "requests_processing", "gauge", "Number of requests processing",
+           snap.n_processing);
+  llamacpp(o, "requests_deferred", "gauge", "Number of requests deferred", snap.n_queued);
+  const double n_decode = load(m.decode_steps_total);
+  llamacpp(o, "n_busy_slots_per_decode", "gauge",
+           "Average number of busy slots per llama_decode() call",
+           n_decode > 0 ? load(m.busy_slots_total) / n_decode : 0.0);
 }
 
 }  // namespace

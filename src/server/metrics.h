@@ -31,6 +31,9 @@ struct Metrics {
   std::atomic<uint64_t> preemptions_total{0};
   std::atomic<uint64_t> draft_tokens_total{0};           // speculative: drafted and verified
   std::atomic<uint64_t> draft_tokens_accepted_total{0};  // ... the target agreed with
+  std::atomic<uint64_t> draft_steps_total{0};   // speculative: verification steps (drafts)
+  std::atomic<uint64_t> busy_slots_total{0};    // per decode step: the slots in its batch
+  std::atomic<uint64_t> n_tokens_max{0};        // largest prompt + generated of a completion
   // Prompt-cache outcomes of admitted requests with cache_prompt: a hit reused at least one
   // prompt token, from a slot [0] (its own or another's), the RAM tier [1] or the disk tier [2].
   // [3]: the shared store.

@@ -41,15 +41,31 @@ Status get_stop(const Json& b, const ApiDefaults& d, std::vector<std::string>* o
   return Status();
 }
 
-// llama.cpp's prompt forms: a string, or an array mixing strings and token ids (one prompt).
+// llama.cpp's prompt forms: a string, an array mixing strings and token ids (one prompt), or
+// an object {"prompt_string": ..., "multimodal_data": [...]} (media refused: no vision model).
 // The first string piece gets the vocabulary's BOS; special-token texts are recognised.
 Status tokenize_prompt(const Json& prompt, const Tokenizer& tok, std::vector<TokenId>* out) {
+  if (prompt.is_object()) {
+    auto media = prompt.find("multimodal_data");
+    if (media != prompt.end() && !media->is_null() && !(media->is_array() && media->empty())) {
+      return Status::invalid_argument(
+          std::string("'multimodal_data' is not supported: ") + std::string(kNoMediaModel));
+    }
+    auto text = prompt.find("prompt_string");
+    if (text == prompt.end() || !text->is_string()) {
+      return Status::invalid_argument("a prompt object needs 'prompt_string', a string");
+    }
+    *out = tok.tokenize(text->get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
+    return Status();
+  }
   if (prompt.is_string()) {
     *out = tok.tokenize(prompt.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
     return Status();
   }
   if (!prompt.is_array()) {
-    return Status::invalid_argument("'prompt' must be a string or an array of token ids");
+    return Status::invalid_argument(
+        "'prompt' must be a string, an array of token ids and strings, or an object with "
+        "'prompt_string'");
   }
   // ["text"] (OpenAI's list form with one prompt) or a mixed list.
   bool first = true;
@@ -57,7 +73,7 @@ Status tokenize_prompt(const Json& prompt, const Tokenizer& tok, std::vector<Tok
     if (e.is_string()) {
       auto ids = tok.tokenize(e.get<std::string>(), first, true);
       out->insert(out->end(), ids.begin(), ids.end());
-    } else if (e.is_array()) {
+    } else if (e.is_array() || e.is_object()) {
       return Status::invalid_argument(
           "'prompt' holds several prompts; send one prompt per request");
     } else {
@@ -77,13 +93,13 @@ Status tokenize_prompt(const Json& prompt, const Tokenizer& tok, std::vector<Tok
 // fit is refused before the work of rendering and tokenizing it (a few megabytes of messages
 // take seconds).
 Status check_text_bytes(size_t bytes, const ApiDefaults& d, size_t* n_prompt_tokens) {
-  if (d.max_token_bytes == 0) return Status();
+  if (d.max_token_bytes == 0 || d.context_shift) return Status();
   const size_t min_tokens = bytes / d.max_token_bytes;
   if (min_tokens < d.n_ctx_seq) return Status();
   *n_prompt_tokens = min_tokens;
   return Status::out_of_range(fmt::format(
-      "the prompt has at least {} tokens ({} bytes of text); a slot holds at most {} tokens "
-      "including the reply",
+      "request (at least {} tokens, {} bytes of text) exceeds the available context size ({} "
+      "tokens), try increasing it",
       min_tokens, bytes, d.n_ctx_seq));
 }
 
@@ -331,6 +347,9 @@ Status parse_text_prompt(const Json& b, const Json* prompt, const Tokenizer& tok
   size_t bytes = 0;
   if (it->is_string()) {
     bytes = it->get_ref<const std::string&>().size();
+  } else if (it->is_object() && it->contains("prompt_string") &&
+             (*it)["prompt_string"].is_string()) {
+    bytes = (*it)["prompt_string"].get_ref<const std::string&>().size();
   } else if (it->is_array()) {
     for (const Json& e : *it) bytes += e.is_string() ? e.get_ref<const std::string&>().size() : 0;
   }
@@ -413,15 +432,30 @@ Status parse_options(const Json& b, const ApiDefaults& d, ParsedCompletion* p) {
   return Status();
 }
 
+void truncate_prompt(std::vector<TokenId>* prompt, int32_t n_keep, uint32_t n_ctx) {
+  const int64_t n_prompt = int64_t(prompt->size());
+  if (n_prompt < int64_t(n_ctx)) return;
+  int64_t keep = n_keep < 0 ? n_prompt : n_keep;
+  keep = std::min<int64_t>(keep, int64_t(n_ctx) - 4);
+  const int64_t block = (int64_t(n_ctx) - keep) / 2;
+  const int64_t erased_blocks = (n_prompt - keep - block) / block;
+  prompt->erase(prompt->begin() + keep, prompt->begin() + keep + erased_blocks * block);
+}
+
 Status finish_completion(ParsedCompletion p, const ApiDefaults& d, ParsedCompletion* out) {
   CompletionRequest& q = p.req;
   q.n_probs = p.logprobs ? std::max(1, p.top_logprobs) : 0;
   p.n_prompt_tokens = q.prompt.size();
+  if (q.prompt.size() >= d.n_ctx_seq && d.context_shift && d.n_ctx_seq >= 8) {
+    truncate_prompt(&q.prompt, q.n_keep, d.n_ctx_seq);
+    p.truncated = true;
+  }
   if (q.prompt.size() >= d.n_ctx_seq) {
     out->n_prompt_tokens = q.prompt.size();
-    return Status::out_of_range(
-        fmt::format("the prompt has {} tokens; a slot holds at most {} tokens including the reply",
-                    q.prompt.size(), d.n_ctx_seq));
+    // llama-server's text, word for word.
+    return Status::out_of_range(fmt::format(
+        "request ({} tokens) exceeds the available context size ({} tokens), try increasing it",
+        q.prompt.size(), d.n_ctx_seq));
   }
   *out = std::move(p);
   return Status();
@@ -536,6 +570,11 @@ Status chat_messages(const Json& b, std::vector<ChatMessage>* out) {
         if (!part.is_object() || type == part.end() || !type->is_string() ||
             type->get<std::string>() != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
+          if (type != part.end() && type->is_string() && type->get<std::string>() != "text") {
+            return Status::invalid_argument(
+                fmt::format("messages[{}].content: parts of type '{}' are not supported: {}", i,
+                            type->get<std::string>().substr(0, 40), kNoMediaModel));
+          }
           return Status::invalid_argument(
               fmt::format("messages[{}].content: only parts of type \"text\" are supported", i));
         }
@@ -651,6 +690,36 @@ Json timings_json(const CompletionStats& s) {
     t["draft_n_accepted"] = s.n_draft_accepted;
   }
   return t;
+}
+
+// [{"token": id, "bias": b}], a ban's bias null (as llama-server shows them).
+static Json logit_bias_json(const std::vector<LogitBias>& v) {
+  Json a = Json::array();
+  for (const LogitBias& lb : v) {
+    a.push_back({{"token", lb.token}, {"bias", std::isinf(lb.bias) ? Json() : Json(lb.bias)}});
+  }
+  return a;
+}
+
+Json generation_settings_json(const CompletionRequest& q) {
+  const SamplingParams& s = q.sampling;
+  return {{"n_predict", q.n_predict},
+          {"temperature", s.temp},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"repeat_penalty", s.repeat_penalty},
+          {"repeat_last_n", s.repeat_last_n},
+          {"frequency_penalty", s.frequency_penalty},
+          {"presence_penalty", s.presence_penalty},
+          {"seed", s.seed},
+          {"n_keep", q.n_keep},
+          {"stop", q.stop},
+          {"ignore_eos", q.ignore_eos},
+          {"cache_prompt", q.cache_prompt},
+          {"n_probs", q.n_probs},
+          {"post_sampling_probs", q.post_sampling_probs},
+          {"logit_bias", logit_bias_json(s.logit_bias)}};
 }
 
 Json token_probs_json(const std::vector<TokenProbs>& probs, int32_t top_n, const Tokenizer& tok,

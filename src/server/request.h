@@ -58,6 +58,10 @@ struct ApiDefaults {
   int32_t n_keep = 0;            // --keep
   uint32_t n_slots = 1;
   uint32_t n_ctx_seq = 0;  // prompts of this many tokens or more get 413 before queueing
+  /// --context-shift: a prompt of n_ctx_seq tokens or more is truncated (finish_completion)
+  /// instead of refused.
+  bool context_shift = false;
+  uint32_t n_batch = 2048;  // -b: bounds /infill's prefix and suffix, as llama-server's
   /// The longest token text of the vocabulary in bytes (Tokenizer::token_text): no token covers
   /// more bytes of a prompt, so a prompt of B bytes has at least B / max_token_bytes tokens. A
   /// prompt that long is refused before its template is rendered or it is tokenized (0: no check).
@@ -110,6 +114,8 @@ struct ParsedCompletion {
   /// The prompt's length in tokens; also set when parse_completion refuses the prompt as too
   /// long (OutOfRange), then a lower bound if the prompt was refused by its text's size.
   size_t n_prompt_tokens = 0;
+  /// The prompt was cut to fit the slot (--context-shift; llama-server's "truncated").
+  bool truncated = false;
   /// Several completions of one request (several prompts, or "n" > 1): this one's place in the
   /// answer ("index"), and the index of the first completion of the same prompt when this is a
   /// later copy (-1 otherwise): a copy is started once that one's prompt is in memory, so it
@@ -242,6 +248,16 @@ Status render_chat_prompt(const Json& body, const ChatTemplate& tmpl, const ApiD
 /// llama-server's "timings": cache_n, prompt_n / _ms / _per_token_ms / _per_second, predicted_n
 /// / _ms / _per_token_ms / _per_second (prompt_n excludes the cached tokens).
 Json timings_json(const CompletionStats& s);
+/// Cuts a prompt of n_ctx tokens or more to fewer than n_ctx, as llama-server truncated long
+/// prompts under --context-shift: the first n_keep tokens stay (n_keep < 0: the whole prompt;
+/// at most n_ctx - 4), the rest is cut in blocks of (n_ctx - n_keep) / 2 tokens from just after
+/// them, as many whole blocks as leave at least one block of the prompt's end. n_ctx >= 8.
+void truncate_prompt(std::vector<TokenId>* prompt, int32_t n_keep, uint32_t n_ctx);
+/// A request's settings as llama-server shows them ("generation_settings" of a /completion
+/// answer, "params" of a /slots entry): n_predict, temperature, top_k, top_p, min_p, the
+/// penalties, seed, n_keep, stop, ignore_eos, cache_prompt, n_probs, post_sampling_probs and
+/// logit_bias ([{"token": id, "bias": b}], a ban's bias null).
+Json generation_settings_json(const CompletionRequest& q);
 /// One entry per token: {"id" (with_id), "token", "logprob", "bytes", "top_logprobs": at most
 /// top_n such entries}; with post_sampling probabilities "prob" and "top_probs" instead.
 Json token_probs_json(const std::vector<TokenProbs>& probs, int32_t top_n, const Tokenizer& tok,

@@ -131,7 +131,7 @@ Engine::Admission Engine::admit(Task& t, Slot& slot, ErrorKind* kind, std::strin
   if (n_prompt >= info_.n_ctx_seq) {
     *kind = ErrorKind::kPromptTooLong;
     *why = fmt::format(
-        "the prompt has {} tokens; a slot holds at most {} tokens including the reply "
+        "request ({} tokens) exceeds the available context size ({} tokens), try increasing it "
         "(n_ctx {}, {} slots, {} KV)",
         n_prompt, info_.n_ctx_seq, info_.n_ctx, info_.n_slots,
         info_.kv_unified ? "unified" : "split");
@@ -486,6 +486,10 @@ void Engine::decode_items(std::vector<WorkItem>& items) {
   }
   const Status st = ctx_->decode(batch);
   metrics_->decode_steps_total.fetch_add(1, std::memory_order_relaxed);
+  metrics_->busy_slots_total.fetch_add(items.size(), std::memory_order_relaxed);
+  uint64_t n_drafts = 0;
+  for (const WorkItem& it : items) n_drafts += it.n_draft > 0 ? 1 : 0;
+  if (n_drafts > 0) metrics_->draft_steps_total.fetch_add(n_drafts, std::memory_order_relaxed);
   if (st.ok()) {
     for (size_t i = 0; i < items.size(); ++i) commit(items[i], out_row[i]);
     return;

@@ -314,8 +314,9 @@ TEST(Errors, TheSameCodeDependsOnWhereItCameFrom) {
   EXPECT_EQ(error_kind_for(Status::invalid_argument("x"), ErrorOrigin::kRequest),
             ErrorKind::kInvalidRequest);
   EXPECT_EQ(error_kind_for(Status::not_found("x"), ErrorOrigin::kRequest), ErrorKind::kNotFound);
+  // As llama-server: a missing file is the client's bad request (400), not a missing route.
   EXPECT_EQ(error_kind_for(Status::not_found("x"), ErrorOrigin::kSlotRestore),
-            ErrorKind::kNotFound);
+            ErrorKind::kInvalidRequest);
   EXPECT_EQ(error_kind_for(Status::corruption("x"), ErrorOrigin::kSlotRestore),
             ErrorKind::kInvalidRequest);
   EXPECT_EQ(error_kind_for(Status::io_error("x"), ErrorOrigin::kSlotRestore), ErrorKind::kInternal);

@@ -25,7 +25,14 @@ void Engine::begin(Task& t, Slot& slot, size_t n_cached) {
     // As llama-server: end-of-generation tokens are never sampled (a bias of -infinity).
     for (TokenId id : tok_.eog_ids()) sampling.logit_bias.push_back({id, -INFINITY});
   }
+  {
+    auto settings = std::make_shared<CompletionRequest>();
+    *settings = t.req;
+    settings->prompt.clear();
+    slot.last_params = std::move(settings);
+  }
   slot.sampler = std::make_unique<Sampler>(sampling);
+  if (t.req.post_sampling_probs) slot.sampler->set_greedy_candidates(t.req.n_probs);
   if (t.req.grammar && t.req.grammar_triggers.empty()) {
     slot.sampler->set_grammar(t.req.grammar, grammar_vocab(t.req.preserved_tokens));
   } else if (t.req.grammar) {
@@ -70,7 +77,7 @@ void Engine::send_progress(const Slot& s, TaskChannel& channel) {
   CompletionEvent ev;
   ev.kind = CompletionEvent::Kind::kProgress;
   ev.stats = s.stats;
-  ev.n_processed = int32_t(s.held.tokens.size()) - s.stats.n_cached;
+  ev.n_processed = int32_t(s.held.tokens.size());
   ev.progress_ms = now_ms() - s.t_start;
   channel.push(std::move(ev));
 }
@@ -172,6 +179,8 @@ void Engine::finish(Slot& s, FinishReason reason) {
   m.draft_tokens_total.fetch_add(uint64_t(s.stats.n_drafted), kRelaxed);
   m.draft_tokens_accepted_total.fetch_add(uint64_t(s.stats.n_draft_accepted), kRelaxed);
   m.prompt_us_total.fetch_add(uint64_t(s.stats.prompt_ms * 1000), kRelaxed);
+  const uint64_t n_tokens = uint64_t(s.stats.n_prompt + s.stats.n_generated);
+  if (n_tokens > m.n_tokens_max.load(kRelaxed)) m.n_tokens_max.store(n_tokens, kRelaxed);
   m.predicted_us_total.fetch_add(uint64_t(s.stats.gen_ms * 1000), kRelaxed);
   if (reason == FinishReason::kCancelled) m.cancelled_total.fetch_add(1, kRelaxed);
   release(s);
@@ -215,9 +224,13 @@ SlotInfo Engine::slot_info(const Slot& s) const {
   info.n_tokens = static_cast<int32_t>(s.held.tokens.size());
   if (s.state != SlotState::kIdle) {
     info.n_prompt = s.stats.n_prompt;
+    info.n_cached = s.stats.n_cached;
     info.n_generated = s.stats.n_generated;
+    info.n_predict = s.task->req.n_predict;
     info.id_task = s.task->id;
   }
+  info.params = s.last_params;
+  info.speculative = params_.spec.ngram || drafter_ != nullptr;
   auto seq = ctx_->memory().seq_info(s.id);
   CHECK(seq.ok()) << "slot " << s.id << ": " << seq.status().to_string();
   if (seq->has_kv) {

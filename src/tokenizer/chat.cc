@@ -180,6 +180,11 @@ Status content_text(const Json& m, size_t i, std::string_view sep, std::string* 
     auto text = part.is_object() ? part.find("text") : part.end();
     if (!part.is_object() || type == part.end() || !type->is_string() ||
         type->get<std::string>() != "text" || text == part.end() || !text->is_string()) {
+      if (type != part.end() && type->is_string() && type->get<std::string>() != "text") {
+        return Status::invalid_argument(
+            fmt::format("messages[{}].content[{}]: parts of type '{}' are not supported: {}", i,
+                        k, type->get<std::string>().substr(0, 40), kNoMediaModel));
+      }
       return Status::invalid_argument(
           fmt::format("messages[{}].content: only parts of type \"text\" are supported", i));
     }

@@ -634,6 +634,11 @@ const std::vector<TokenId>& Tokenizer::eog_ids() const { return impl_->eog; }
 TokenId Tokenizer::bos() const { return impl_->bos; }
 TokenId Tokenizer::eos() const { return impl_->eos; }
 TokenId Tokenizer::eot() const { return impl_->eot; }
+TokenId Tokenizer::fim_pre() const { return impl_->fim_pre; }
+TokenId Tokenizer::fim_suf() const { return impl_->fim_suf; }
+TokenId Tokenizer::fim_mid() const { return impl_->fim_mid; }
+TokenId Tokenizer::fim_rep() const { return impl_->fim_rep; }
+TokenId Tokenizer::fim_sep() const { return impl_->fim_sep; }
 TokenId Tokenizer::unk() const { return impl_->unk; }
 TokenId Tokenizer::pad() const { return impl_->pad; }
 TokenId Tokenizer::sep() const { return impl_->sep; }

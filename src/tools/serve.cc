@@ -99,6 +99,8 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--allowed-origins", s.allowed_origins,
                  "origins whose web pages may call the API (CORS), comma-separated; * = any");
   app.add_flag("--slots,!--no-slots", s.slots_endpoint, "enable GET /slots (default on)");
+  app.add_flag("--webui,--ui,!--no-webui,!--no-ui", s.webui,
+               "serve the web page at / (default on; off: / is a 404, the API stays)");
   app.add_option("--chat-template", s.chat_template,
                  "chat template instead of the model's: chatml, llama3, gemma, or (with --jinja) "
                  "a Jinja template's text");

@@ -380,8 +380,16 @@ def test_post_sampling_probs(srv):
     base = {"prompt": "The sky is", "n_predict": 1, "n_probs": 3, "cache_prompt": False}
     g = post(srv, "/completion", dict(base, temperature=0, post_sampling_probs=True)).json()
     e = g["completion_probabilities"][0]
-    assert e["prob"] == 1.0 and [t["id"] for t in e["top_probs"]] == [e["id"]]
     assert "logprob" not in e and "top_logprobs" not in e
+    # Greedy: the n_probs best with their softmax over those n (llama.cpp's greedy sampling
+    # with n_probs: a top-k of n_probs, then a softmax), the pick first.
+    ref = post(srv, "/completion", dict(base, temperature=0)).json()[
+        "completion_probabilities"][0]["top_logprobs"]
+    assert [t["id"] for t in e["top_probs"]] == [t["id"] for t in ref] and len(ref) == 3
+    assert e["top_probs"][0]["id"] == e["id"] and e["prob"] == e["top_probs"][0]["prob"]
+    z = sum(math.exp(t["logprob"]) for t in ref)
+    for a, b in zip(e["top_probs"], ref):
+        assert math.isclose(a["prob"], math.exp(b["logprob"]) / z, rel_tol=1e-4), (a, b)
     free = dict(base, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=5)
     plain = post(srv, "/completion", free).json()["completion_probabilities"][0]
     post_ = post(srv, "/completion", dict(free, post_sampling_probs=True)).json()[
@@ -420,6 +428,16 @@ def test_return_progress(binary, model, shapes):
                 "stream": True, "return_progress": True}) as r:
             chunks = sse(r)
         assert any("prompt_progress" in c for c in chunks)
+        # A cached prefix counts as processed (llama-server: the first event has processed ==
+        # cache, the last processed == total).
+        requests.post(s.url + "/completion", timeout=120, json={
+            "prompt": "word " * 300, "n_predict": 1}).raise_for_status()
+        with requests.post(s.url + "/completion", stream=True, timeout=120, json={
+                "prompt": "word " * 300 + "and more words here", "n_predict": 1,
+                "stream": True, "return_progress": True}) as r:
+            progress = [c["prompt_progress"] for c in sse(r) if "prompt_progress" in c]
+        assert progress[0]["cache"] >= 290 and progress[0]["processed"] == progress[0]["cache"]
+        assert progress[-1]["processed"] == progress[-1]["total"] > progress[0]["cache"]
         # Without the flag: no progress chunks.
         with requests.post(s.url + "/completion", stream=True, timeout=120, json={
                 "prompt": "word " * 300, "n_predict": 1, "stream": True}) as r:
