@@ -33,6 +33,33 @@ TEST(SamplingTest, GreedyIsArgmaxWithLowestIndexOnTies) {
   EXPECT_EQ(s.sample(logits), 1);
 }
 
+// Greedy with set_greedy_candidates(n): the same pick; last_distribution() holds the n best
+// (bias applied), best first, with p the softmax over those n (computed here in double).
+TEST(SamplingTest, GreedyCandidatesAreTheBestNWithTheirSoftmax) {
+  const std::vector<float> logits = {0.1f, 3.0f, -2.0f, 2.5f, 1.0f};
+  for (bool biased : {false, true}) {
+    SamplingParams p;
+    p.temp = 0.0f;
+    if (biased) p.logit_bias = {{0, 2.0f}};  // token 0: 2.1, third best
+    Sampler s(p);
+    s.set_greedy_candidates(3);
+    EXPECT_EQ(s.sample(logits), 1);
+    auto d = s.last_distribution();
+    ASSERT_EQ(d.size(), 3u);
+    const std::vector<int32_t> ids = biased ? std::vector<int32_t>{1, 3, 0}
+                                            : std::vector<int32_t>{1, 3, 4};
+    const std::vector<double> l = {3.0, 2.5, biased ? 2.1 : 1.0};
+    const double z = std::exp(l[0]) + std::exp(l[1]) + std::exp(l[2]);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(d[i].id, ids[i]);
+      EXPECT_NEAR(d[i].p, std::exp(l[i]) / z, 1e-6);
+    }
+    s.set_greedy_candidates(0);
+    s.sample(logits);
+    EXPECT_EQ(s.last_distribution().size(), 1u);
+  }
+}
+
 // A bias is added to the logit before anything else: it can change the greedy choice, and -inf
 // bans a token from greedy and sampled choices alike; the draws then follow the softmax of the
 // biased logits (top-k / top-p / min-p off).
