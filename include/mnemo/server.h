@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "mnemo/context.h"
 #include "mnemo/model.h"
@@ -101,7 +103,43 @@ struct ServerParams {
   size_t responses_max_mb = 256;
   /// Called once with the bound port when the server starts listening (tests, scripts/run).
   std::function<void(int port)> on_listening;
+
+  /// Router mode (no -m): the models are every GGUF file of --models-dir (named by file stem)
+  /// and the sections of --models-preset (an INI file: [NAME], then the model's own server
+  /// flags as keys, `model = PATH` among them; llama-server's models.ini). --models-max: most
+  /// models loaded at once (least recently used unloaded first); --no-models-autoload: a
+  /// request for an unloaded model is refused until POST /models/load.
+  std::string models_dir;
+  std::string models_preset;
+  int models_max = 4;
+  bool models_autoload = true;
 };
+
+/// A model of a router loaded with its own flags: what run_server takes, owned. params'
+/// draft_model / draft_tokenizer point into draft / draft_tok.
+struct LoadedServerModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Model> draft;
+  std::unique_ptr<Tokenizer> draft_tok;
+  ServerParams params;
+};
+
+/// Loads one model of a router from `args`: `mnemo serve`'s flags (the router's own, then the
+/// preset's for this model, then `-m PATH`; a later flag wins). Errors: the flag parser's
+/// (InvalidArgument) or the loader's (a missing or malformed file).
+using ModelLoader = std::function<Result<LoadedServerModel>(const std::vector<std::string>& args)>;
+
+/// Router mode: serves every model params.models_dir and params.models_preset name, on one port,
+/// in this process: a request's "model" field (or ?model= on GET routes) picks the model, which
+/// is loaded on first use by `loader` (with `base_args`, then the preset's flags, then -m), and
+/// the least recently used idle model is unloaded beyond params.models_max (its slots go into
+/// its prompt cache; with --cache-dir, to disk under the model's fingerprint). GET /models and
+/// /v1/models list every model with its status; POST /models/load and /models/unload. Runs until
+/// SIGINT / SIGTERM / stop_server(). Errors: no model found, an unreadable preset
+/// (InvalidArgument), a port that cannot be bound (IOError).
+Status run_router(const ServerParams& params, std::vector<std::string> base_args,
+                  ModelLoader loader);
 
 /// Runs the server until SIGINT or SIGTERM (or until stop_server() from another thread).
 /// `model` and `tok` must outlive the call. Errors: the context's creation (bad params, no

@@ -58,34 +58,38 @@
 
 namespace mnemo::server {
 
-void Front::install(httplib::Server& svr) {
-  install_guards(svr);
-  svr.Get("/", wrap(&Front::web_page));
-  svr.Get("/index.html", wrap(&Front::web_page));
-  svr.Get("/health", wrap(&Front::health));
-  svr.Get("/v1/health", wrap(&Front::health));
-  svr.Get("/props", wrap(&Front::props));
-  svr.Get("/slots", wrap(&Front::slots));
-  svr.Post(R"(/slots/([^/]+))", wrap_post(&Front::slot_action));
-  svr.Post("/cache/requantize", wrap_post(&Front::requantize));
-  svr.Post("/completion", wrap_post(completions(llama_completion_api())));
-  svr.Post("/completions", wrap_post(completions(llama_completion_api())));
-  svr.Post("/infill", wrap_post(completions(llama_infill_api())));
-  svr.Post("/v1/completions", wrap_post(completions(openai_completion_api())));
-  svr.Post("/v1/chat/completions", wrap_post(completions(openai_chat_api())));
-  svr.Post("/chat/completions", wrap_post(completions(openai_chat_api())));
-  svr.Post("/v1/messages", wrap_post(completions(anthropic_messages_api())));
-  svr.Post("/v1/messages/count_tokens", wrap_post(&Front::count_tokens));
-  svr.Post("/v1/responses", wrap_post(completions(openai_responses_api())));
-  svr.Post("/responses", wrap_post(completions(openai_responses_api())));
-  svr.Get(R"((?:/v1)?/responses/([^/]+))", wrap(&Front::response_entry));
-  svr.Delete(R"((?:/v1)?/responses/([^/]+))", wrap(&Front::response_entry));
-  svr.Get("/v1/models", wrap(&Front::models));
-  svr.Get("/models", wrap(&Front::models));
-  svr.Post("/tokenize", wrap_post(&Front::tokenize));
-  svr.Post("/apply-template", wrap_post(&Front::apply_template));
-  svr.Post("/detokenize", wrap_post(&Front::detokenize));
-  svr.Get("/metrics", wrap(&Front::metrics));
+std::vector<Front::Route> Front::routes() {
+  std::vector<Route> r;
+  auto add = [&](const char* method, const char* pattern, Handler h) {
+    r.push_back({method, pattern, std::regex(pattern), std::move(h)});
+  };
+  add("GET", "/", bind(&Front::web_page));
+  add("GET", "/index.html", bind(&Front::web_page));
+  add("GET", "/health", bind(&Front::health));
+  add("GET", "/v1/health", bind(&Front::health));
+  add("GET", "/props", bind(&Front::props));
+  add("GET", "/slots", bind(&Front::slots));
+  add("POST", R"(/slots/([^/]+))", bind(&Front::slot_action));
+  add("POST", "/cache/requantize", bind(&Front::requantize));
+  add("POST", "/completion", completions(llama_completion_api()));
+  add("POST", "/completions", completions(llama_completion_api()));
+  add("POST", "/infill", completions(llama_infill_api()));
+  add("POST", "/v1/completions", completions(openai_completion_api()));
+  add("POST", "/v1/chat/completions", completions(openai_chat_api()));
+  add("POST", "/chat/completions", completions(openai_chat_api()));
+  add("POST", "/v1/messages", completions(anthropic_messages_api()));
+  add("POST", "/v1/messages/count_tokens", bind(&Front::count_tokens));
+  add("POST", "/v1/responses", completions(openai_responses_api()));
+  add("POST", "/responses", completions(openai_responses_api()));
+  add("GET", R"((?:/v1)?/responses/([^/]+))", bind(&Front::response_entry));
+  add("DELETE", R"((?:/v1)?/responses/([^/]+))", bind(&Front::response_entry));
+  add("GET", "/v1/models", bind(&Front::models));
+  add("GET", "/models", bind(&Front::models));
+  add("POST", "/tokenize", bind(&Front::tokenize));
+  add("POST", "/apply-template", bind(&Front::apply_template));
+  add("POST", "/detokenize", bind(&Front::detokenize));
+  add("GET", "/metrics", bind(&Front::metrics));
+  return r;
 }
 
 namespace {
@@ -166,7 +170,9 @@ Status cache_params(const ServerParams& p, EngineParams* ep) {
 
 void stop_server() { g_stop_requested.store(true); }
 
-Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& params) {
+Result<std::unique_ptr<ServerInstance>> make_server_instance(const Model& model,
+                                                             const Tokenizer& tok,
+                                                             const ServerParams& params) {
   if (!params.slot_save_path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(params.slot_save_path, ec);
@@ -215,16 +221,8 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
         "--threads-http and --threads-http-max not negative");
   }
 
-  // SIGINT / SIGTERM are taken by a watcher thread (blocked everywhere else: every thread
-  // started from here inherits the mask); a broken pipe is an error return, not a signal.
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t sigs, old_mask;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, &old_mask);
-
-  Metrics metrics;
+  auto inst = std::make_unique<ServerInstance>();
+  Metrics& metrics = inst->metrics;
   EngineParams ep;
   ep.ctx = params.ctx;
   ep.context_shift = params.context_shift;
@@ -236,17 +234,49 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   // Recurrent memories keep the state after each drafted row, so a rejected tail is a copy.
   if (params.spec.ngram || params.draft_model != nullptr) ep.ctx.rs_n_spec = params.spec.draft_max;
   if (Status st = cache_params(params, &ep); !st.ok()) return st;
-  auto engine_r = Engine::create(model, tok, ep, &metrics);
-  if (!engine_r.ok()) {
+  MNEMO_ASSIGN_OR_RETURN(inst->engine, Engine::create(model, tok, ep, &metrics));
+  inst->front = std::make_unique<Front>(model, tok, *inst->engine, params, metrics,
+                                        std::move(tmpl).value(), std::move(template_kwargs));
+  return inst;
+}
+
+Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& params) {
+
+  // SIGINT / SIGTERM are taken by a watcher thread (blocked everywhere else: every thread
+  // started from here inherits the mask); a broken pipe is an error return, not a signal.
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs, old_mask;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, &old_mask);
+
+  auto made = make_server_instance(model, tok, params);
+  if (!made.ok()) {
     pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    return engine_r.status();
+    return made.status();
   }
-  Engine& engine = **engine_r;
+  std::unique_ptr<ServerInstance> inst = std::move(made).value();
+  Engine& engine = *inst->engine;
 
   httplib::Server svr;
+  inst->front->install(svr);
   const int n_http = params.n_threads_http > 0
                          ? params.n_threads_http
                          : static_cast<int>(std::max<uint32_t>(16, 4 * engine.info().n_slots));
+  const EngineInfo& info = engine.info();
+  engine.start();
+  Status st = listen_until_stopped(
+      svr, params, n_http, [&] { engine.stop(); },
+      fmt::format("{} slots, n_ctx {} ({} per slot, {} KV)", info.n_slots, info.n_ctx,
+                  info.n_ctx_seq, info.kv_unified ? "unified" : "split"));
+  engine.stop();
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  return st;
+}
+
+Status listen_until_stopped(httplib::Server& svr, const ServerParams& params, int n_http,
+                            const std::function<void()>& stop_engines, const std::string& banner) {
   const int n_http_max = params.n_threads_http_max > 0 ? params.n_threads_http_max : 16 * n_http;
   svr.new_task_queue = [n_http, n_http_max] {
     return new_elastic_pool(static_cast<size_t>(n_http), static_cast<size_t>(n_http_max));
@@ -255,9 +285,6 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
   svr.set_read_timeout(std::min(params.read_timeout_s, params.timeout_s), 0);
   svr.set_write_timeout(params.timeout_s, 0);
   svr.set_keep_alive_max_count(1000);
-  Front front(model, tok, engine, params, metrics, std::move(tmpl).value(),
-              std::move(template_kwargs));
-  front.install(svr);
 
   int port = params.port;
   if (port == 0) {
@@ -266,7 +293,6 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
     port = -1;
   }
   if (port <= 0) {
-    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     return Status::io_error(
         fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
                     params.host, params.port));
@@ -275,16 +301,19 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
     MNEMO_LOG(kWarn) << "listening on " << params.host << ", not only loopback"
                      << (params.api_key.empty() ? ", and without --api-key" : "");
   }
-  engine.start();
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     const timespec tick{0, 200 * 1000 * 1000};
     while (!done.load()) {
       if (sigtimedwait(&sigs, nullptr, &tick) > 0 || g_stop_requested.load()) {
         MNEMO_LOG(kInfo) << "mnemo serve: stopping";
-        // The engine first: requests in flight get a "shutting down" error, so the handlers
+        // The engines first: requests in flight get a "shutting down" error, so the handlers
         // waiting on them return and the HTTP thread pool can be joined.
-        engine.stop();
+        stop_engines();
         // stop() is a no-op until listen_after_bind() runs: repeat it until that returned.
         while (!done.load()) {
           svr.stop();
@@ -294,19 +323,14 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
       }
     }
   });
-  const EngineInfo& info = engine.info();
-  MNEMO_LOG(kInfo) << fmt::format(
-      "mnemo serve: {} slots, n_ctx {} ({} per slot, {} KV), {} HTTP threads (up to {})",
-      info.n_slots, info.n_ctx, info.n_ctx_seq, info.kv_unified ? "unified" : "split", n_http,
-      std::max(n_http, n_http_max));
+  MNEMO_LOG(kInfo) << fmt::format("mnemo serve: {}, {} HTTP threads (up to {})", banner, n_http,
+                                  std::max(n_http, n_http_max));
   std::fprintf(stderr, "mnemo serve: listening on http://%s:%d\n", params.host.c_str(), port);
   std::fflush(stderr);
   if (params.on_listening) params.on_listening(port);
   svr.listen_after_bind();  // returns after stop()
   done.store(true);
   watcher.join();
-  engine.stop();
-  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   g_stop_requested.store(false);
   return Status();
 }

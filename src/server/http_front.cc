@@ -42,7 +42,8 @@ Front::Front(const Model& model, const Tokenizer& tok, Engine& engine, const Ser
       params_(params),
       metrics_(metrics),
       tmpl_(std::move(tmpl)),
-      responses_(params.responses_max, params.responses_max_mb << 20) {
+      responses_(params.responses_max, params.responses_max_mb << 20),
+      guards_(params, metrics) {
   defaults_.responses = &responses_;
   defaults_.chat_template_kwargs = std::move(template_kwargs);
   defaults_.sampling = params.sampling;
@@ -67,6 +68,33 @@ Front::Front(const Model& model, const Tokenizer& tok, Engine& engine, const Ser
   defaults_.chat = chat_defaults(tmpl_.source(), tok, reasoning, params.reasoning_budget);
   MNEMO_LOG(kInfo) << "chat format: " << chat_parse::chat_format_name(defaults_.chat.format)
                    << " (tool calls and reasoning, from the chat template)";
+  routes_ = routes();
+}
+
+void Front::install(httplib::Server& svr) {
+  guards_.install(svr);
+  for (const Route& r : routes_) {
+    if (r.method == "GET") {
+      svr.Get(r.pattern, wrap(r.handler));
+    } else if (r.method == "POST") {
+      svr.Post(r.pattern, wrap_post(r.handler));
+    } else {
+      svr.Delete(r.pattern, wrap(r.handler));
+    }
+  }
+}
+
+bool Front::dispatch(const Request& req, Response& res) {
+  for (const Route& r : routes_) {
+    if (r.method != req.method) continue;
+    Request copy = req;
+    std::smatch m;
+    if (!std::regex_match(copy.path, m, r.re)) continue;
+    copy.matches = m;  // iterators into copy.path, which stays as it is
+    wrap(r.handler)(copy, res);
+    return true;
+  }
+  return false;
 }
 
 httplib::Server::Handler Front::wrap(Handler h) {
@@ -187,18 +215,19 @@ void Front::reply_error(Response& res, const WireApi& api, const WireError& e, b
   reply_json(res, api.error_body(e), api.http_status(e.kind));
 }
 
-void Front::reply_early_error(const Request& req, Response& res, ErrorKind kind,
-                              const std::string& msg, int status) {
+void Guards::reply_early_error(const Request& req, Response& res, ErrorKind kind,
+                               const std::string& msg, int status) {
   const bool anthropic = req.path == "/v1/messages" || req.path.rfind("/v1/messages/", 0) == 0;
   const WireApi& api = anthropic_messages_api();
   if (status == 0) status = anthropic ? api.http_status(kind) : http_error(kind).status;
   Json j = anthropic ? api.error_body({kind, msg, std::nullopt}) : error_json(kind, msg);
   if (!anthropic) j["error"]["code"] = status;  // the shared body repeats the status
   metrics_.count_error(uint8_t(kind));
-  reply_json(res, j, status);
+  res.status = status;
+  res.set_content(dump(j), "application/json; charset=utf-8");
 }
 
-void Front::cors_headers(const Request& req, Response& res) const {
+void Guards::cors_headers(const Request& req, Response& res) const {
   const std::string origin = req.get_header_value("Origin");
   if (origin.empty() || res.has_header("Access-Control-Allow-Origin") || !origin_allowed(origin))
     return;
@@ -207,7 +236,7 @@ void Front::cors_headers(const Request& req, Response& res) const {
   res.set_header("Vary", "Origin");
 }
 
-bool Front::origin_allowed(const std::string& origin) const {
+bool Guards::origin_allowed(const std::string& origin) const {
   if (params_.allowed_origins == "*") return true;
   size_t i = 0;
   const std::string& list = params_.allowed_origins;
@@ -223,7 +252,7 @@ bool Front::origin_allowed(const std::string& origin) const {
   return false;
 }
 
-void Front::install_guards(httplib::Server& svr) {
+void Guards::install(httplib::Server& svr) {
   svr.set_pre_routing_handler([this](const Request& req, Response& res) {
     // A CORS preflight carries no credentials (Fetch standard); the public routes need none.
     if (params_.api_key.empty() || req.method == "OPTIONS" || req.path == "/" ||
@@ -253,8 +282,8 @@ void Front::install_guards(httplib::Server& svr) {
   svr.Options(R"(.*)", [this](const Request& req, Response& res) {
     const std::string origin = req.get_header_value("Origin");
     if (!origin.empty() && !origin_allowed(origin)) {
-      reply_error(res, ErrorKind::kUnauthorized, "origin '" + origin + "' is not allowed");
-      res.status = 403;
+      reply_early_error(req, res, ErrorKind::kUnauthorized,
+                        "origin '" + origin + "' is not allowed", 403);
       log_request(req.method, req.path, res.status, RequestLog{});
       return;
     }

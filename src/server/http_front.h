@@ -19,6 +19,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -74,14 +75,40 @@ bool absorb(Exchange& ex, const CompletionEvent& ev);
 
 struct MultiExchange;  // http_exchange.cc: the completions of one request, answered together
 
+/// What every request passes before and after its route, for one listening server (a model's
+/// Front, or the router of several): the API key (pre-routing), CORS headers and preflights,
+/// and JSON bodies for httplib's own errors (no route, body too large, bad request line).
+class Guards {
+ public:
+  Guards(const ServerParams& params, Metrics& metrics) : params_(params), metrics_(metrics) {}
+  void install(httplib::Server& svr);
+  /// An error answered before a route's handler runs (API key, body limits, no route, a model
+  /// the router does not know): in the shape of the API the path belongs to (Anthropic's for
+  /// /v1/messages...), else the shared one; `status` overrides the kind's status when not 0.
+  void reply_early_error(const httplib::Request& req, httplib::Response& res, ErrorKind kind,
+                         const std::string& msg, int status = 0);
+  /// CORS response headers for a request from a web page of an allowed origin (none otherwise).
+  void cors_headers(const httplib::Request& req, httplib::Response& res) const;
+  /// Whether --allowed-origins ("*" or a comma-separated list) names `origin`.
+  bool origin_allowed(const std::string& origin) const;
+
+ private:
+  const ServerParams& params_;
+  Metrics& metrics_;
+};
+
 /// The handlers of every route. Lives as long as the httplib::Server it is installed on.
 class Front {
  public:
   Front(const Model& model, const Tokenizer& tok, Engine& engine, const ServerParams& params,
         Metrics& metrics, ChatTemplate tmpl, Json template_kwargs);
 
-  /// Registers the routes (http.cc) and the guards every request passes (install_guards).
+  /// Registers the routes (http.cc) and the guards every request passes (Guards).
   void install(httplib::Server& svr);
+  /// Answers `req`, its body already read, as this server's route for its method and path
+  /// answers it (the router's way into one model's server); false, with nothing written, when
+  /// no route matches.
+  bool dispatch(const httplib::Request& req, httplib::Response& res);
 
  private:
   using Request = httplib::Request;
@@ -113,8 +140,15 @@ class Front {
       completion(req, res, log, api);
     };
   }
-  /// API key (pre-routing), CORS headers and preflights, JSON bodies for httplib's own errors.
-  void install_guards(httplib::Server& svr);
+  /// One route: method ("GET", "POST", "DELETE"), path pattern (a regular expression, as
+  /// httplib takes it) and handler. The list is made once (routes(), http.cc).
+  struct Route {
+    std::string method;
+    std::string pattern;
+    std::regex re;
+    Handler handler;
+  };
+  std::vector<Route> routes();
 
   /// Answers `j` with `status` (application/json).
   void reply_json(Response& res, const Json& j, int status = 200);
@@ -122,19 +156,14 @@ class Front {
   void reply_error(Response& res, ErrorKind kind, const std::string& msg, bool count = true);
   /// reply_error in the shape of `api` (WireApi::error_body, WireApi::http_status).
   void reply_error(Response& res, const WireApi& api, const WireError& e, bool count = true);
-  /// An error answered before a route's handler runs (API key, body limits, no route): in the
-  /// shape of the API the path belongs to (Anthropic's for /v1/messages...), else the shared
-  /// one; `status` overrides the kind's status when not 0.
   void reply_early_error(const Request& req, Response& res, ErrorKind kind, const std::string& msg,
-                         int status = 0);
+                         int status = 0) {
+    guards_.reply_early_error(req, res, kind, msg, status);
+  }
   /// Parses the body as JSON; on failure replies 400 and returns false.
   bool parse_body(const Request& req, Response& res, Json* out);
   /// Waits for a control reply (bounded by --timeout); on failure replies and returns false.
   bool run_control(ControlRequest creq, Response& res, ControlReply* out);
-  /// CORS response headers for a request from a web page of an allowed origin (none otherwise).
-  void cors_headers(const Request& req, Response& res) const;
-  /// Whether --allowed-origins ("*" or a comma-separated list) names `origin`.
-  bool origin_allowed(const std::string& origin) const;
   /// What /props and /v1/models report of this server.
   ServerFacts facts() const { return {model_, tok_, tmpl_, params_, defaults_.model_name}; }
 
@@ -201,6 +230,37 @@ class Front {
   /// defaults_.responses points here.
   ResponseStore responses_;
   ApiDefaults defaults_;
+  Guards guards_;
+  std::vector<Route> routes_;
 };
+
+/// One model's server (run_server serves one; the router several): its counters, its engine
+/// (loop thread running from make_server_instance) and the HTTP front answering for it.
+/// Destroyed front first, then the engine (stopped: its slots go into the prompt cache).
+struct ServerInstance {
+  Metrics metrics;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Front> front;
+  ~ServerInstance() {
+    front.reset();
+    if (engine) engine->stop();
+  }
+};
+
+/// Checks `params` (slot directory, chat template, K/V policy, limits, prompt-cache flags) and
+/// makes the engine and front of `model`; the engine is not started. `model`, `tok` and
+/// `params` must outlive the instance. Errors: as run_server's (include/mnemo/server.h).
+Result<std::unique_ptr<ServerInstance>> make_server_instance(const Model& model,
+                                                             const Tokenizer& tok,
+                                                             const ServerParams& params);
+
+/// Serves `svr` on params.host / params.port until SIGINT, SIGTERM or stop_server():
+/// httplib's pool of `n_http` threads (up to 16 x, or --threads-http-max), the limits of
+/// `params`, "listening on" printed (and params.on_listening called) once bound. `stop_engines`
+/// runs first when stopping, so requests in flight end and the pool can be joined. The caller
+/// has blocked SIGINT and SIGTERM in this thread (the handlers' threads inherit that).
+/// Errors: IOError when the address cannot be bound.
+Status listen_until_stopped(httplib::Server& svr, const ServerParams& params, int n_http,
+                            const std::function<void()>& stop_engines, const std::string& banner);
 
 }  // namespace mnemo::server

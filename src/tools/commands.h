@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace mnemo::tools {
 
@@ -35,5 +37,10 @@ RunFn register_template(CLI::App& app);
 
 /// `mnemo serve -m FILE ...`: the HTTP server (llama-server's flags; include/mnemo/server.h).
 RunFn register_serve(CLI::App& app);
+
+/// The command line after the subcommand's name, with llama.cpp's short aliases rewritten
+/// (main.cc sets it before parsing): the server's router re-reads it for each model it loads.
+void set_subcommand_args(std::vector<std::string> args);
+const std::vector<std::string>& subcommand_args();
 
 }  // namespace mnemo::tools

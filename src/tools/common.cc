@@ -7,8 +7,9 @@
 
 namespace mnemo::tools {
 
-void ModelFlags::add_to(CLI::App& app, bool with_parallel) {
-  app.add_option("-m,--model", model_path, "GGUF model file")->required();
+void ModelFlags::add_to(CLI::App& app, bool with_parallel, bool model_optional) {
+  auto* m = app.add_option("-m,--model", model_path, "GGUF model file");
+  if (!model_optional) m->required();
   app.add_option("-c,--ctx-size", ctx.n_ctx, "KV cache size in cells (all sequences together)");
   app.add_option("-b,--batch-size", ctx.n_batch, "most tokens per decode call");
   app.add_option("--ubatch-size", ctx.n_ubatch, "most tokens per forward pass");

@@ -24,8 +24,9 @@ struct ModelFlags {
   bool no_repack = false;
   std::string repack_cache;  // --repack-cache DIR (ModelParams::repack_cache_dir)
 
-  /// Registers -m, -c, -b, -ub, -t, -ctk, -ctv, -kvu (and -np when with_parallel).
-  void add_to(CLI::App& app, bool with_parallel);
+  /// Registers -m, -c, -b, -ub, -t, -ctk, -ctv, -kvu (and -np when with_parallel); -m is
+  /// required unless model_optional (the server's router mode has none).
+  void add_to(CLI::App& app, bool with_parallel, bool model_optional = false);
   /// Resolves the type names into ctx.type_k / ctx.type_v (InvalidArgument naming the flag).
   Status resolve();
 };

@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
       mnemo::tools::register_cache);
 
   std::vector<std::string> args = rewrite_aliases(argc, argv);
+  if (args.size() >= 2) {
+    mnemo::tools::set_subcommand_args(std::vector<std::string>(args.begin() + 2, args.end()));
+  }
   std::vector<char*> argp;
   for (auto& a : args) argp.push_back(a.data());
   try {

@@ -17,44 +17,107 @@ struct ServeFlags {
   ModelFlags model;
   SpecFlags spec;
   server::ServerParams server;
+  ServeFlags() {
+    model.ctx.n_seq_max = 4;
+    server.sampling.temp = 0.8f;
+  }
 };
 
-int serve_main(ServeFlags& f) {
-  if (Status st = f.model.resolve(); !st.ok()) return fail("mnemo serve", st.message(), 2);
-  if (Status st = f.server.sampling.validate(); !st.ok()) {
-    return fail("mnemo serve", st.message(), 2);
-  }
-  if (Status st = f.spec.resolve(); !st.ok()) return fail("mnemo serve", st.message(), 2);
-  auto lm = load_model(f.model);
-  if (!lm.ok()) return fail("mnemo serve", lm.status().to_string(), 1);
-  report_loaded("mnemo serve", *lm);
-  LoadedModel draft;
+// Registers every `mnemo serve` flag into `f` (the command's and the router's loader's).
+void add_serve_flags(CLI::App& app, ServeFlags& f);
+
+// Loads the model (and draft model) `f` names: what run_server and the router's loader do
+// before serving. Errors name the flag or the file.
+Result<server::LoadedServerModel> load_for_serve(ServeFlags& f, bool report) {
+  MNEMO_RETURN_IF_ERROR(f.model.resolve());
+  MNEMO_RETURN_IF_ERROR(f.server.sampling.validate());
+  MNEMO_RETURN_IF_ERROR(f.spec.resolve());
+  MNEMO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(f.model));
+  if (report) report_loaded("mnemo serve", lm);
+  server::LoadedServerModel out;
   if (!f.spec.model_draft.empty()) {
-    auto d = load_draft_model(f.model, f.spec.model_draft);
-    if (!d.ok()) return fail("mnemo serve", d.status().message(), 1);
-    draft = std::move(d).value();
-    report_loaded("mnemo serve", draft);
-    f.server.draft_model = draft.model.get();
-    f.server.draft_tokenizer = draft.tokenizer.get();
+    MNEMO_ASSIGN_OR_RETURN(LoadedModel draft, load_draft_model(f.model, f.spec.model_draft));
+    if (report) report_loaded("mnemo serve", draft);
+    out.draft = std::move(draft.model);
+    out.draft_tok = std::move(draft.tokenizer);
   }
-  f.server.spec = f.spec.spec;
-  f.server.model_path = f.model.model_path;
-  f.server.ctx = f.model.ctx;
-  Status st = server::run_server(*lm->model, *lm->tokenizer, f.server);
+  out.model = std::move(lm.model);
+  out.tok = std::move(lm.tokenizer);
+  out.params = f.server;
+  out.params.draft_model = out.draft.get();
+  out.params.draft_tokenizer = out.draft_tok.get();
+  out.params.spec = f.spec.spec;
+  out.params.model_path = f.model.model_path;
+  out.params.ctx = f.model.ctx;
+  return out;
+}
+
+// The router's loader: `args` parsed as `mnemo serve`'s flags (a later flag wins), then loaded.
+Result<server::LoadedServerModel> load_router_model(const std::vector<std::string>& args) {
+  CLI::App app{"mnemo serve (a router's model)"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  ServeFlags f;
+  add_serve_flags(app, f);
+  std::vector<std::string> argv_s = {"mnemo-serve"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  try {
+    app.parse(int(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return Status::invalid_argument(std::string("its flags: ") + e.what());
+  }
+  return load_for_serve(f, /*report=*/true);
+}
+
+int serve_main(ServeFlags& f) {
+  if (f.model.model_path.empty()) {
+    if (f.server.models_dir.empty() && f.server.models_preset.empty()) {
+      return fail("mnemo serve",
+                  "give -m FILE, or --models-dir DIR / --models-preset FILE (router mode)", 2);
+    }
+    // Each model is loaded with the router's flags but those only the router reads.
+    std::vector<std::string> base;
+    const std::vector<std::string>& all = subcommand_args();
+    for (size_t i = 0; i < all.size(); ++i) {
+      const std::string& a = all[i];
+      const bool with_value = a == "--models-dir" || a == "--models-preset" ||
+                              a == "--models-max" || a == "--port" || a == "--host";
+      const bool alone = a == "--models-autoload" || a == "--no-models-autoload";
+      if (with_value) {
+        ++i;
+        continue;
+      }
+      if (alone || a.rfind("--models-", 0) == 0 || a.rfind("--port=", 0) == 0 ||
+          a.rfind("--host=", 0) == 0) {
+        continue;
+      }
+      base.push_back(a);
+    }
+    Status st = server::run_router(f.server, std::move(base), load_router_model);
+    if (!st.ok()) return fail("mnemo serve", st.to_string(), 1);
+    return 0;
+  }
+  auto loaded = load_for_serve(f, /*report=*/true);
+  if (!loaded.ok()) {
+    const bool flags = loaded.status().code() == StatusCode::kInvalidArgument;
+    return fail("mnemo serve", flags ? loaded.status().message() : loaded.status().to_string(),
+                flags ? 2 : 1);
+  }
+  Status st = server::run_server(*loaded->model, *loaded->tok, loaded->params);
   if (!st.ok()) return fail("mnemo serve", st.to_string(), 1);
   return 0;
 }
 
 }  // namespace
 
-RunFn register_serve(CLI::App& app) {
-  auto f = std::make_shared<ServeFlags>();
-  f->model.ctx.n_seq_max = 4;
-  f->server.sampling.temp = 0.8f;
-  f->model.add_to(app, /*with_parallel=*/true);
-  f->spec.add_to(app);
-  add_sampling_flags(app, &f->server.sampling);
-  server::ServerParams& s = f->server;
+namespace {
+
+void add_serve_flags(CLI::App& app, ServeFlags& f) {
+  f.model.add_to(app, /*with_parallel=*/true, /*model_optional=*/true);
+  f.spec.add_to(app);
+  add_sampling_flags(app, &f.server.sampling);
+  server::ServerParams& s = f.server;
   app.add_option("--host", s.host, "address to listen on (default 127.0.0.1: loopback only)");
   app.add_option("--port", s.port, "port to listen on (0: any free port, printed)");
   app.add_option("-a,--alias", s.model_alias, "model name in responses (default: the file name)");
@@ -134,7 +197,33 @@ RunFn register_serve(CLI::App& app) {
                  "responses of /v1/responses kept for previous_response_id (default 1000)");
   app.add_option("--responses-max-mb", s.responses_max_mb,
                  "MiB of responses of /v1/responses kept at most (default 256)");
+  app.add_option("--models-dir", s.models_dir,
+                 "router mode (no -m): serve every GGUF file of DIR, named by file stem");
+  app.add_option("--models-preset", s.models_preset,
+                 "router mode: an INI file, one [NAME] section per model with 'model = PATH' and "
+                 "the model's own flags (llama-server's models.ini)");
+  app.add_option("--models-max", s.models_max,
+                 "router mode: most models loaded at once (default 4; the least recently used "
+                 "idle one is unloaded first)");
+  app.add_flag("--models-autoload,!--no-models-autoload", s.models_autoload,
+               "router mode: load a model on its first request (default on; off: POST "
+               "/models/load first)");
+}
+
+}  // namespace
+
+RunFn register_serve(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  add_serve_flags(app, *f);
   return [f]() { return serve_main(*f); };
 }
+
+namespace {
+std::vector<std::string> g_subcommand_args;
+}  // namespace
+
+void set_subcommand_args(std::vector<std::string> args) { g_subcommand_args = std::move(args); }
+const std::vector<std::string>& subcommand_args() { return g_subcommand_args; }
+
 
 }  // namespace mnemo::tools
