@@ -61,11 +61,77 @@ struct ChatMessage {
   std::string content;
 };
 
-/// The template families mnemo renders.
-enum class ChatTemplateFamily : uint8_t { kChatml, kLlama3, kGemma };
+/// The template families mnemo renders by fixed code: llama.cpp's built-in templates, one per
+/// name llama-server accepts for --chat-template (chat_template_family_name gives the name).
+enum class ChatTemplateFamily : uint8_t {
+  kChatml,
+  kLlama3,
+  kGemma,
+  kBailing,
+  kBailingThink,
+  kBailing2,
+  kChatglm3,
+  kChatglm4,
+  kCommandR,
+  kDeepseek,
+  kDeepseekOcr,
+  kDeepseek2,
+  kDeepseek3,
+  kExaoneMoe,
+  kExaone3,
+  kExaone4,
+  kFalcon3,
+  kGigachat,
+  kGlmedge,
+  kGptOss,
+  kGranite,
+  kGranite40,
+  kGranite41,
+  kGrok2,
+  kHunyuanDense,
+  kHunyuanMoe,
+  kHunyuanVl,
+  kKimiK2,
+  kLlama2,
+  kLlama2Sys,
+  kLlama2SysBos,
+  kLlama2SysStrip,
+  kLlama4,
+  kMegrez,
+  kMinicpm,
+  kMistralV1,
+  kMistralV3,
+  kMistralV3Tekken,
+  kMistralV7,
+  kMistralV7Tekken,
+  kMonarch,
+  kOpenchat,
+  kOrion,
+  kPanguEmbedded,
+  kPhi3,
+  kPhi4,
+  kRwkvWorld,
+  kSeedOss,
+  kSmolvlm,
+  kSolarOpen,
+  kVicuna,
+  kVicunaOrca,
+  kYandex,
+  kZephyr,
+};
 
-/// "chatml", "llama3", "gemma".
+/// The family's name as llama-server spells it ("chatml", "llama3", "mistral-v7", ...).
 std::string_view chat_template_family_name(ChatTemplateFamily family);
+
+/// Every family, in the order llama-server's --help lists their names (alphabetical).
+std::vector<ChatTemplateFamily> chat_template_families();
+
+/// The family's fixed format for `messages` (contents verbatim, roles as given; see the file
+/// comment), ending with the opening of an assistant turn when add_generation_prompt (a few
+/// formats have none). Formats learnt from llama-server's output (src/tokenizer/
+/// chat_builtin.cc); never fails.
+std::string render_chat_family(ChatTemplateFamily family, const std::vector<ChatMessage>& messages,
+                               bool add_generation_prompt);
 
 /// A recognised chat template. Cheap to copy; immutable; thread-safe.
 class ChatTemplate {
@@ -93,8 +159,10 @@ class ChatTemplate {
                                          std::string eos_token, bool add_bos, bool add_eos);
 
   /// The template a server or `mnemo run` uses, chosen as llama-server chooses:
-  ///   - `name_or_source` a family name: that family;
-  ///   - else `name_or_source` non-empty: Jinja source (InvalidArgument when !jinja);
+  ///   - `name_or_source` non-empty and jinja: Jinja source, whatever it is: a text without
+  ///     markup renders as it stands, and so does a built-in name (a warning says so);
+  ///   - `name_or_source` non-empty and !jinja: a built-in name's family, else the family
+  ///     detect() recognises in the text (InvalidArgument listing the names when none);
   ///   - else `file_text` non-null: Jinja source when jinja, else its detected family;
   ///   - else the model's tokenizer.chat_template: Jinja when jinja (a template the engine
   ///     cannot parse logs a warning and falls back to its family), else its family.
@@ -131,7 +199,18 @@ class ChatTemplate {
   /// (arguments that are not a JSON object's text stay as given), or as text.
   bool object_arguments() const { return object_arguments_; }
 
+  /// Whether the Jinja template writes a system message: found once, when the template is made,
+  /// by rendering a probe conversation (a system message, then a user message) and looking for
+  /// the system text in the result (a template that raises on it, as Gemma 2's does, has none).
+  /// Without it, render() does what llama-server does: a conversation's first message, when it
+  /// is a system message, is removed and its text, followed by "\n", is put before the content
+  /// of the message after it (whatever its role; nothing when there is none). Later system
+  /// messages are passed as they are. True for a family.
+  bool system_role() const { return system_role_; }
+
  private:
+  // detect(), with the fallback's warning only when `warn`.
+  static ChatTemplate detect_impl(std::string_view template_text, bool warn);
   // Renders `ctx` (messages and variables already in the template's form).
   Result<std::string> render_jinja(nlohmann::ordered_json ctx) const;
   ChatTemplateFamily family_ = ChatTemplateFamily::kChatml;
@@ -142,6 +221,7 @@ class ChatTemplate {
   std::string bos_token_, eos_token_;
   bool add_bos_ = false, add_eos_ = false;
   bool object_arguments_ = false;
+  bool system_role_ = true;
 };
 
 /// Shorthand: ChatTemplate::detect(template_text).apply(messages, add_generation_prompt).
