@@ -10,27 +10,34 @@
 //    its parts joined with "\n"; a leading bos_token (trailing eos_token) is cut from the result
 //    when the tokenizer adds that token itself.
 //
-// 2. Families: like llama.cpp's llm_chat_detect_template / llm_chat_apply_template
-//    (src/llama-chat.cpp), the family is recognised from distinctive substrings of the template
-//    and rendered by fixed code:
-//   chatml, recognised by "<|im_start|>":
-//       <|im_start|>{role}\n{content}<|im_end|>\n
-//   gemma, recognised by "<start_of_turn>":
-//       <start_of_turn>{user|model}\n{content}<end_of_turn>\n
-//   llama3, recognised by "<|start_header_id|>" and "<|end_header_id|>":
-//       <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
+// 2. Families (--no-jinja): llama.cpp's built-in templates, one per name llama-server accepts
+//    for --chat-template (chat_template_families(): bailing ... zephyr, 54 names), rendered by
+//    fixed code (src/tokenizer/chat_builtin.cc, whose comments give each format). Each format
+//    was learnt from llama-server's own output and is compared with it byte for byte
+//    (tests/fixtures/builtin_chat_templates.json). A few examples:
+//   chatml:  <|im_start|>{role}\n{content}<|im_end|>\n, contents verbatim. If the model's
+//            template writes a fixed system message when the conversation does not start with
+//            one (SmolLM2, Qwen 2), that message is inserted too.
+//   llama3:  <|start_header_id|>{role}<|end_header_id|>\n\n{content trimmed}<|eot_id|>
+//   gemma:   <start_of_turn>{user|model}\n{content trimmed}<end_of_turn>\n; a system message is
+//            no turn: its trimmed text and "\n\n" start the next user turn.
+//   llama2:  [INST] {system}\n{user} [/INST]{assistant}</s>[INST] ...
+//   mistral-v7: [SYSTEM_PROMPT] {system}[/SYSTEM_PROMPT][INST] {user}[/INST] {assistant}</s>
+//   Formats differ in trimming, in where a system message goes (its own turn, the next user
+//   turn, only as the first message, or nowhere) and in what they do with other roles (tool).
+//   detect() recognises a family from distinctive substrings of a template text (the markers
+//   of chatml, gemma, llama3, llama4, mistral, llama2, command-r, deepseek, phi3, phi4, ...; as
+//   llama.cpp's llm_chat_detect_template does, with a shorter list); a missing or unrecognised
+//   template logs a warning and falls back to chatml.
+// add_generation_prompt appends the opening of an assistant turn (some formats have none). No
+// BOS is written: the tokenizer adds it (Tokenizer::tokenize with add_special). Render the
+// result with parse_special = true so the markers become their control tokens.
 //
-// (Checked in this order, as llama.cpp does.) Family rules, as llama.cpp renders them:
-//   - chatml: content verbatim. If the model's template writes a fixed system message when the
-//     conversation does not start with one (SmolLM2, Qwen 2), that message is inserted too.
-//   - llama3: content trimmed of leading/trailing whitespace.
-//   - gemma: content trimmed; role "assistant" becomes "model"; system messages are not turns:
-//     their trimmed text, followed by "\n\n", is put at the start of the next user turn.
-// add_generation_prompt appends the opening of an assistant turn. No BOS is written: the
-// tokenizer adds it (Tokenizer::tokenize with add_special). Render the result with
-// parse_special = true so the markers become their control tokens.
-//
-// A missing or unrecognised template logs a warning and falls back to chatml.
+// Which one, as llama-server: with Jinja, --chat-template TEXT is always the template's text
+// (without markup it renders as it stands; a built-in name too); with --no-jinja it is a
+// built-in name or a text whose family detect() recognises (see choose()). A Jinja template
+// that writes no system message gets the first system message folded into the next message
+// (system_role()).
 //
 // Both ways: when the conversation ends with an assistant message, it is a reply to continue
 // (llama-server's prefill): the messages before it are rendered with the generation prompt and
@@ -125,6 +132,9 @@ std::string_view chat_template_family_name(ChatTemplateFamily family);
 
 /// Every family, in the order llama-server's --help lists their names (alphabetical).
 std::vector<ChatTemplateFamily> chat_template_families();
+
+/// The families' names in that order, joined with ", " (for help texts and errors).
+std::string chat_template_names();
 
 /// The family's fixed format for `messages` (contents verbatim, roles as given; see the file
 /// comment), ending with the opening of an assistant turn when add_generation_prompt (a few

@@ -50,16 +50,6 @@ std::string find_default_system(std::string_view tmpl) {
   return {};
 }
 
-// "bailing, bailing-think, ..., zephyr".
-std::string builtin_names() {
-  std::string out;
-  for (ChatTemplateFamily f : chat_template_families()) {
-    if (!out.empty()) out += ", ";
-    out += chat_template_family_name(f);
-  }
-  return out;
-}
-
 // The family whose distinctive markers the template text has (the first match of this list,
 // most specific first); false when none.
 bool recognise(std::string_view t, ChatTemplateFamily* out) {
@@ -142,7 +132,7 @@ Result<ChatTemplate> ChatTemplate::from_name(std::string_view name) {
     if (name == chat_template_family_name(f)) return from_family(f);
   }
   return Status::invalid_argument("unknown chat template name '" + std::string(name) +
-                                  "' (known: " + builtin_names() + ")");
+                                  "' (known: " + chat_template_names() + ")");
 }
 
 ChatTemplate ChatTemplate::detect(std::string_view tmpl) { return detect_impl(tmpl, true); }
@@ -332,7 +322,7 @@ Result<ChatTemplate> ChatTemplate::choose(const Tokenizer& tok, std::string_view
     return Status::invalid_argument(fmt::format(
         "unknown chat template name '{}' (known: {}; or a template text of one of those "
         "formats; with --jinja, any Jinja template's text)",
-        name_or_source.substr(0, 40), builtin_names()));
+        name_or_source.substr(0, 40), chat_template_names()));
   }
   if (file_text != nullptr) {
     if (jinja) return as_jinja(*file_text);

@@ -168,6 +168,15 @@ std::vector<ChatTemplateFamily> chat_template_families() {
   return out;
 }
 
+std::string chat_template_names() {
+  std::string out;
+  for (const NamedFamily& n : kFamilies) {
+    if (!out.empty()) out += ", ";
+    out.append(n.name);
+  }
+  return out;
+}
+
 std::string render_chat_family(ChatTemplateFamily family, const std::vector<ChatMessage>& msgs,
                                bool gen) {
   std::string out;

@@ -151,9 +151,9 @@ int run_main(RunFlags& f) {
         // Room: row k samples the token at pos + k + 1, which must be generated (n_predict)
         // and fit (n_ctx), as plain decoding's limits say.
         // A verify batch stays one ubatch: a sliding-window cache's rollback needs that.
-        const uint32_t room = std::min<uint32_t>({uint32_t(f.n_predict - n_gen) - 1,
-                                                  n_ctx_seq - uint32_t(pos) - 2,
-                                                  ctx.params().n_ubatch - 1});
+        const uint32_t room =
+            std::min<uint32_t>({uint32_t(f.n_predict - n_gen) - 1, n_ctx_seq - uint32_t(pos) - 2,
+                                ctx.params().n_ubatch - 1});
         const uint32_t want = std::min(draft_len.next(), room);
         if (want > 0 && f.spec.spec.ngram) {
           draft = ngram_draft(history, f.spec.spec.ngram_size_n, want);
@@ -233,9 +233,12 @@ RunFn register_run(CLI::App& app) {
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate");
   app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat template");
   app.add_option("--system", f->system, "system message (with --chat)");
-  app.add_option("--chat-template", f->chat_template,
-                 "chat template overriding the model's: chatml, llama3, gemma, or (with --jinja) "
-                 "a Jinja template's text");
+  app.add_option(
+      "--chat-template", f->chat_template,
+      "chat template overriding the model's: with Jinja (the default) a Jinja template's text, "
+      "used as it stands even without markup or when it is a built-in name (as "
+      "llama-server); with --no-jinja a built-in template's name (" +
+          chat_template_names() + ") or a template text of one of those formats");
   app.add_flag("--jinja,!--no-jinja", f->jinja,
                "render the chat template with the Jinja engine (default on; off: the fixed "
                "format of its family)");

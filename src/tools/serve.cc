@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "mnemo/chat.h"
 #include "mnemo/server.h"
 #include "tools/commands.h"
 #include "tools/common.h"
@@ -99,9 +100,12 @@ RunFn register_serve(CLI::App& app) {
   app.add_option("--allowed-origins", s.allowed_origins,
                  "origins whose web pages may call the API (CORS), comma-separated; * = any");
   app.add_flag("--slots,!--no-slots", s.slots_endpoint, "enable GET /slots (default on)");
-  app.add_option("--chat-template", s.chat_template,
-                 "chat template instead of the model's: chatml, llama3, gemma, or (with --jinja) "
-                 "a Jinja template's text");
+  app.add_option(
+      "--chat-template", s.chat_template,
+      "chat template instead of the model's: with Jinja (the default) a Jinja template's text, "
+      "used as it stands even without markup or when it is a built-in name (as "
+      "llama-server); with --no-jinja a built-in template's name (" +
+          chat_template_names() + ") or a template text of one of those formats");
   app.add_option("--chat-template-file", s.chat_template_file,
                  "file holding a Jinja chat template to use instead of the model's");
   app.add_flag("--jinja,!--no-jinja", s.jinja,
