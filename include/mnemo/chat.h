@@ -26,8 +26,9 @@
 //   Formats differ in trimming, in where a system message goes (its own turn, the next user
 //   turn, only as the first message, or nowhere) and in what they do with other roles (tool).
 //   detect() recognises a family from distinctive substrings of a template text (the markers
-//   of chatml, gemma, llama3, llama4, mistral, llama2, command-r, deepseek, phi3, phi4, ...; as
-//   llama.cpp's llm_chat_detect_template does, with a shorter list); a missing or unrecognised
+//   of chatml, phi4, smolvlm, gemma, llama3, llama4, mistral-v7, llama2, command-r, chatglm,
+//   granite, phi3, zephyr, vicuna, ...; as llama.cpp's llm_chat_detect_template does, with a
+//   shorter list, each rule checked against llama-server's pick); a missing or unrecognised
 //   template logs a warning and falls back to chatml.
 // add_generation_prompt appends the opening of an assistant turn (some formats have none). No
 // BOS is written: the tokenizer adds it (Tokenizer::tokenize with add_special). Render the

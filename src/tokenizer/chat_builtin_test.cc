@@ -2,6 +2,7 @@
 // llama-server, compared byte for byte with what llama-server (llama.cpp build 11669) returned
 // for the same conversations: tests/fixtures/builtin_chat_templates.json, recorded by
 // tests/fixtures/make_builtin_templates.py.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,25 @@ TEST(ChatBuiltin, PlainTextIsATemplateWithJinja) {
   }
   // Without Jinja such a text is refused at start (the peer exits).
   EXPECT_TRUE(rules["no_jinja_raw_text"].contains("error"));
+}
+
+// A template text with a format's markers: with --no-jinja, the format llama-server picks, or,
+// where llama-server recognises none (mnemo knows fewer markers), none.
+TEST(ChatBuiltin, DetectsTheFormatLlamaServerPicks) {
+  const Json fx = load_fixture();
+  ASSERT_TRUE(fx.is_object());
+  for (const auto& [hint, rec] : fx["rules"]["detect"].items()) {
+    const ChatTemplate t = ChatTemplate::detect(rec["text"].get<std::string>());
+    if (rec["peer"].is_string()) {  // "error": llama-server recognises nothing
+      EXPECT_FALSE(t.recognized()) << hint;
+      continue;
+    }
+    const auto peer = rec["peer"].get<std::vector<std::string>>();
+    EXPECT_TRUE(t.recognized()) << hint;
+    EXPECT_NE(std::find(peer.begin(), peer.end(), chat_template_family_name(t.family())),
+              peer.end())
+        << hint << ": mnemo " << chat_template_family_name(t.family());
+  }
 }
 
 }  // namespace
