@@ -10,27 +10,35 @@
 //    its parts joined with "\n"; a leading bos_token (trailing eos_token) is cut from the result
 //    when the tokenizer adds that token itself.
 //
-// 2. Families: like llama.cpp's llm_chat_detect_template / llm_chat_apply_template
-//    (src/llama-chat.cpp), the family is recognised from distinctive substrings of the template
-//    and rendered by fixed code:
-//   chatml, recognised by "<|im_start|>":
-//       <|im_start|>{role}\n{content}<|im_end|>\n
-//   gemma, recognised by "<start_of_turn>":
-//       <start_of_turn>{user|model}\n{content}<end_of_turn>\n
-//   llama3, recognised by "<|start_header_id|>" and "<|end_header_id|>":
-//       <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
+// 2. Families (--no-jinja): llama.cpp's built-in templates, one per name llama-server accepts
+//    for --chat-template (chat_template_families(): bailing ... zephyr, 54 names), rendered by
+//    fixed code (src/tokenizer/chat_builtin.cc, whose comments give each format). Each format
+//    was learnt from llama-server's own output and is compared with it byte for byte
+//    (tests/fixtures/builtin_chat_templates.json). A few examples:
+//   chatml:  <|im_start|>{role}\n{content}<|im_end|>\n, contents verbatim. If the model's
+//            template writes a fixed system message when the conversation does not start with
+//            one (SmolLM2, Qwen 2), that message is inserted too.
+//   llama3:  <|start_header_id|>{role}<|end_header_id|>\n\n{content trimmed}<|eot_id|>
+//   gemma:   <start_of_turn>{user|model}\n{content trimmed}<end_of_turn>\n; a system message is
+//            no turn: its trimmed text and "\n\n" start the next user turn.
+//   llama2:  [INST] {system}\n{user} [/INST]{assistant}</s>[INST] ...
+//   mistral-v7: [SYSTEM_PROMPT] {system}[/SYSTEM_PROMPT][INST] {user}[/INST] {assistant}</s>
+//   Formats differ in trimming, in where a system message goes (its own turn, the next user
+//   turn, only as the first message, or nowhere) and in what they do with other roles (tool).
+//   detect() recognises a family from distinctive substrings of a template text (the markers
+//   of chatml, phi4, smolvlm, gemma, llama3, llama4, mistral-v7, llama2, command-r, chatglm,
+//   granite, phi3, zephyr, vicuna, ...; as llama.cpp's llm_chat_detect_template does, with a
+//   shorter list, each rule checked against llama-server's pick); a missing or unrecognised
+//   template logs a warning and falls back to chatml.
+// add_generation_prompt appends the opening of an assistant turn (some formats have none). No
+// BOS is written: the tokenizer adds it (Tokenizer::tokenize with add_special). Render the
+// result with parse_special = true so the markers become their control tokens.
 //
-// (Checked in this order, as llama.cpp does.) Family rules, as llama.cpp renders them:
-//   - chatml: content verbatim. If the model's template writes a fixed system message when the
-//     conversation does not start with one (SmolLM2, Qwen 2), that message is inserted too.
-//   - llama3: content trimmed of leading/trailing whitespace.
-//   - gemma: content trimmed; role "assistant" becomes "model"; system messages are not turns:
-//     their trimmed text, followed by "\n\n", is put at the start of the next user turn.
-// add_generation_prompt appends the opening of an assistant turn. No BOS is written: the
-// tokenizer adds it (Tokenizer::tokenize with add_special). Render the result with
-// parse_special = true so the markers become their control tokens.
-//
-// A missing or unrecognised template logs a warning and falls back to chatml.
+// Which one, as llama-server: with Jinja, --chat-template TEXT is always the template's text
+// (without markup it renders as it stands; a built-in name too); with --no-jinja it is a
+// built-in name or a text whose family detect() recognises (see choose()). A Jinja template
+// that writes no system message gets the first system message folded into the next message
+// (system_role()).
 //
 // Both ways: when the conversation ends with an assistant message, it is a reply to continue
 // (llama-server's prefill): the messages before it are rendered with the generation prompt and
@@ -66,11 +74,80 @@ struct ChatMessage {
 inline constexpr std::string_view kNoMediaModel =
     "mnemo has no vision or audio model (no multimodal projector): send text only";
 
-/// The template families mnemo renders.
-enum class ChatTemplateFamily : uint8_t { kChatml, kLlama3, kGemma };
+/// The template families mnemo renders by fixed code: llama.cpp's built-in templates, one per
+/// name llama-server accepts for --chat-template (chat_template_family_name gives the name).
+enum class ChatTemplateFamily : uint8_t {
+  kChatml,
+  kLlama3,
+  kGemma,
+  kBailing,
+  kBailingThink,
+  kBailing2,
+  kChatglm3,
+  kChatglm4,
+  kCommandR,
+  kDeepseek,
+  kDeepseekOcr,
+  kDeepseek2,
+  kDeepseek3,
+  kExaoneMoe,
+  kExaone3,
+  kExaone4,
+  kFalcon3,
+  kGigachat,
+  kGlmedge,
+  kGptOss,
+  kGranite,
+  kGranite40,
+  kGranite41,
+  kGrok2,
+  kHunyuanDense,
+  kHunyuanMoe,
+  kHunyuanVl,
+  kKimiK2,
+  kLlama2,
+  kLlama2Sys,
+  kLlama2SysBos,
+  kLlama2SysStrip,
+  kLlama4,
+  kMegrez,
+  kMinicpm,
+  kMistralV1,
+  kMistralV3,
+  kMistralV3Tekken,
+  kMistralV7,
+  kMistralV7Tekken,
+  kMonarch,
+  kOpenchat,
+  kOrion,
+  kPanguEmbedded,
+  kPhi3,
+  kPhi4,
+  kRwkvWorld,
+  kSeedOss,
+  kSmolvlm,
+  kSolarOpen,
+  kVicuna,
+  kVicunaOrca,
+  kYandex,
+  kZephyr,
+};
 
-/// "chatml", "llama3", "gemma".
+/// The family's name as llama-server spells it ("chatml", "llama3", "mistral-v7", ...).
 std::string_view chat_template_family_name(ChatTemplateFamily family);
+
+/// Every family, in the order llama-server's --help lists their names (alphabetical).
+std::vector<ChatTemplateFamily> chat_template_families();
+
+/// The families' names in that order, joined with ", " (for help texts and errors).
+std::string chat_template_names();
+
+/// The family's fixed format for `messages` (contents verbatim, roles as given; see the file
+/// comment), ending with the opening of an assistant turn when add_generation_prompt (a few
+/// formats have none). Formats learnt from llama-server's output (src/tokenizer/
+/// chat_builtin.cc); never fails.
+std::string render_chat_family(ChatTemplateFamily family, const std::vector<ChatMessage>& messages,
+                               bool add_generation_prompt);
 
 /// A recognised chat template. Cheap to copy; immutable; thread-safe.
 class ChatTemplate {
@@ -98,14 +175,20 @@ class ChatTemplate {
                                          std::string eos_token, bool add_bos, bool add_eos);
 
   /// The template a server or `mnemo run` uses, chosen as llama-server chooses:
-  ///   - `name_or_source` a family name: that family;
-  ///   - else `name_or_source` non-empty: Jinja source (InvalidArgument when !jinja);
+  ///   - `name_or_source` a built-in name and jinja on by default (not `jinja_explicit`):
+  ///     that built-in format (llama-server renders the name's text there);
+  ///   - `name_or_source` non-empty and jinja: Jinja source, whatever it is: a text without
+  ///     markup renders as it stands, and so does a built-in name with --jinja given (a warning
+  ///     says so);
+  ///   - `name_or_source` non-empty and !jinja: a built-in name's family, else the family
+  ///     detect() recognises in the text (InvalidArgument listing the names when none);
   ///   - else `file_text` non-null: Jinja source when jinja, else its detected family;
   ///   - else the model's tokenizer.chat_template: Jinja when jinja (a template the engine
   ///     cannot parse logs a warning and falls back to its family), else its family.
   /// Errors: InvalidArgument naming the problem (a syntax error's line).
   static Result<ChatTemplate> choose(const Tokenizer& tok, std::string_view name_or_source,
-                                     const std::string* file_text, bool jinja);
+                                     const std::string* file_text, bool jinja,
+                                     bool jinja_explicit = false);
 
   /// True when rendered by the Jinja engine.
   bool is_jinja() const { return jinja_ != nullptr; }
@@ -136,7 +219,18 @@ class ChatTemplate {
   /// (arguments that are not a JSON object's text stay as given), or as text.
   bool object_arguments() const { return object_arguments_; }
 
+  /// Whether the Jinja template writes a system message: found once, when the template is made,
+  /// by rendering a probe conversation (a system message, then a user message) and looking for
+  /// the system text in the result (a template that raises on it, as Gemma 2's does, has none).
+  /// Without it, render() does what llama-server does: a conversation's first message, when it
+  /// is a system message, is removed and its text, followed by "\n", is put before the content
+  /// of the message after it (whatever its role; nothing when there is none). Later system
+  /// messages are passed as they are. True for a family.
+  bool system_role() const { return system_role_; }
+
  private:
+  // detect(), with the fallback's warning only when `warn`.
+  static ChatTemplate detect_impl(std::string_view template_text, bool warn);
   // Renders `ctx` (messages and variables already in the template's form).
   Result<std::string> render_jinja(nlohmann::ordered_json ctx) const;
   ChatTemplateFamily family_ = ChatTemplateFamily::kChatml;
@@ -147,6 +241,7 @@ class ChatTemplate {
   std::string bos_token_, eos_token_;
   bool add_bos_ = false, add_eos_ = false;
   bool object_arguments_ = false;
+  bool system_role_ = true;
 };
 
 /// Shorthand: ChatTemplate::detect(template_text).apply(messages, add_generation_prompt).

@@ -75,6 +75,7 @@ struct ServerParams {
   /// --jinja / --no-jinja: render chat templates with the Jinja engine (default, as
   /// llama-server) or with the fixed format of their family.
   bool jinja = true;
+  bool jinja_explicit = false;  // --jinja given: a built-in name is then a template's text
   /// --chat-template-kwargs: a JSON object of extra template variables for every request (a
   /// request's own chat_template_kwargs add to and override them).
   std::string chat_template_kwargs;

@@ -194,7 +194,7 @@ Result<std::unique_ptr<ServerInstance>> make_server_instance(const Model& model,
   }
   auto tmpl = ChatTemplate::choose(
       tok, params.chat_template, params.chat_template_file.empty() ? nullptr : &template_file_text,
-      params.jinja);
+      params.jinja, params.jinja_explicit);
   if (!tmpl.ok()) {
     return tmpl.status().with_context(params.chat_template_file.empty() ? "--chat-template"
                                                                         : "--chat-template-file");

@@ -2,8 +2,6 @@
 // src/llama-chat.cpp (llm_chat_detect_template, llm_chat_apply_template).
 #include "mnemo/chat.h"
 
-#include <cctype>
-
 #include <fmt/format.h>
 
 #include "mnemo/jinja.h"
@@ -16,15 +14,6 @@ namespace {
 
 bool contains(std::string_view s, std::string_view what) {
   return s.find(what) != std::string_view::npos;
-}
-
-// Leading and trailing ASCII whitespace removed (llama.cpp's trim uses isspace).
-std::string trim(std::string_view s) {
-  size_t a = 0;
-  size_t b = s.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
-  return std::string(s.substr(a, b - a));
 }
 
 // The fixed system message a chatml template writes when the conversation has none, found as a
@@ -61,19 +50,62 @@ std::string find_default_system(std::string_view tmpl) {
   return {};
 }
 
-}  // namespace
-
-std::string_view chat_template_family_name(ChatTemplateFamily family) {
-  switch (family) {
-    case ChatTemplateFamily::kChatml:
-      return "chatml";
-    case ChatTemplateFamily::kLlama3:
-      return "llama3";
-    case ChatTemplateFamily::kGemma:
-      return "gemma";
+// The family whose distinctive markers the template text has (the first match of this list,
+// most specific first); false when none. Each rule was checked against the format llama-server
+// --no-jinja picks for a text holding just those markers (tests/fixtures/
+// builtin_chat_templates.json, "detect"); llama-server knows more markers than these.
+bool recognise(std::string_view t, ChatTemplateFamily* out) {
+  using F = ChatTemplateFamily;
+  auto has = [&](std::string_view what) { return contains(t, what); };
+  F f;
+  if (has("<|im_start|>") && has("<|im_sep|>")) {
+    f = F::kPhi4;
+  } else if (has("<|im_start|>") && has("<end_of_utterance>")) {
+    f = F::kSmolvlm;
+  } else if (has("<|im_start|>")) {
+    f = F::kChatml;
+  } else if (has("<start_of_turn>")) {
+    f = F::kGemma;
+  } else if (has("<|start_header_id|>") && has("<|end_header_id|>")) {
+    f = F::kLlama3;
+  } else if (has("<|header_start|>") && has("<|header_end|>")) {
+    f = F::kLlama4;
+  } else if (has("[SYSTEM_PROMPT]")) {
+    f = F::kMistralV7;
+  } else if (has("<<SYS>>")) {
+    f = F::kLlama2Sys;
+  } else if (has("[INST]")) {
+    f = F::kLlama2;
+  } else if (has("<|START_OF_TURN_TOKEN|>") && has("<|USER_TOKEN|>")) {
+    f = F::kCommandR;
+  } else if (has("[gMASK]<sop>")) {
+    f = F::kChatglm4;
+  } else if (has("[gMASK]sop")) {
+    f = F::kChatglm3;
+  } else if (has("<|start_of_role|>")) {
+    f = F::kGranite;
+  } else if (has("<seed:bos>")) {
+    f = F::kSeedOss;
+  } else if (has("<|role_start|>")) {
+    f = F::kMegrez;
+  } else if (has("<用户>")) {
+    f = F::kMinicpm;
+  } else if (has("GPT4 Correct ")) {
+    f = F::kOpenchat;
+  } else if (has("<|assistant|>") && has("<|end|>")) {
+    f = F::kPhi3;
+  } else if (has("<|user|>") && has("<|endoftext|>")) {
+    f = F::kZephyr;
+  } else if (has("USER: ") && has("ASSISTANT: ")) {
+    f = has("SYSTEM: ") ? F::kVicunaOrca : F::kVicuna;
+  } else {
+    return false;
   }
-  return "?";
+  *out = f;
+  return true;
 }
+
+}  // namespace
 
 ChatTemplate ChatTemplate::from_family(ChatTemplateFamily family) {
   ChatTemplate t;
@@ -82,80 +114,47 @@ ChatTemplate ChatTemplate::from_family(ChatTemplateFamily family) {
 }
 
 Result<ChatTemplate> ChatTemplate::from_name(std::string_view name) {
-  for (auto f :
-       {ChatTemplateFamily::kChatml, ChatTemplateFamily::kLlama3, ChatTemplateFamily::kGemma}) {
+  for (ChatTemplateFamily f : chat_template_families()) {
     if (name == chat_template_family_name(f)) return from_family(f);
   }
   return Status::invalid_argument("unknown chat template name '" + std::string(name) +
-                                  "' (known: chatml, llama3, gemma)");
+                                  "' (known: " + chat_template_names() + ")");
 }
 
-ChatTemplate ChatTemplate::detect(std::string_view tmpl) {
+ChatTemplate ChatTemplate::detect(std::string_view tmpl) { return detect_impl(tmpl, true); }
+
+ChatTemplate ChatTemplate::detect_impl(std::string_view tmpl, bool warn) {
   auto by_name = from_name(tmpl);
   if (by_name.ok()) return by_name.value();
   ChatTemplate t;
-  if (contains(tmpl, "<|im_start|>")) {
-    t.family_ = ChatTemplateFamily::kChatml;
-    t.default_system_ = find_default_system(tmpl);
-  } else if (contains(tmpl, "<start_of_turn>")) {
-    t.family_ = ChatTemplateFamily::kGemma;
-  } else if (contains(tmpl, "<|start_header_id|>") && contains(tmpl, "<|end_header_id|>")) {
-    t.family_ = ChatTemplateFamily::kLlama3;
+  if (recognise(tmpl, &t.family_)) {
+    if (t.family_ == ChatTemplateFamily::kChatml) t.default_system_ = find_default_system(tmpl);
+    return t;
+  }
+  t.family_ = ChatTemplateFamily::kChatml;
+  t.recognized_ = false;
+  if (!warn) return t;
+  if (tmpl.empty()) {
+    MNEMO_LOG(kWarn) << "chat template: the model has no tokenizer.chat_template; using chatml "
+                        "(<|im_start|>role ... <|im_end|>), which may not be what it expects";
   } else {
-    t.family_ = ChatTemplateFamily::kChatml;
-    t.recognized_ = false;
-    if (tmpl.empty()) {
-      MNEMO_LOG(kWarn) << "chat template: the model has no tokenizer.chat_template; using chatml "
-                          "(<|im_start|>role ... <|im_end|>), which may not be what it expects";
-    } else {
-      MNEMO_LOG(kWarn) << "chat template: not a known family (chatml, llama3, gemma): '"
-                       << tmpl.substr(0, 60) << (tmpl.size() > 60 ? "..." : "")
-                       << "'; using chatml";
-    }
+    MNEMO_LOG(kWarn) << "chat template: not a known family: '" << tmpl.substr(0, 60)
+                     << (tmpl.size() > 60 ? "..." : "") << "'; using chatml";
   }
   return t;
 }
 
 std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) const {
-  std::string out;
-  switch (family_) {
-    case ChatTemplateFamily::kChatml:
-      if (!default_system_.empty() && !messages.empty() && messages[0].role != "system") {
-        out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-      }
-      for (const ChatMessage& m : messages) {
-        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      }
-      if (add_generation_prompt) out += "<|im_start|>assistant\n";
-      break;
-    case ChatTemplateFamily::kLlama3:
-      for (const ChatMessage& m : messages) {
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) +
-               "<|eot_id|>";
-      }
-      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-      break;
-    case ChatTemplateFamily::kGemma: {
-      std::string system;
-      for (const ChatMessage& m : messages) {
-        if (m.role == "system") {
-          system += trim(m.content);
-          continue;
-        }
-        const std::string role = m.role == "assistant" ? "model" : m.role;
-        out += "<start_of_turn>" + role + "\n";
-        if (!system.empty() && role != "model") {
-          out += system + "\n\n";
-          system.clear();
-        }
-        out += trim(m.content) + "<end_of_turn>\n";
-      }
-      if (add_generation_prompt) out += "<start_of_turn>model\n";
-      break;
-    }
+  if (family_ == ChatTemplateFamily::kChatml && !default_system_.empty() && !messages.empty() &&
+      messages[0].role != "system") {
+    std::vector<ChatMessage> with_system;
+    with_system.reserve(messages.size() + 1);
+    with_system.push_back({"system", default_system_});
+    with_system.insert(with_system.end(), messages.begin(), messages.end());
+    return render_chat_family(family_, with_system, add_generation_prompt);
   }
-  return out;
+  return render_chat_family(family_, messages, add_generation_prompt);
 }
 
 namespace {
@@ -253,10 +252,8 @@ Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view source, std::stri
   ChatTemplate t;
   {
     // The family too, quietly: apply() and logs name it.
-    const bool known = source.find("<|im_start|>") != std::string_view::npos ||
-                       source.find("<start_of_turn>") != std::string_view::npos ||
-                       source.find("<|start_header_id|>") != std::string_view::npos;
-    if (known) t = detect(source);
+    ChatTemplate family = detect_impl(source, /*warn=*/false);
+    if (family.recognized()) t = std::move(family);
   }
   t.jinja_ = std::make_shared<const jinja::Template>(std::move(parsed).value());
   t.source_ = std::string(source);
@@ -279,11 +276,21 @@ Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view source, std::stri
     t.object_arguments_ = out.ok() && out->find("probe_value") != std::string::npos &&
                           out->find("'probe_arg'") == std::string::npos;
   }
+  {
+    // Whether it writes a system message (system_role()).
+    constexpr std::string_view kNeedle = "<system probe 7f3a>";
+    Json ctx = {{"messages", Json::array({{{"role", "system"}, {"content", kNeedle}},
+                                          {{"role", "user"}, {"content", "probe"}}})},
+                {"add_generation_prompt", false}};
+    auto out = t.render_jinja(std::move(ctx));
+    t.system_role_ = out.ok() && out->find(kNeedle) != std::string::npos;
+  }
   return t;
 }
 
 Result<ChatTemplate> ChatTemplate::choose(const Tokenizer& tok, std::string_view name_or_source,
-                                          const std::string* file_text, bool jinja) {
+                                          const std::string* file_text, bool jinja,
+                                          bool jinja_explicit) {
   auto text_of = [&](TokenId id) {
     return id == kTokenNull ? std::string() : tok.token_to_piece(id, /*special=*/true);
   };
@@ -291,16 +298,28 @@ Result<ChatTemplate> ChatTemplate::choose(const Tokenizer& tok, std::string_view
     return from_jinja(src, text_of(tok.bos()), text_of(tok.eos()), tok.add_bos(), tok.add_eos());
   };
   if (!name_or_source.empty()) {
-    if (auto named = from_name(name_or_source); named.ok()) return named;
-    const bool looks_like_jinja = name_or_source.find("{{") != std::string_view::npos ||
-                                  name_or_source.find("{%") != std::string_view::npos;
-    if (!jinja || !looks_like_jinja) {
-      return Status::invalid_argument(fmt::format(
-          "unknown chat template name '{}' (known: chatml, llama3, gemma; or, with --jinja, a "
-          "Jinja template's text)",
-          name_or_source.substr(0, 40)));
+    if (jinja && !jinja_explicit) {
+      // Jinja by default only: a built-in name is that format (llama-server would render the
+      // name's text; no one means that).
+      if (auto named = from_name(name_or_source); named.ok()) return named;
     }
-    return as_jinja(name_or_source);
+    if (jinja) {
+      // As llama-server: with Jinja the text is the template, whatever it looks like.
+      if (from_name(name_or_source).ok()) {
+        MNEMO_LOG(kWarn) << "chat template: '" << name_or_source
+                         << "' is used as a Jinja template's text (it renders as it stands), as "
+                            "llama-server does with --jinja; leave --jinja out to render the "
+                            "built-in format of that name";
+      }
+      return as_jinja(name_or_source);
+    }
+    if (auto named = from_name(name_or_source); named.ok()) return named;
+    ChatTemplate t = detect_impl(name_or_source, /*warn=*/false);
+    if (t.recognized()) return t;
+    return Status::invalid_argument(fmt::format(
+        "unknown chat template name '{}' (known: {}; or a template text of one of those "
+        "formats; with --jinja, any Jinja template's text)",
+        name_or_source.substr(0, 40), chat_template_names()));
   }
   if (file_text != nullptr) {
     if (jinja) return as_jinja(*file_text);
@@ -346,6 +365,15 @@ Result<std::string> ChatTemplate::render(const Json& messages, const Json& varia
     plain.pop_back();
   }
   if (!is_jinja()) return apply(plain, /*add_generation_prompt=*/true) + prefill;
+  if (!system_role_ && !msgs.empty() && msgs[0].value("role", "") == "system") {
+    // As llama-server: the first system message goes before the next message's content.
+    if (msgs.size() > 1) {
+      const Json& next = msgs[1]["content"];
+      msgs[1]["content"] =
+          plain[0].content + "\n" + (next.is_string() ? next.get<std::string>() : std::string());
+    }
+    msgs.erase(msgs.begin());
+  }
 
   Json ctx = Json::object();
   if (variables.is_object()) {

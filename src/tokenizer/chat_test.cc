@@ -31,7 +31,8 @@ TEST(ChatTemplate, DetectsFamilies) {
   // Names work too.
   EXPECT_EQ(ChatTemplate::detect("llama3").family(), ChatTemplateFamily::kLlama3);
   EXPECT_EQ(ChatTemplate::from_name("gemma").value().family(), ChatTemplateFamily::kGemma);
-  EXPECT_EQ(ChatTemplate::from_name("vicuna").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ChatTemplate::from_name("vicuna").value().family(), ChatTemplateFamily::kVicuna);
+  EXPECT_EQ(ChatTemplate::from_name("alpaca").status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ChatTemplate, UnknownOrMissingFallsBackToChatml) {
@@ -179,12 +180,12 @@ TEST(ChatTemplate, ToolCallArgumentsInTheFormTheTemplateReads) {
 
 TEST(ChatTemplate, TemplateErrorsAreStatuses) {
   const Tokenizer tok = tokenizer_with_template(
-      "{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}ok");
+      "{% if messages[-1].content == 'boom' %}{{ raise_exception('no boom') }}{% endif %}ok");
   auto t = ChatTemplate::choose(tok, "", nullptr, true);
   ASSERT_TRUE(t.ok());
-  auto r = t->render(Json::parse(R"([{"role": "system", "content": "s"}])"), Json::object());
+  auto r = t->render(Json::parse(R"([{"role": "user", "content": "boom"}])"), Json::object());
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "chat template: no system");
+  EXPECT_EQ(r.status().message(), "chat template: no boom");
   EXPECT_FALSE(t->render(Json::parse(R"([{"role": 3}])"), Json::object()).ok());
   EXPECT_FALSE(t->render(Json::parse(R"([{"role": "user", "content": 3}])"), Json::object()).ok());
   // An operator's template that does not parse is an error naming the line...
@@ -193,7 +194,22 @@ TEST(ChatTemplate, TemplateErrorsAreStatuses) {
   EXPECT_NE(bad.status().message().find("line 2"), std::string::npos) << bad.status().message();
   const std::string file = "{% for %}";
   EXPECT_FALSE(ChatTemplate::choose(tok, "", &file, true).ok());
-  EXPECT_FALSE(ChatTemplate::choose(tok, "nope", nullptr, true).ok());
+  // Without Jinja, a text that is neither a built-in name nor of a known format is refused;
+  // with Jinja it is a template (llama-server renders "nope" as it stands), even a built-in name.
+  EXPECT_FALSE(ChatTemplate::choose(tok, "nope", nullptr, false).ok());
+  auto plain = ChatTemplate::choose(tok, "nope", nullptr, true);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain->render(Json::parse(R"([{"role": "user", "content": "q"}])"), Json::object()),
+            "nope");
+  auto name = ChatTemplate::choose(tok, "llama2", nullptr, true);
+  ASSERT_TRUE(name.ok());
+  EXPECT_TRUE(name->is_jinja());
+  auto family = ChatTemplate::choose(tok, "llama2", nullptr, false);
+  ASSERT_TRUE(family.ok());
+  EXPECT_EQ(family->family(), ChatTemplateFamily::kLlama2);
+  auto text = ChatTemplate::choose(tok, "{{ '[INST]' }}", nullptr, false);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->family(), ChatTemplateFamily::kLlama2);
   // ... while a model's own broken template falls back to its family.
   const Tokenizer broken = tokenizer_with_template("<|im_start|>{% if %}");
   auto fb = ChatTemplate::choose(broken, "", nullptr, true);

@@ -24,6 +24,7 @@ struct RunFlags {
   std::string system;
   std::string chat_template;  // a family name or Jinja text overriding the model's template
   bool jinja = true;          // render the chat template with the Jinja engine
+  CLI::Option* jinja_opt = nullptr;  // --jinja / --no-jinja: count() > 0 when given
   int32_t n_predict = 128;
   bool chat = false;
   bool show_special = false;
@@ -85,7 +86,8 @@ int run_main(RunFlags& f) {
     nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
     if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
     msgs.push_back({{"role", "user"}, {"content", f.prompt}});
-    auto tmpl = ChatTemplate::choose(tok, f.chat_template, nullptr, f.jinja);
+    auto tmpl = ChatTemplate::choose(tok, f.chat_template, nullptr, f.jinja,
+                                     f.jinja && f.jinja_opt->count() > 0);
     if (!tmpl.ok()) {
       fmt::print(stderr, "mnemo run: --chat-template: {}\n", tmpl.status().message());
       return 2;
@@ -151,9 +153,9 @@ int run_main(RunFlags& f) {
         // Room: row k samples the token at pos + k + 1, which must be generated (n_predict)
         // and fit (n_ctx), as plain decoding's limits say.
         // A verify batch stays one ubatch: a sliding-window cache's rollback needs that.
-        const uint32_t room = std::min<uint32_t>({uint32_t(f.n_predict - n_gen) - 1,
-                                                  n_ctx_seq - uint32_t(pos) - 2,
-                                                  ctx.params().n_ubatch - 1});
+        const uint32_t room =
+            std::min<uint32_t>({uint32_t(f.n_predict - n_gen) - 1, n_ctx_seq - uint32_t(pos) - 2,
+                                ctx.params().n_ubatch - 1});
         const uint32_t want = std::min(draft_len.next(), room);
         if (want > 0 && f.spec.spec.ngram) {
           draft = ngram_draft(history, f.spec.spec.ngram_size_n, want);
@@ -233,10 +235,14 @@ RunFn register_run(CLI::App& app) {
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate");
   app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat template");
   app.add_option("--system", f->system, "system message (with --chat)");
-  app.add_option("--chat-template", f->chat_template,
-                 "chat template overriding the model's: chatml, llama3, gemma, or (with --jinja) "
-                 "a Jinja template's text");
-  app.add_flag("--jinja,!--no-jinja", f->jinja,
+  app.add_option(
+      "--chat-template", f->chat_template,
+      "chat template overriding the model's: a built-in template's name (" +
+          chat_template_names() +
+          "); with Jinja (the default) any other text is a Jinja template, used as it stands "
+          "even without markup (with --jinja given, a built-in name too, as llama-server); with "
+          "--no-jinja a template text of one of those formats");
+  f->jinja_opt = app.add_flag("--jinja,!--no-jinja", f->jinja,
                "render the chat template with the Jinja engine (default on; off: the fixed "
                "format of its family)");
   app.add_flag("--special", f->show_special, "print special tokens");

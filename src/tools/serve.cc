@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "mnemo/chat.h"
 #include "mnemo/server.h"
 #include "tools/commands.h"
 #include "tools/common.h"
@@ -17,6 +18,7 @@ struct ServeFlags {
   ModelFlags model;
   SpecFlags spec;
   server::ServerParams server;
+  CLI::Option* jinja_opt = nullptr;  // --jinja / --no-jinja: count() > 0 when given
   ServeFlags() {
     model.ctx.n_seq_max = 4;
     server.sampling.temp = 0.8f;
@@ -44,6 +46,7 @@ Result<server::LoadedServerModel> load_for_serve(ServeFlags& f, bool report) {
   out.model = std::move(lm.model);
   out.tok = std::move(lm.tokenizer);
   out.params = f.server;
+  out.params.jinja_explicit = f.server.jinja && f.jinja_opt != nullptr && f.jinja_opt->count() > 0;
   out.params.draft_model = out.draft.get();
   out.params.draft_tokenizer = out.draft_tok.get();
   out.params.spec = f.spec.spec;
@@ -164,12 +167,16 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_flag("--slots,!--no-slots", s.slots_endpoint, "enable GET /slots (default on)");
   app.add_flag("--webui,--ui,!--no-webui,!--no-ui", s.webui,
                "serve the web page at / (default on; off: / is a 404, the API stays)");
-  app.add_option("--chat-template", s.chat_template,
-                 "chat template instead of the model's: chatml, llama3, gemma, or (with --jinja) "
-                 "a Jinja template's text");
+  app.add_option(
+      "--chat-template", s.chat_template,
+      "chat template instead of the model's: a built-in template's name (" +
+          chat_template_names() +
+          "); with Jinja (the default) any other text is a Jinja template, used as it stands "
+          "even without markup (with --jinja given, a built-in name too, as llama-server); with "
+          "--no-jinja a template text of one of those formats");
   app.add_option("--chat-template-file", s.chat_template_file,
                  "file holding a Jinja chat template to use instead of the model's");
-  app.add_flag("--jinja,!--no-jinja", s.jinja,
+  f.jinja_opt = app.add_flag("--jinja,!--no-jinja", s.jinja,
                "render chat templates with the Jinja engine (default on; off: the fixed format "
                "of the template's family)");
   app.add_option("--chat-template-kwargs", s.chat_template_kwargs,

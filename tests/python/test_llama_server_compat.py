@@ -360,7 +360,7 @@ def test_apply_template_and_chat_template_flag(srv, binary, model):
     chat = post(srv, "/v1/chat/completions", {"messages": msgs, "max_tokens": 1}).json()
     assert chat["usage"]["prompt_tokens"] == len(toks)
     assert post(srv, "/apply-template", {"messages": "x"}).status_code == 400
-    s = Server(binary, model, "-np", 1, "-c", 256, "--chat-template", "llama3")
+    s = Server(binary, model, "-np", 1, "-c", 256, "--no-jinja", "--chat-template", "llama3")
     try:
         r = requests.post(s.url + "/apply-template", json={"messages": msgs}, timeout=10)
         assert r.json()["prompt"].startswith("<|start_header_id|>system<|end_header_id|>"), r.text
@@ -369,7 +369,8 @@ def test_apply_template_and_chat_template_flag(srv, binary, model):
         assert s.stop() == 0
     import subprocess
     bad = subprocess.run([str(binary), "serve", "-m", str(model), "--port", "0",
-                          "--chat-template", "nope"], capture_output=True, text=True, timeout=60)
+                          "--no-jinja", "--chat-template", "nope"], capture_output=True, text=True,
+                         timeout=60)
     assert bad.returncode != 0 and "--chat-template" in bad.stderr, bad.stderr
 
 
