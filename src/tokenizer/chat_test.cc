@@ -195,15 +195,20 @@ TEST(ChatTemplate, TemplateErrorsAreStatuses) {
   const std::string file = "{% for %}";
   EXPECT_FALSE(ChatTemplate::choose(tok, "", &file, true).ok());
   // Without Jinja, a text that is neither a built-in name nor of a known format is refused;
-  // with Jinja it is a template (llama-server renders "nope" as it stands), even a built-in name.
+  // with Jinja it is a template (llama-server renders "nope" as it stands); a built-in name is
+  // its format unless --jinja was given explicitly (then a template, as llama-server).
   EXPECT_FALSE(ChatTemplate::choose(tok, "nope", nullptr, false).ok());
   auto plain = ChatTemplate::choose(tok, "nope", nullptr, true);
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(*plain->render(Json::parse(R"([{"role": "user", "content": "q"}])"), Json::object()),
             "nope");
-  auto name = ChatTemplate::choose(tok, "llama2", nullptr, true);
+  auto name = ChatTemplate::choose(tok, "llama2", nullptr, true, /*jinja_explicit=*/true);
   ASSERT_TRUE(name.ok());
   EXPECT_TRUE(name->is_jinja());
+  auto by_default = ChatTemplate::choose(tok, "llama2", nullptr, true);
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_FALSE(by_default->is_jinja());
+  EXPECT_EQ(by_default->family(), ChatTemplateFamily::kLlama2);
   auto family = ChatTemplate::choose(tok, "llama2", nullptr, false);
   ASSERT_TRUE(family.ok());
   EXPECT_EQ(family->family(), ChatTemplateFamily::kLlama2);
