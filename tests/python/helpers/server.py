@@ -9,7 +9,8 @@ import requests
 
 class Server:
     """A `mnemo serve` process on a free loopback port (`--port 0`, the port read from its log),
-    with `threads` compute threads; stderr (the request log) is collected by a thread.
+    with `threads` compute threads; stderr (the request log) is collected by a thread. `model`
+    None: no -m (router mode, with --models-dir / --models-preset among `args`).
 
     Raises RuntimeError with the log when the server does not report its port within
     `start_timeout` seconds (a sanitizer build starts slowly).
@@ -18,8 +19,8 @@ class Server:
     def __init__(self, binary, model, *args, threads=2, env=None, preexec_fn=None,
                  start_timeout=120):
         self.proc = subprocess.Popen(
-            [str(binary), "serve", "-m", str(model), "--port", "0", "-t", str(threads),
-             *map(str, args)],
+            [str(binary), "serve", *(["-m", str(model)] if model is not None else []),
+             "--port", "0", "-t", str(threads), *map(str, args)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
             preexec_fn=preexec_fn)
         self.lines = []
