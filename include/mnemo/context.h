@@ -42,6 +42,10 @@ struct ContextParams {
   GgmlType type_k = GgmlType::F16;  // -ctk
   GgmlType type_v = GgmlType::F16;  // -ctv
   int n_threads = 0;                // -t: 0 = the number of hardware threads
+  /// A compute pool shared with other contexts (ThreadPool::set_shared: a router's models take
+  /// turns on one pool); null: the context makes its own of n_threads threads. When set,
+  /// n_threads is the pool's.
+  std::shared_ptr<ThreadPool> pool;
   bool swa_full = false;            // --swa-full: full-size cache for sliding-window layers
   /// Hadamard rotation of quantized K/V (src/memory/kv_rotation.h): on by default; applies to
   /// streams whose K or V type is quantized, when the head size is a power of two.
@@ -111,7 +115,7 @@ class Context {
   ContextParams params_;
   std::unique_ptr<const ModelFingerprint> fingerprint_;
   uint32_t n_ctx_seq_ = 0;
-  std::unique_ptr<ThreadPool> pool_;
+  std::shared_ptr<ThreadPool> pool_;
   std::unique_ptr<Memory> memory_;
   std::unique_ptr<Forward> forward_;
   AbortFn abort_;

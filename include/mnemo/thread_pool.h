@@ -13,7 +13,9 @@
 // preempted worker would otherwise stall every call by a scheduler time slice).
 //
 // Thread-safety: one call at a time. parallel_for must not be called concurrently from two
-// threads nor from inside a task (CHECKed). The destructor joins the workers.
+// threads nor from inside a task (CHECKed), except on a shared pool (set_shared): there calls
+// from several threads (several models' contexts) take turns, whole call by whole call. The
+// destructor joins the workers.
 #pragma once
 
 #include <atomic>
@@ -40,6 +42,11 @@ class ThreadPool {
 
   /// Threads taking part in each call, the caller included.
   int n_threads() const { return n_threads_; }
+
+  /// A pool several contexts use (a router's models): run() then takes a lock, so calls from
+  /// different threads take turns instead of CHECK-failing. A call from inside a task still
+  /// must not happen (it would wait for itself). Set before the pool is handed out.
+  void set_shared(bool shared) { shared_ = shared; }
 
   /// How long idle workers spin before they sleep, in microseconds (0: sleep at once).
   void set_spin_us(int64_t spin_us) { spin_us_.store(spin_us, std::memory_order_relaxed); }
@@ -87,6 +94,8 @@ class ThreadPool {
   std::mutex wake_mu_;                               // guards the sleep / wake handshake
   std::condition_variable wake_;
   std::atomic<bool> in_call_{false};  // guards against nested / concurrent use
+  bool shared_ = false;               // set_shared: callers take turns on call_mu_
+  std::mutex call_mu_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> spin_us_{1000};
 };

@@ -63,6 +63,8 @@ void ThreadPool::run_tasks(int thread) {
 void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
   if (n_tasks <= 0) return;
   CHECK(n_tasks <= static_cast<int64_t>(kFieldMask)) << "ThreadPool::run: too many tasks";
+  std::unique_lock<std::mutex> turn(call_mu_, std::defer_lock);
+  if (shared_) turn.lock();
   CHECK(!in_call_.exchange(true, std::memory_order_acquire))
       << "ThreadPool::run called concurrently or from inside a task";
   fn_ = fn;

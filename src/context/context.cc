@@ -57,11 +57,11 @@ Result<std::unique_ptr<Context>> Context::create(const Model& model, const Conte
     return Status::not_supported("models whose key and value head sizes differ");
   }
   std::unique_ptr<Context> ctx(new Context(model, params));
-  const int n_threads = params.n_threads > 0
-                            ? params.n_threads
-                            : std::max(1, int(std::thread::hardware_concurrency()));
+  const int n_threads = params.pool          ? params.pool->n_threads()
+                        : params.n_threads > 0 ? params.n_threads
+                                               : std::max(1, int(std::thread::hardware_concurrency()));
   ctx->params_.n_threads = n_threads;
-  ctx->pool_ = std::make_unique<ThreadPool>(n_threads);
+  ctx->pool_ = params.pool ? params.pool : std::make_shared<ThreadPool>(n_threads);
 
   ctx->n_ctx_seq_ = params.kv_unified ? params.n_ctx : params.n_ctx / params.n_seq_max;
   MNEMO_ASSIGN_OR_RETURN(ctx->memory_,

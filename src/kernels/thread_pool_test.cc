@@ -65,6 +65,26 @@ TEST(ThreadPoolTest, ManyCallsAndSleepingWorkers) {
   EXPECT_EQ(sum.load(), total);
 }
 
+// A shared pool (several contexts on their own threads): concurrent callers take turns instead
+// of CHECK-failing (an unshared pool aborts, NestedCallAborts); every task of every call runs
+// exactly once.
+TEST(ThreadPoolTest, SharedPoolCallersTakeTurns) {
+  ThreadPool pool(2);
+  pool.set_shared(true);
+  auto caller = [&](std::vector<std::atomic<int>>* hits) {
+    for (int call = 0; call < 200; ++call) {
+      pool.parallel_for(int64_t(hits->size()),
+                        [&](int64_t task, int) { (*hits)[size_t(task)].fetch_add(1); });
+    }
+  };
+  std::vector<std::atomic<int>> a(37), b(53);
+  std::thread t1(caller, &a), t2(caller, &b);
+  t1.join();
+  t2.join();
+  for (auto& h : a) EXPECT_EQ(h.load(), 200);
+  for (auto& h : b) EXPECT_EQ(h.load(), 200);
+}
+
 TEST(ThreadPoolDeathTest, NestedCallAborts) {
   EXPECT_DEATH(
       {

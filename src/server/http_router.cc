@@ -3,6 +3,9 @@
 // engine, slots, prompt cache and HTTP front, http_front.h) that the router hands requests to
 // (Front::dispatch) by the request's "model" field, or ?model= on GET routes.
 //
+// Compute: one ThreadPool (-t threads) for every model's context, shared (its calls take
+// turns), so two models decoding at once do not oversubscribe the cores.
+//
 // Loading and unloading: a model is loaded on first use (or POST /models/load) by the
 // ModelLoader with the router's flags, then the preset's, then -m. Beyond --models-max, or when
 // the loaded models' weights would pass 80% of the machine's memory, the least recently used
@@ -26,6 +29,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "base/buffer.h"
 #include "mnemo/log.h"
@@ -70,6 +74,11 @@ class Router {
         base_args_(std::move(base_args)),
         loader_(std::move(loader)),
         guards_(params, metrics_) {
+    const int n_threads = params.ctx.n_threads > 0
+                              ? params.ctx.n_threads
+                              : std::max(1, int(std::thread::hardware_concurrency()));
+    pool_ = std::make_shared<ThreadPool>(n_threads);
+    pool_->set_shared(true);
     for (ModelEntry& e : models) {
       Entry m;
       m.entry = std::move(e);
@@ -141,6 +150,8 @@ class Router {
   std::condition_variable loaded_cv_;  // a load ended
   std::map<std::string, Entry> models_;
   uint64_t clock_ = 0;
+  // The one compute pool of every model (-t of the router): their decodes take turns.
+  std::shared_ptr<ThreadPool> pool_;
 };
 
 std::vector<std::string> Router::args_of(const ModelEntry& e) const {
@@ -233,6 +244,7 @@ Result<std::shared_ptr<Loaded>> Router::acquire(const std::string& name, bool lo
       p.cache_ram_mib = total / std::max(1, params_.models_max);
     }
     p.model_alias = p.model_alias.empty() ? name : p.model_alias;
+    p.ctx.pool = pool_;
     p.on_listening = nullptr;
     auto inst = make_server_instance(*loaded->lm.model, *loaded->lm.tok, p);
     if (inst.ok()) {

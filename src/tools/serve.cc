@@ -97,6 +97,7 @@ int serve_main(ServeFlags& f) {
       }
       base.push_back(a);
     }
+    f.server.ctx = f.model.ctx;  // -t: the router's one compute pool
     Status st = server::run_router(f.server, std::move(base), load_router_model);
     if (!st.ok()) return fail("mnemo serve", st.to_string(), 1);
     return 0;

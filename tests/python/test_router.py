@@ -5,8 +5,10 @@ equals a single-model server's; a conversation on a model that was unloaded and 
 reads only its new turn (its slots went to the disk prompt cache at the unload); unknown,
 missing and failing models get clear errors while the others keep serving.
 """
-import requests
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
+import requests
 
 from helpers.server import Server, stop
 
@@ -87,6 +89,13 @@ def test_router_serves_each_model_as_a_single_model_server(binary, models_dir, r
         assert toks
         p = requests.get(srv.url + f"/props?model={name}", timeout=30).json()
         assert p["default_generation_settings"]["n_ctx"] == 1024
+        # Two loaded models generating at once (one shared compute pool: their decodes take
+        # turns) still answer as alone.
+        both = [n for n, v in statuses(srv).items() if v == "loaded"]
+        with ThreadPoolExecutor(2) as ex:
+            outs = list(ex.map(lambda n: completion(srv, n, n=16)["content"], both))
+        for n, out in zip(both, outs):
+            assert out.startswith(reference[n]), n
     finally:
         stop(srv)
 
