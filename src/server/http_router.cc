@@ -7,9 +7,10 @@
 // turns), so two models decoding at once do not oversubscribe the cores.
 //
 // Loading and unloading: a model is loaded on first use (or POST /models/load) by the
-// ModelLoader with the router's flags, then the preset's, then -m. Beyond --models-max, or when
-// the loaded models' weights would pass 80% of the machine's memory, the least recently used
-// model that serves no request is unloaded first: its engine stops, which puts every slot's
+// ModelLoader with the router's flags, then the preset's, then -m. Beyond --models-max, when
+// the loaded models' weights would pass 80% of the machine's memory, or when the new model's
+// K/V does not fit in the memory available (Context::reserve, as a single-model server checks
+// it), the least recently used model that serves no request is unloaded first: its engine stops, which puts every slot's
 // sequence into its prompt cache and, with --cache-dir, the cache on disk under the model's
 // fingerprint, so a conversation continues after a reload by reading only its new turn. A
 // request holds its model (a shared_ptr, kept by a streamed response until it ends), so a model
@@ -247,6 +248,28 @@ Result<std::shared_ptr<Loaded>> Router::acquire(const std::string& name, bool lo
     p.ctx.pool = pool_;
     p.on_listening = nullptr;
     auto inst = make_server_instance(*loaded->lm.model, *loaded->lm.tok, p);
+    // The K/V does not fit in the memory available now (Context::reserve): unload the least
+    // recently used idle models one by one and try again.
+    while (!inst.ok() && inst.status().code() == StatusCode::kNoSpace) {
+      std::shared_ptr<Loaded> victim;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        Entry* lru = nullptr;
+        for (auto& [n, e] : models_) {
+          if (n != name && e.state == ModelState::kLoaded && e.loaded.use_count() == 1 &&
+              (lru == nullptr || e.last_used < lru->last_used)) {
+            lru = &e;
+          }
+        }
+        if (lru == nullptr) break;
+        MNEMO_LOG(kInfo) << "router: unloading '" << lru->entry.name << "' to make room for '"
+                         << name << "''s K/V";
+        victim = std::move(lru->loaded);
+        lru->state = ModelState::kUnloaded;
+      }
+      victim.reset();
+      inst = make_server_instance(*loaded->lm.model, *loaded->lm.tok, p);
+    }
     if (inst.ok()) {
       loaded->inst = std::move(inst).value();
       loaded->inst->engine->start();
@@ -263,6 +286,7 @@ Result<std::shared_ptr<Loaded>> Router::acquire(const std::string& name, bool lo
     loaded_cv_.notify_all();
     MNEMO_LOG(kWarn) << "router: '" << name << "' failed to load: " << st.message();
     *kind = st.code() == StatusCode::kInvalidArgument ? ErrorKind::kInvalidRequest
+            : st.code() == StatusCode::kNoSpace       ? ErrorKind::kCacheFull
                                                       : ErrorKind::kInternal;
     return Status(st.code(), fmt::format("model '{}' failed to load: {}", name, st.message()));
   }

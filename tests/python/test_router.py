@@ -131,10 +131,11 @@ def test_router_errors_and_load_control(binary, models_dir, tmp_path):
     preset.write_text(
         "[*]\nc = 1024\n\n"
         f"[small]\nmodel = {models_dir / MODELS['SmolLM2-135M-Instruct-Q4_1']}\nc = 512\n\n"
-        f"[broken]\nmodel = {bad}\n")
+        f"[broken]\nmodel = {bad}\n\n"
+        f"[huge]\nmodel = {models_dir / MODELS['SmolLM2-135M-Instruct-Q4_1']}\nc = 40000000\n")
     srv = Server(binary, None, "--models-preset", preset, "--no-models-autoload", "-np", 1)
     try:
-        assert set(statuses(srv)) == {"small", "broken"}
+        assert set(statuses(srv)) == {"small", "broken", "huge"}
         # Unknown model: 404 in the API's error shape; missing model: 400.
         r = requests.post(srv.url + "/v1/chat/completions", timeout=60, json={
             "model": "nope", "messages": [{"role": "user", "content": "hi"}]})
@@ -158,6 +159,12 @@ def test_router_errors_and_load_control(binary, models_dir, tmp_path):
         assert r.status_code in (400, 500) and "broken" in r.json()["error"]["message"]
         assert statuses(srv)["broken"] == "failed"
         assert completion(srv, "small", n=2)["tokens_predicted"] == 2
+        # K/V larger than the machine: refused with the numbers, not a crash.
+        r = requests.post(srv.url + "/models/load", json={"model": "huge"}, timeout=300)
+        assert r.status_code in (500, 503) and "huge" in r.json()["error"]["message"], r.text
+        assert "bytes" in r.json()["error"]["message"] or "MiB" in r.json()["error"]["message"]
+        assert requests.post(srv.url + "/models/load", json={"model": "small"},
+                             timeout=300).json() == {"success": True}
         assert requests.post(srv.url + "/models/unload", json={"model": "small"},
                              timeout=300).json() == {"success": True}
         assert statuses(srv)["small"] == "unloaded"
