@@ -66,6 +66,7 @@ struct ServerParams {
   std::string allowed_origins = "*";
   bool slots_endpoint = true;  // --slots / --no-slots: GET /slots
   bool webui = true;           // --webui / --no-webui (also --ui / --no-ui): the web page at /
+  std::string media_path;      // --media-path: accepted and ignored (no vision model)
   /// --chat-template: a template family ("chatml", "llama3", "gemma") or, with jinja, a Jinja
   /// template's text, instead of the model's tokenizer.chat_template ("" = the model's).
   /// ChatTemplate::choose (include/mnemo/chat.h) says which wins.

@@ -102,6 +102,11 @@ int serve_main(ServeFlags& f) {
     if (!st.ok()) return fail("mnemo serve", st.to_string(), 1);
     return 0;
   }
+  if (!f.server.media_path.empty()) {
+    std::fprintf(stderr,
+                 "mnemo serve: --media-path is ignored: mnemo has no vision or audio model (no "
+                 "multimodal projector); requests with media parts get an error saying so\n");
+  }
   auto loaded = load_for_serve(f, /*report=*/true);
   if (!loaded.ok()) {
     const bool flags = loaded.status().code() == StatusCode::kInvalidArgument;
@@ -166,6 +171,9 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--allowed-origins", s.allowed_origins,
                  "origins whose web pages may call the API (CORS), comma-separated; * = any");
   app.add_flag("--slots,!--no-slots", s.slots_endpoint, "enable GET /slots (default on)");
+  app.add_option("--media-path", s.media_path,
+                 "accepted for llama-server's command lines: mnemo has no vision or audio model, "
+                 "so media parts of requests are refused with an error saying so");
   app.add_flag("--webui,--ui,!--no-webui,!--no-ui", s.webui,
                "serve the web page at / (default on; off: / is a 404, the API stays)");
   app.add_option(

@@ -114,6 +114,19 @@ def test_context_shift_truncates_a_long_prompt(binary, model):
         stop(srv)
 
 
+def test_media_path_is_accepted_and_media_refused(binary, model, tmp_path):
+    """--media-path (llama-server's) starts the server with a note; a file:// image part is
+    refused with the no-vision-model error, not a parse error."""
+    srv = Server(binary, model, "-c", 512, "-np", 1, "--media-path", tmp_path)
+    try:
+        assert any("--media-path is ignored" in l for l in srv.lines), srv.log()
+        r = post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "file://cat.png"}}]}], "max_tokens": 2})
+        assert r.status_code == 400 and "no vision" in r.json()["error"]["message"]
+    finally:
+        stop(srv)
+
+
 def test_prompt_objects_and_media(smol):
     r = post(smol, "/completion", {"prompt": {"prompt_string": "The sky is"}, "n_predict": 2,
                                    "temperature": 0})

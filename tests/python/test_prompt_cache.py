@@ -118,7 +118,10 @@ def test_a_shared_system_prompt_is_read_once(binary, model):
         try:
             first = complete(srv, system + ids(30, 11), n=2)
             assert first["timings"]["prompt_n"] == 630
-            for i in range(5):  # slots 1, 2, 3 copy the prefix from slot 0; then 0 and 1 again
+            # Slots 1, 2, 3 copy the prefix from slot 0; then 0 and 1 again (under a capped
+            # MNEMO_SIMD, scripts/test's other targets, the copies alone: the numerics are the
+            # same, and the slow targets read 630 tokens per fresh answer).
+            for i in range(3 if os.environ.get("MNEMO_SIMD") else 5):
                 prompt = system + ids(30, 20 + i)
                 r = complete(srv, prompt, n=2, id_slot=(i + 1) % 4)
                 assert r["timings"]["cache_n"] >= 600, (mode, i, r["timings"])
