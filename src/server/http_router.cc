@@ -133,10 +133,12 @@ class Router {
   // Handlers.
   void list(const Request& req, Response& res);
   void load_or_unload(const Request& req, Response& res, bool load);
+  // Without ?model= (with it, the routes forward).
   void props(const Request& req, Response& res);
   void metrics(const Request& req, Response& res);
-  // Any other route: to the model the request names.
-  void forward(const Request& req, Response& res);
+  // Any other route: to the model the request names. True when that model's front answered
+  // (and logged); false when the router answered an error itself.
+  bool forward(const Request& req, Response& res);
   void reply(Response& res, const Json& j, int status = 200) {
     res.status = status;
     res.set_content(dump(j), "application/json; charset=utf-8");
@@ -303,7 +305,10 @@ void Router::list(const Request&, Response& res) {
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& [name, m] : models_) {
     Json status = {{"value", state_name(m.state)}, {"args", args_of(m.entry)}};
-    if (m.state == ModelState::kFailed) status["failed"] = true, status["error"] = m.error;
+    if (m.state == ModelState::kFailed) {
+      status["failed"] = true;
+      status["error"] = m.error;
+    }
     data.push_back({{"id", name},
                     {"object", "model"},
                     {"owned_by", "mnemo"},
@@ -357,11 +362,7 @@ void Router::load_or_unload(const Request& req, Response& res, bool load) {
   reply(res, {{"success", true}});
 }
 
-void Router::props(const Request& req, Response& res) {
-  if (req.has_param("model")) {
-    forward(req, res);
-    return;
-  }
+void Router::props(const Request&, Response& res) {
   reply(res, {{"role", "router"},
               {"max_instances", params_.models_max},
               {"models_autoload", params_.models_autoload},
@@ -371,10 +372,6 @@ void Router::props(const Request& req, Response& res) {
 }
 
 void Router::metrics(const Request& req, Response& res) {
-  if (req.has_param("model")) {
-    forward(req, res);
-    return;
-  }
   if (!params_.metrics) {
     guards_.reply_early_error(
         req, res, ErrorKind::kNotSupported,
@@ -404,7 +401,7 @@ void Router::metrics(const Request& req, Response& res) {
   res.set_content(o + bytes + kv, "text/plain; version=0.0.4");
 }
 
-void Router::forward(const Request& req, Response& res) {
+bool Router::forward(const Request& req, Response& res) {
   std::string name;
   if (req.has_param("model")) {
     name = req.get_param_value("model");
@@ -417,19 +414,19 @@ void Router::forward(const Request& req, Response& res) {
   if (name.empty()) {
     guards_.reply_early_error(req, res, ErrorKind::kInvalidRequest,
                               "model name is missing from the request");
-    return;
+    return false;
   }
   ErrorKind kind = ErrorKind::kInternal;
   auto loaded = acquire(name, /*load=*/false, &kind);
   if (!loaded.ok()) {
     guards_.reply_early_error(req, res, kind, loaded.status().message());
-    return;
+    return false;
   }
   std::shared_ptr<Loaded> keep = *loaded;
   if (!keep->inst->front->dispatch(req, res)) {
     guards_.reply_early_error(req, res, ErrorKind::kNotFound,
                               "no route for " + req.method + " " + req.path);
-    return;
+    return false;
   }
   // A streamed or heartbeat response runs after this handler returns: it holds the model until
   // httplib drops the response.
@@ -437,46 +434,59 @@ void Router::forward(const Request& req, Response& res) {
   res.content_provider_resource_releaser_ = [release, keep](bool success) {
     if (release) release(success);
   };
+  return true;
 }
 
 void Router::install(httplib::Server& svr) {
   guards_.install(svr);
-  auto logged = [](auto fn) {
+  // Every route: fn answers and returns true when a model's front answered (it logged the
+  // request then); otherwise the router's own answer is logged here.
+  auto route = [](auto fn) {
     return [fn](const Request& req, Response& res) {
       RequestLog log;
+      bool by_model = false;
       try {
-        fn(req, res);
+        by_model = fn(req, res);
       } catch (const std::exception& e) {  // a library's exception: never crash
         res.status = 500;
         res.set_content(dump(error_json(ErrorKind::kInternal,
                                         std::string("internal error: ") + e.what())),
                         "application/json; charset=utf-8");
       }
-      log_request(req.method, req.path, res.status, log);
+      if (!by_model) log_request(req.method, req.path, res.status, log);
     };
   };
-  auto health = [this](const Request&, Response& res) { reply(res, {{"status", "ok"}}); };
-  svr.Get("/health", logged(health));
-  svr.Get("/v1/health", logged(health));
-  svr.Get("/models", logged([this](const Request& q, Response& s) { list(q, s); }));
-  svr.Get("/v1/models", logged([this](const Request& q, Response& s) { list(q, s); }));
-  svr.Post("/models/load",
-           logged([this](const Request& q, Response& s) { load_or_unload(q, s, true); }));
-  svr.Post("/models/unload",
-           logged([this](const Request& q, Response& s) { load_or_unload(q, s, false); }));
-  svr.Get("/props", logged([this](const Request& q, Response& s) { props(q, s); }));
-  svr.Get("/metrics", logged([this](const Request& q, Response& s) { metrics(q, s); }));
-  // The model's own log line is written by its front (dispatch); these routes log nothing more.
-  auto fwd = [this](const Request& q, Response& s) {
-    try {
-      forward(q, s);
-    } catch (const std::exception& e) {
-      s.status = 500;
-      s.set_content(dump(error_json(ErrorKind::kInternal,
-                                    std::string("internal error: ") + e.what())),
-                    "application/json; charset=utf-8");
-    }
+  auto health = [this](const Request&, Response& res) {
+    reply(res, {{"status", "ok"}});
+    return false;
   };
+  auto list_route = [this](const Request& q, Response& s) {
+    list(q, s);
+    return false;
+  };
+  svr.Get("/health", route(health));
+  svr.Get("/v1/health", route(health));
+  svr.Get("/models", route(list_route));
+  svr.Get("/v1/models", route(list_route));
+  svr.Post("/models/load", route([this](const Request& q, Response& s) {
+             load_or_unload(q, s, true);
+             return false;
+           }));
+  svr.Post("/models/unload", route([this](const Request& q, Response& s) {
+             load_or_unload(q, s, false);
+             return false;
+           }));
+  svr.Get("/props", route([this](const Request& q, Response& s) {
+            if (q.has_param("model")) return forward(q, s);
+            props(q, s);
+            return false;
+          }));
+  svr.Get("/metrics", route([this](const Request& q, Response& s) {
+            if (q.has_param("model")) return forward(q, s);
+            metrics(q, s);
+            return false;
+          }));
+  auto fwd = route([this](const Request& q, Response& s) { return forward(q, s); });
   svr.Get(R"(/.+)", fwd);
   svr.Post(R"(/.+)", fwd);
   svr.Delete(R"(/.+)", fwd);

@@ -10,7 +10,8 @@
 //
 // A key of one character becomes "-k", a longer one "--key"; `model` (or `m`) names the file.
 // A preset section named as a --models-dir file adds its flags to that file's model. Parsed with
-// inih (Debian's libinih): `;` and `#` start comments, values are trimmed.
+// inih (Debian's libinih): a line starting with `;` or `#` is a comment, and so is the rest of
+// a line after " ;"; keys and values are trimmed.
 #pragma once
 
 #include <string>

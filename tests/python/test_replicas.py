@@ -39,7 +39,9 @@ from helpers.server import Server, metric, stop
 
 BLOCK = 64
 
-# The replica tests compare answers byte for byte (kernels); the KV-event tests count blocks.
+# The replica tests that compare a served prefix's answers with a fresh read byte for byte are
+# `kernels` (run again under every SIMD target); the outage and verification tests count
+# hits and errors, and the KV-event tests count blocks.
 needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
                                  reason="redis-server missing: run scripts/setup")
 
@@ -105,7 +107,6 @@ def test_a_conversation_alternates_between_two_replicas(binary, model, redis):
         stop(fresh)
 
 
-@pytest.mark.kernels
 @needs_redis
 def test_redis_down_slow_or_back(binary, model, redis):
     a = replica(binary, model, redis.url())
@@ -154,7 +155,6 @@ def test_redis_down_slow_or_back(binary, model, redis):
         stop(b)
 
 
-@pytest.mark.kernels
 @needs_redis
 def test_fetched_values_are_verified_and_a_full_store_drops_writes(binary, model, redis):
     a = replica(binary, model, redis.url())
