@@ -26,6 +26,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
@@ -378,24 +379,35 @@ void Router::metrics(const Request& req, Response& res) {
         "This server does not support metrics endpoint. Start it with `--metrics`");
     return;
   }
+  std::vector<std::pair<std::string, std::shared_ptr<Loaded>>> loaded;
   std::string o;
   o += "# HELP mnemo_router_model_loaded Whether the model is loaded (1) or not (0).\n";
   o += "# TYPE mnemo_router_model_loaded gauge\n";
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [name, m] : models_) {
+      const bool is_loaded = m.state == ModelState::kLoaded;
+      o += fmt::format("mnemo_router_model_loaded{{model=\"{}\"}} {}\n", name, is_loaded ? 1 : 0);
+      if (is_loaded) loaded.emplace_back(name, m.loaded);
+    }
+  }
   std::string bytes =
       "# HELP mnemo_router_model_weight_bytes Bytes of the loaded model's weights file.\n"
       "# TYPE mnemo_router_model_weight_bytes gauge\n";
   std::string kv =
-      "# HELP mnemo_router_model_kv_cells KV cells of the loaded model's context (n_ctx).\n"
-      "# TYPE mnemo_router_model_kv_cells gauge\n";
-  std::lock_guard<std::mutex> lk(mu_);
-  for (auto& [name, m] : models_) {
-    const bool loaded = m.state == ModelState::kLoaded;
-    o += fmt::format("mnemo_router_model_loaded{{model=\"{}\"}} {}\n", name, loaded ? 1 : 0);
-    if (!loaded) continue;
+      "# HELP mnemo_router_model_kv_bytes K/V tensor bytes of the loaded model's context.\n"
+      "# TYPE mnemo_router_model_kv_bytes gauge\n";
+  for (const auto& [name, l] : loaded) {
     bytes += fmt::format("mnemo_router_model_weight_bytes{{model=\"{}\"}} {}\n", name,
-                         m.loaded->weight_bytes);
-    kv += fmt::format("mnemo_router_model_kv_cells{{model=\"{}\"}} {}\n", name,
-                      m.loaded->inst->engine->info().n_ctx);
+                         l->weight_bytes);
+    // A snapshot from the model's loop thread (between two of its steps); a model too busy to
+    // answer within the timeout is left out of this scrape.
+    auto f = l->inst->engine->control(ControlRequest{});
+    if (f.wait_for(std::chrono::seconds(params_.timeout_s)) != std::future_status::ready) continue;
+    const ControlReply r = f.get();
+    if (!r.status.ok()) continue;
+    kv += fmt::format("mnemo_router_model_kv_bytes{{model=\"{}\"}} {}\n", name,
+                      r.breakdown.tensor_bytes);
   }
   res.status = 200;
   res.set_content(o + bytes + kv, "text/plain; version=0.0.4");

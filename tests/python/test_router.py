@@ -84,6 +84,8 @@ def test_router_serves_each_model_as_a_single_model_server(binary, models_dir, r
         assert "llamacpp:tokens_predicted_total" in m
         m = requests.get(srv.url + "/metrics", timeout=30).text
         assert f'mnemo_router_model_loaded{{model="{name}"}} 1' in m
+        kv = [l for l in m.splitlines() if l.startswith(f'mnemo_router_model_kv_bytes{{model="{name}"}}')]
+        assert len(kv) == 1 and float(kv[0].split()[-1]) > 0, m
         toks = requests.post(srv.url + f"/tokenize?model={name}", json={"content": "hello"},
                              timeout=30).json()["tokens"]
         assert toks
