@@ -28,7 +28,9 @@
 //   GET  /metrics                     Prometheus text; needs --metrics
 //
 // Threads and timing (the keep-alive and heartbeat of completions) are described in
-// http_front.h.
+// http_front.h. Router mode (no -m: several models behind these routes, picked by "model") is
+// http_router.cc; each model there is a ServerInstance whose Front answers through dispatch().
+// The web page (/, /index.html) is left out with --no-webui (a 404).
 #include <fmt/format.h>
 #include <httplib.h>
 #include <pthread.h>
