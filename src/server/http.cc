@@ -242,23 +242,27 @@ Result<std::unique_ptr<ServerInstance>> make_server_instance(const Model& model,
   return inst;
 }
 
-Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& params) {
-
-  // SIGINT / SIGTERM are taken by a watcher thread (blocked everywhere else: every thread
-  // started from here inherits the mask); a broken pipe is an error return, not a signal.
+StopSignalsBlocked::StopSignalsBlocked() {
   ::signal(SIGPIPE, SIG_IGN);
-  sigset_t sigs, old_mask;
+  const sigset_t sigs = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &sigs, &old_mask_);
+}
+
+StopSignalsBlocked::~StopSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr); }
+
+sigset_t StopSignalsBlocked::stop_signals() {
+  sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, &old_mask);
+  return sigs;
+}
 
-  auto made = make_server_instance(model, tok, params);
-  if (!made.ok()) {
-    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    return made.status();
-  }
-  std::unique_ptr<ServerInstance> inst = std::move(made).value();
+Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& params) {
+  // Before the engine's thread starts, so it inherits the mask too.
+  StopSignalsBlocked blocked;
+  MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<ServerInstance> inst,
+                         make_server_instance(model, tok, params));
   Engine& engine = *inst->engine;
 
   httplib::Server svr;
@@ -273,7 +277,6 @@ Status run_server(const Model& model, const Tokenizer& tok, const ServerParams& 
       fmt::format("{} slots, n_ctx {} ({} per slot, {} KV)", info.n_slots, info.n_ctx,
                   info.n_ctx_seq, info.kv_unified ? "unified" : "split"));
   engine.stop();
-  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   return st;
 }
 
@@ -303,10 +306,7 @@ Status listen_until_stopped(httplib::Server& svr, const ServerParams& params, in
     MNEMO_LOG(kWarn) << "listening on " << params.host << ", not only loopback"
                      << (params.api_key.empty() ? ", and without --api-key" : "");
   }
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
+  const sigset_t sigs = StopSignalsBlocked::stop_signals();
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     const timespec tick{0, 200 * 1000 * 1000};

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <httplib.h>
+#include <signal.h>
 
 #include <chrono>
 #include <functional>
@@ -254,11 +255,27 @@ Result<std::unique_ptr<ServerInstance>> make_server_instance(const Model& model,
                                                              const Tokenizer& tok,
                                                              const ServerParams& params);
 
+/// While alive, this thread has SIGINT and SIGTERM blocked (so does every thread it starts:
+/// listen_until_stopped's watcher takes them with sigtimedwait) and SIGPIPE is ignored (a broken
+/// pipe is an error return). The destructor restores the thread's previous mask.
+class StopSignalsBlocked {
+ public:
+  StopSignalsBlocked();
+  ~StopSignalsBlocked();
+  StopSignalsBlocked(const StopSignalsBlocked&) = delete;
+  StopSignalsBlocked& operator=(const StopSignalsBlocked&) = delete;
+  /// {SIGINT, SIGTERM}.
+  static sigset_t stop_signals();
+
+ private:
+  sigset_t old_mask_;
+};
+
 /// Serves `svr` on params.host / params.port until SIGINT, SIGTERM or stop_server():
 /// httplib's pool of `n_http` threads (up to 16 x, or --threads-http-max), the limits of
 /// `params`, "listening on" printed (and params.on_listening called) once bound. `stop_engines`
 /// runs first when stopping, so requests in flight end and the pool can be joined. The caller
-/// has blocked SIGINT and SIGTERM in this thread (the handlers' threads inherit that).
+/// holds a StopSignalsBlocked (the handlers' threads inherit the mask).
 /// Errors: IOError when the address cannot be bound.
 Status listen_until_stopped(httplib::Server& svr, const ServerParams& params, int n_http,
                             const std::function<void()>& stop_engines, const std::string& banner);

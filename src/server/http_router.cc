@@ -22,8 +22,6 @@
 // (per-model gauges with a model label).
 #include <fmt/format.h>
 #include <httplib.h>
-#include <pthread.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -511,12 +509,7 @@ Status run_router(const ServerParams& params, std::vector<std::string> base_args
   if (params.models_max < 1) return Status::invalid_argument("--models-max must be at least 1");
   MNEMO_ASSIGN_OR_RETURN(std::vector<ModelEntry> models,
                          list_models(params.models_dir, params.models_preset));
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t sigs, old_mask;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, &old_mask);
+  StopSignalsBlocked blocked;
   std::string names;
   for (const ModelEntry& m : models) names += (names.empty() ? "" : ", ") + m.name;
   Status st;
@@ -529,7 +522,6 @@ Status run_router(const ServerParams& params, std::vector<std::string> base_args
         svr, params, n_http, [&] { router.stop_engines(); },
         fmt::format("router over {} (--models-max {})", names, params.models_max));
   }
-  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   return st;
 }
 

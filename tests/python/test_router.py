@@ -5,6 +5,7 @@ equals a single-model server's; a conversation on a model that was unloaded and 
 reads only its new turn (its slots went to the disk prompt cache at the unload); unknown,
 missing and failing models get clear errors while the others keep serving.
 """
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -174,3 +175,23 @@ def test_router_errors_and_load_control(binary, models_dir, tmp_path):
         assert r.status_code == 400
     finally:
         stop(srv)
+
+
+@pytest.mark.parametrize("write,flag,why", [
+    (None, "--models-dir", "cannot list it"),
+    ("[coder]\nc = 512\n", "--models-preset", "has no 'model = PATH'"),
+    ("c = 512\n", "--models-preset", "outside any [section]"),
+    ("[a]\n--ctx-size = 512\n", "--models-preset", "without their dashes"),
+])
+def test_bad_model_lists_stop_the_router_at_start(binary, tmp_path, write, flag, why):
+    """A models directory that cannot be listed and a preset that is malformed are clear errors
+    at start (exit status 1, the file and line named), not a router serving nothing."""
+    target = tmp_path / ("models.ini" if write is not None else "missing-dir")
+    if write is not None:
+        target.write_text(write)
+    r = subprocess.run([str(binary), "serve", "--port", "0", flag, str(target)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and why in r.stderr, r.stderr
+    r = subprocess.run([str(binary), "serve", "--port", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "--models-dir" in r.stderr, r.stderr
