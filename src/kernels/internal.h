@@ -85,8 +85,9 @@ void rope_table_row(const RopeParams& p, double pos, float* row);
 
 // ---- packed weights (kernels.h PackedMatrix; layout in packed-inl.h) -----------------------
 
-/// How the quants of a packed format are stored.
-enum PackKind : int { kPackU4 = 4, kPackU5 = 5, kPackU8 = 8 };
+/// How the quants of a packed format are stored: nibbles (U4), nibbles and fifth-bit masks (U5),
+/// nibbles and high bit pairs (U6), or bytes (U8); packed-inl.h has the bytes.
+enum PackKind : int { kPackU4 = 4, kPackU5 = 5, kPackU6 = 6, kPackU8 = 8 };
 
 /// The packed formats (PackedMatrix::format_).
 enum class PackedFormat : int {
@@ -104,9 +105,12 @@ enum class PackedFormat : int {
 
 struct PackedFormatInfo {
   int kind = kPackU8;
-  int sub = 32;            // S: elements per sub-block (one scale per row and sub-block)
-  bool f16_scales = true;  // scales (and offsets) stored as fp16 (exact) or f32
-  int offset = 0;          // > 0: element = d (u - offset); -1: d u + c (c stored); 0: d u
+  int sub = 32;  // S: elements per sub-block (one scale per row and sub-block)
+  // true: an fp16 scale (and offset) per row and sub-block; false (K-quants): the GGUF's own
+  // scales, an 8-bit scale (and min) per row and sub-block and fp16 super-block scales d (and
+  // dmin) per row and 256 elements, multiplied when read (the products are exact in f32).
+  bool f16_scales = true;
+  int offset = 0;  // > 0: element = d (u - offset); -1: d u + c (c stored); 0: d u
 };
 
 /// The packed format of a weight type, kNone where there is none (in either layout: the 8-row
@@ -114,13 +118,17 @@ struct PackedFormatInfo {
 PackedFormat packed_format_of(GgmlType type);
 PackedFormatInfo packed_format_info(PackedFormat f);
 
-/// Byte layout of one 16-row group of a packed matrix.
+/// Byte layout of one 16-row group of a packed matrix: n_sub / subs_per_span spans, each
+///   [quants of its sub-blocks][scales][offsets][super]   (packed-inl.h has the bytes).
 struct PackedLayout {
   int64_t n_sub = 0;            // sub-blocks per row
   int64_t sub_quant_bytes = 0;  // quants of one sub-block (a multiple of 64)
-  int64_t scales_offset = 0;    // from the group start
-  int64_t offsets_offset = 0;
-  int64_t group_bytes = 0;  // a multiple of 64
+  int64_t subs_per_span = 0;    // n_sub (one span) for fp16 scales; 256 / S for K-quants
+  int64_t span_bytes = 0;       // a multiple of 64
+  int64_t scales_offset = 0;    // from the span start: per sub-block 16 fp16 d or 16 int8 sc
+  int64_t offsets_offset = 0;   // per sub-block 16 fp16 c or 16 uint8 m (offset -1 only)
+  int64_t super_offset = 0;     // K-quants: 16 fp16 super-block d, then 16 fp16 dmin
+  int64_t group_bytes = 0;      // a multiple of 64
 };
 PackedLayout packed_layout(PackedFormat f, int64_t n_in);
 

@@ -159,7 +159,7 @@ struct PackedImage {
 };
 /// Version of the packed layouts' bytes: bumped whenever pack_matrix changes what it writes, so
 /// that a repack cache made by another version is rebuilt.
-inline constexpr int kPackedLayoutVersion = 1;
+inline constexpr int kPackedLayoutVersion = 2;
 /// The bytes of `m` (data null when m is not packed); they live as long as m.
 PackedImage packed_image(const PackedMatrix& m);
 /// A matrix reading packed bytes it does not own (`img.data`: 64-byte aligned, unchanged and

@@ -5,7 +5,7 @@
 //
 // Layout of one group of 16 rows (rows past n_out are zero, their outputs dropped), for a row
 // length of n_sub sub-blocks of S elements (S = 32; 16 for Q6_K):
-//   [quants of sub-block 0] ... [quants of sub-block n_sub-1] [scales] [offsets]
+//   [quants of sub-block 0] ... [quants of sub-block n_sub-1] [scales] [offsets] [super]
 // quants of one sub-block, in 64-byte units whose 32-bit lane r holds 4 consecutive elements of
 // row r (so one dpbusd against 4 activations broadcast to every lane accumulates 16 rows):
 //   U8: S/4 units; unit k = elements 4k..4k+3 as bytes u (int8 formats stored as q + 128).
@@ -13,10 +13,15 @@
 //       high nibbles of the same bytes.
 //   U5: the U4 units, then S/4 64-bit masks: bit 4r+i of mask k = bit 4 of element 4k+i of
 //       row r (the fifth bits).
-// scales: per sub-block 16 floats d (fp16 where the GGUF scale is fp16, exact; f32 for
-// K-quants, where d is a product of two scales); offsets (only "float offset" formats): per
-// sub-block 16 offsets c, same width. Element = d * u + c, or d * (u - k) for "integer offset"
-// formats (c = -k d).
+//   U6 (Q6_K, S = 16): the U4 units of the low four bits, then 64 bytes of high bit pairs:
+//       byte 4r+i, bits 2(2j+h) and 2(2j+h)+1 = bits 4 and 5 of element 8j+4h+i of row r.
+// scales: per sub-block the 16 rows' scales d as fp16 (the GGUF's scale, exact), or for
+// K-quants their 8-bit sub-block scales sc (int8; Q4_K / Q5_K's 6-bit values fit); offsets
+// (only "float offset" formats): per sub-block 16 fp16 offsets c, or the K-quants' 8-bit mins m.
+// super (K-quants only): per 256 elements the 16 rows' fp16 super-block scales D, then as many
+// fp16 super-block mins M (Q4_K / Q5_K). A K-quant's d = D sc and c = -M m: products exact in
+// f32, the values the unpacked form holds. So every type is within 3% of its GGUF rows' size.
+// Element = d * u + c, or d * (u - k) for "integer offset" formats (c = -k d).
 // The activations are quantized as for the unpacked path (8 bits, one scale per 32); per
 // sub-block the kernel needs dx (the scale) and sx = dx * sum(q) (times -k for integer offsets).
 
@@ -50,6 +55,80 @@ namespace packed {
 using internal::PackedFormat;
 using internal::PackedLayout;
 
+/// Unit j of a U4 / U5 / U6 sub-block's quants q, widened to bytes: elements 8j..8j+3 (lo) and
+/// 8j+4..8j+7 (hi) of the 16 rows.
+template <int kKind, int kS>
+HWY_INLINE void WidenUnit(const uint8_t* q, int j, __m512i& lo, __m512i& hi) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i v = _mm512_load_si512(q + 64 * j);
+  lo = _mm512_and_si512(v, m4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  if constexpr (kKind == internal::kPackU5) {
+    const __m512i v10 = _mm512_set1_epi8(0x10);
+    uint64_t mlo, mhi;
+    std::memcpy(&mlo, q + 8 * kS + 16 * j, 8);
+    std::memcpy(&mhi, q + 8 * kS + 16 * j + 8, 8);
+    lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(mlo), lo, v10);
+    hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(mhi), hi, v10);
+  } else if constexpr (kKind == internal::kPackU6) {
+    static_assert(kS == 16, "U6 has two units");
+    // Pair k = 2j + h sits at bits 2k, 2k+1; moved to bits 4, 5. (a & b) | c is ternlog 0xEA.
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    const __m512i h = _mm512_load_si512(q + 8 * kS);
+    const __m512i p_lo = j == 0 ? _mm512_slli_epi16(h, 4) : h;
+    const __m512i p_hi = j == 0 ? _mm512_slli_epi16(h, 2) : _mm512_srli_epi16(h, 2);
+    lo = _mm512_ternarylogic_epi32(p_lo, m30, lo, 0xEA);
+    hi = _mm512_ternarylogic_epi32(p_hi, m30, hi, 0xEA);
+  }
+}
+
+/// Where sub-block s of a group lies: its span and its index k in the span.
+template <int kS, bool kF16>
+HWY_INLINE const uint8_t* SpanOf(const uint8_t* group, const PackedLayout& L, int64_t s,
+                                 int64_t& k) {
+  if constexpr (kF16) {  // one span
+    k = s;
+    return group;
+  } else {
+    constexpr int64_t kPerSpan = 256 / kS;
+    k = s % kPerSpan;
+    return group + (s / kPerSpan) * L.span_bytes;
+  }
+}
+
+/// The 16 rows' scale d and offset c (zero unless kOff < 0) of sub-block k of a span.
+template <int kS, bool kF16, int kOff>
+HWY_INLINE void SubScales(const uint8_t* span, const PackedLayout& L, int64_t k, __m512& d,
+                          __m512& off) {
+  off = _mm512_setzero_ps();
+  if constexpr (kF16) {
+    d = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(span + L.scales_offset + 32 * k)));
+    if constexpr (kOff < 0) {
+      off = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(span + L.offsets_offset + 32 * k)));
+    }
+  } else {  // d = D sc, c = -M m (exact products)
+    const uint8_t* super = span + L.super_offset;
+    const __m512 dsup = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super)));
+    const __m128i sc =
+        _mm_load_si128(reinterpret_cast<const __m128i*>(span + L.scales_offset + 16 * k));
+    d = _mm512_mul_ps(dsup, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+    if constexpr (kOff < 0) {
+      const __m512 msup =
+          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 32)));
+      const __m128i m =
+          _mm_load_si128(reinterpret_cast<const __m128i*>(span + L.offsets_offset + 16 * k));
+      off = _mm512_mul_ps(_mm512_xor_ps(msup, _mm512_set1_ps(-0.0f)),
+                          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
+    }
+  }
+}
+
+/// How far ahead of the sub-block being read Tile() prefetches (bytes); 2 KiB measured best
+/// for generation on a 1.5B Q4_K_M model (Xeon with AMX, 2 threads; also the 8-row layout's).
+inline constexpr int64_t kPrefetchAhead = 2048;
+
 /// One 16-row group: y[c * y_stride + r] for r < n_valid, tokens c < kC.
 template <int kKind, int kS, bool kF16, int kOff, int kC>
 MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout& L,
@@ -58,20 +137,18 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout&
                                        int n_valid) {
   __m512 accf[kC];
   for (int c = 0; c < kC; ++c) accf[c] = _mm512_setzero_ps();
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i v10 = _mm512_set1_epi8(0x10);
-  const uint8_t* scales = group + L.scales_offset;
-  const uint8_t* offsets = group + L.offsets_offset;
   for (int64_t s = 0; s < L.n_sub; ++s) {
-    const uint8_t* q = group + s * L.sub_quant_bytes;
+    int64_t k;
+    const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
+    const uint8_t* q = span + k * L.sub_quant_bytes;
     const int64_t e0 = s * kS;
-#ifdef MNEMO_PF_AHEAD
+    // Software prefetch (the hardware prefetchers stop at 4 KiB pages): decoding streams each
+    // group from memory once, and a K-quant span's scales follow its quants in that stream.
     if constexpr (kC <= 4) {
       for (int64_t b = 0; b < L.sub_quant_bytes; b += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(q) + MNEMO_PF_AHEAD + b, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchAhead + b, _MM_HINT_T0);
       }
     }
-#endif
     __m512i acci[kC];
     for (int c = 0; c < kC; ++c) acci[c] = _mm512_setzero_si512();
     if constexpr (kKind == internal::kPackU8) {
@@ -85,16 +162,8 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout&
       }
     } else {
       for (int j = 0; j < kS / 8; ++j) {
-        const __m512i v = _mm512_load_si512(q + 64 * j);
-        __m512i lo = _mm512_and_si512(v, m4);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if constexpr (kKind == internal::kPackU5) {
-          uint64_t mlo, mhi;
-          std::memcpy(&mlo, q + 8 * kS + 16 * j, 8);
-          std::memcpy(&mhi, q + 8 * kS + 16 * j + 8, 8);
-          lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(mlo), lo, v10);
-          hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(mhi), hi, v10);
-        }
+        __m512i lo, hi;
+        WidenUnit<kKind, kS>(q, j, lo, hi);
         for (int c = 0; c < kC; ++c) {
           int32_t a_lo, a_hi;
           std::memcpy(&a_lo, a[c] + e0 + 8 * j, 4);
@@ -104,18 +173,8 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout&
         }
       }
     }
-    __m512 d;
-    __m512 off = _mm512_setzero_ps();
-    if constexpr (kF16) {
-      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * s)));
-      if constexpr (kOff < 0) {
-        off =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets + 32 * s)));
-      }
-    } else {
-      d = _mm512_loadu_ps(scales + 64 * s);
-      if constexpr (kOff < 0) off = _mm512_loadu_ps(offsets + 64 * s);
-    }
+    __m512 d, off;
+    SubScales<kS, kF16, kOff>(span, L, k, d, off);
     for (int c = 0; c < kC; ++c) {
       const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(dx[c][e0 / 4]));
       accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), scale, accf[c]);
@@ -174,7 +233,7 @@ inline TileFn GetTile(PackedFormat f) {
     case PackedFormat::kQ5_K:
       return &TileCols<kPackU5, 32, false, -1>;
     case PackedFormat::kQ6_K:
-      return &TileCols<kPackU8, 16, false, 32>;
+      return &TileCols<internal::kPackU6, 16, false, 32>;
     default:
       return nullptr;
   }
@@ -225,26 +284,19 @@ template <int kKind, int kS, bool kF16, int kOff>
 __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
     const uint8_t* group, const PackedLayout& L, const QuantRows& qr, int64_t t0, int64_t t1,
     float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf) {
-  // B operands: U8 quants are tile-ready in place; U4 / U5 are widened once per group.
+  // B operands: U8 quants are tile-ready in place (U8 formats have fp16 scales: one span, the
+  // quants contiguous); U4 / U5 / U6 are widened once per group.
+  static_assert(kKind != internal::kPackU8 || kF16, "U8 in place needs one span");
   const uint8_t* b = group;
   int64_t b_stride = L.sub_quant_bytes;
   if constexpr (kKind != internal::kPackU8) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i v10 = _mm512_set1_epi8(0x10);
     for (int64_t s = 0; s < L.n_sub; ++s) {
-      const uint8_t* q = group + s * L.sub_quant_bytes;
+      int64_t k;
+      const uint8_t* q = SpanOf<kS, kF16>(group, L, s, k) + k * L.sub_quant_bytes;
       uint8_t* out = bbuf + s * 16 * kS;
       for (int j = 0; j < kS / 8; ++j) {
-        const __m512i v = _mm512_load_si512(q + 64 * j);
-        __m512i lo = _mm512_and_si512(v, m4);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if constexpr (kKind == internal::kPackU5) {
-          uint64_t mlo, mhi;
-          std::memcpy(&mlo, q + 8 * kS + 16 * j, 8);
-          std::memcpy(&mhi, q + 8 * kS + 16 * j + 8, 8);
-          lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(mlo), lo, v10);
-          hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(mhi), hi, v10);
-        }
+        __m512i lo, hi;
+        WidenUnit<kKind, kS>(q, j, lo, hi);
         _mm512_store_si512(out + 128 * j, lo);
         _mm512_store_si512(out + 128 * j + 64, hi);
       }
@@ -252,8 +304,6 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
     b = bbuf;
     b_stride = 16 * kS;
   }
-  const uint8_t* scales = group + L.scales_offset;
-  const uint8_t* offsets = group + L.offsets_offset;
   const int64_t dx_stride = qr.n_pad / 4;
   for (int64_t t = t0; t < t1; t += 16) {
     __m512 acc[16];
@@ -264,18 +314,10 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
       _tile_loadd(2, b + s * b_stride, 64);
       _tile_dpbsud(0, 1, 2);
       _tile_stored(0, cbuf, 64);
-      __m512 d;
-      __m512 off = _mm512_setzero_ps();
-      if constexpr (kF16) {
-        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * s)));
-        if constexpr (kOff < 0) {
-          off = _mm512_cvtph_ps(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets + 32 * s)));
-        }
-      } else {
-        d = _mm512_loadu_ps(scales + 64 * s);
-        if constexpr (kOff < 0) off = _mm512_loadu_ps(offsets + 64 * s);
-      }
+      __m512 d, off;
+      int64_t k;
+      const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
+      SubScales<kS, kF16, kOff>(span, L, k, d, off);
       const float* dx = qr.dx + t * dx_stride + s * kS / 4;
       const float* sx = qr.sx + t * qr.n_off + s;
       for (int m = 0; m < 16; ++m) {
@@ -319,7 +361,7 @@ inline AmxGroupFn GetAmxGroup(PackedFormat f) {
     case PackedFormat::kQ5_K:
       return &AmxGroup<kPackU5, 32, false, -1>;
     case PackedFormat::kQ6_K:
-      return &AmxGroup<kPackU8, 16, false, 32>;
+      return &AmxGroup<internal::kPackU6, 16, false, 32>;
     default:
       return nullptr;
   }
@@ -351,20 +393,40 @@ inline void PackGroups(const internal::MatmulArgs& w, internal::PackedFormat f,
   const int64_t n_off = OffsetLen(n_pad, k.format.group);
   std::vector<uint8_t> w8(16 * n_pad);
   std::vector<float> dw(16 * n_pad / 4), cw(std::max<int64_t>(1, 16 * n_off));
+  const int64_t n_super = info.f16_scales ? 0 : w.n_in / 256;
+  std::vector<uint16_t> kd(16 * std::max<int64_t>(1, n_super)), kdmin(kd.size());
+  std::vector<int8_t> ksc(16 * std::max<int64_t>(1, L.n_sub)), km(ksc.size());
   for (int64_t g = g0; g < g1; ++g) {
     uint8_t* dst = out + (g - g0) * L.group_bytes;
     std::memset(dst, 0, L.group_bytes);
     std::fill(w8.begin(), w8.end(), 0);
     std::fill(dw.begin(), dw.end(), 0.0f);
     std::fill(cw.begin(), cw.end(), 0.0f);
+    std::fill(kd.begin(), kd.end(), uint16_t{0});
+    std::fill(kdmin.begin(), kdmin.end(), uint16_t{0});
+    std::fill(ksc.begin(), ksc.end(), int8_t{0});
+    std::fill(km.begin(), km.end(), int8_t{0});
     for (int r = 0; r < 16; ++r) {
       const int64_t row = 16 * g + r;
       if (row >= w.n_out) break;
       k.unpack(w.w + row * w.w_row_bytes, w.n_in, n_pad, n_off, w8.data() + r * n_pad,
                dw.data() + r * (n_pad / 4), cw.data() + r * n_off);
+      if (!info.f16_scales) {
+        KScales(w.type, w.w + row * w.w_row_bytes, w.n_in, kd.data() + r * n_super,
+                kdmin.data() + r * n_super, ksc.data() + r * L.n_sub, km.data() + r * L.n_sub);
+      }
+    }
+    for (int64_t b = 0; b < n_super; ++b) {  // K-quants: one span per super-block
+      uint8_t* sup = dst + b * L.span_bytes + L.super_offset;
+      for (int r = 0; r < 16; ++r) {
+        std::memcpy(sup + 2 * r, &kd[r * n_super + b], 2);
+        if (info.offset < 0) std::memcpy(sup + 32 + 2 * r, &kdmin[r * n_super + b], 2);
+      }
     }
     for (int64_t s = 0; s < L.n_sub; ++s) {
-      uint8_t* q = dst + s * L.sub_quant_bytes;
+      const int64_t span_k = s % L.subs_per_span;
+      uint8_t* span = dst + (s / L.subs_per_span) * L.span_bytes;
+      uint8_t* q = span + span_k * L.sub_quant_bytes;
       for (int r = 0; r < 16; ++r) {
         const uint8_t* u = w8.data() + r * n_pad + s * S;
         for (int e = 0; e < S; ++e) {
@@ -379,18 +441,24 @@ inline void PackGroups(const internal::MatmulArgs& w, internal::PackedFormat f,
               uint64_t* masks = reinterpret_cast<uint64_t*>(q + 8 * S);
               masks[e / 4] |= uint64_t{1} << (4 * r + e % 4);
             }
+            if (info.kind == internal::kPackU6) {
+              const int pair = 2 * j + shift / 4;
+              q[8 * S + 4 * r + i] |= static_cast<uint8_t>(((u[e] >> 4) & 3) << (2 * pair));
+            }
           }
         }
-        // The scale (and offset) of the sub-block: constant over it in the unpacked form.
-        const float d = dw[r * (n_pad / 4) + s * S / 4];
-        const float c = info.offset < 0 ? cw[r * n_off + s * S / k.format.group] : 0.0f;
         if (info.f16_scales) {
+          // The scale (and offset) of the sub-block: constant over it in the unpacked form.
+          const float d = dw[r * (n_pad / 4) + s * S / 4];
+          const float c = info.offset < 0 ? cw[r * n_off + s * S / k.format.group] : 0.0f;
           const uint16_t dh = fp32_to_fp16(d), ch = fp32_to_fp16(c);
-          std::memcpy(dst + L.scales_offset + 32 * s + 2 * r, &dh, 2);
-          if (info.offset < 0) std::memcpy(dst + L.offsets_offset + 32 * s + 2 * r, &ch, 2);
+          std::memcpy(span + L.scales_offset + 32 * span_k + 2 * r, &dh, 2);
+          if (info.offset < 0) std::memcpy(span + L.offsets_offset + 32 * span_k + 2 * r, &ch, 2);
         } else {
-          std::memcpy(dst + L.scales_offset + 64 * s + 4 * r, &d, 4);
-          if (info.offset < 0) std::memcpy(dst + L.offsets_offset + 64 * s + 4 * r, &c, 4);
+          span[L.scales_offset + 16 * span_k + r] = static_cast<uint8_t>(ksc[r * L.n_sub + s]);
+          if (info.offset < 0) {
+            span[L.offsets_offset + 16 * span_k + r] = static_cast<uint8_t>(km[r * L.n_sub + s]);
+          }
         }
       }
     }

@@ -152,7 +152,7 @@ PackedFormatInfo packed_format_info(PackedFormat f) {
     case PackedFormat::kQ5_K:
       return {kPackU5, 32, false, -1};
     case PackedFormat::kQ6_K:
-      return {kPackU8, 16, false, 32};
+      return {kPackU6, 16, false, 32};
     default:
       CHECK(false) << "no packed format " << static_cast<int>(f);
   }
@@ -165,12 +165,16 @@ PackedLayout packed_layout(PackedFormat f, int64_t n_in) {
   l.n_sub = n_in / info.sub;
   l.sub_quant_bytes = info.kind == kPackU8   ? 16 * info.sub
                       : info.kind == kPackU4 ? 8 * info.sub
-                                             : 8 * info.sub + 2 * info.sub;  // + masks
-  const int64_t scale_bytes = 16 * (info.f16_scales ? 2 : 4);
-  l.scales_offset = l.n_sub * l.sub_quant_bytes;
-  l.offsets_offset = l.scales_offset + l.n_sub * scale_bytes;
-  const int64_t end = l.offsets_offset + (info.offset < 0 ? l.n_sub * scale_bytes : 0);
-  l.group_bytes = round_up(end, 64);
+                      : info.kind == kPackU5 ? 8 * info.sub + 2 * info.sub   // + masks
+                                             : 8 * info.sub + 4 * info.sub;  // + high pairs
+  const int64_t scale_bytes = 16 * (info.f16_scales ? 2 : 1);
+  l.subs_per_span = info.f16_scales ? l.n_sub : 256 / info.sub;
+  l.scales_offset = l.subs_per_span * l.sub_quant_bytes;
+  l.offsets_offset = l.scales_offset + l.subs_per_span * scale_bytes;
+  l.super_offset = l.offsets_offset + (info.offset < 0 ? l.subs_per_span * scale_bytes : 0);
+  const int64_t end = l.super_offset + (info.f16_scales ? 0 : 32 * (info.offset < 0 ? 2 : 1));
+  l.span_bytes = round_up(end, 64);
+  l.group_bytes = l.n_sub / l.subs_per_span * l.span_bytes;
   return l;
 }
 

@@ -130,38 +130,6 @@ inline int64_t GroupBytes(const Fmt& f, int64_t n_in) {
   return n_sub * RecordBytes(f) + n_span * SpanHeaderBytes(f.f16, f.offset);
 }
 
-/// The GGUF super-block scales of row `row` (K-quants): for super-block b, d[b] and dmin[b]
-/// (fp16 bits; dmin 0 for Q6_K), and per sub-block j the scale sc[b * 256 / S + j] and min m.
-inline void KScales(GgmlType type, const uint8_t* row, int64_t n_in, uint16_t* d, uint16_t* dmin,
-                    int8_t* sc, int8_t* m) {
-  for (int64_t b = 0; b < n_in / 256; ++b) {
-    if (type == GgmlType::Q6_K) {
-      const auto* blk = reinterpret_cast<const block_q6_K*>(row) + b;
-      d[b] = blk->d;
-      dmin[b] = 0;
-      for (int j = 0; j < 16; ++j) {
-        sc[16 * b + j] = blk->scales[j];
-        m[16 * b + j] = 0;
-      }
-    } else {
-      const uint8_t* scales;
-      if (type == GgmlType::Q4_K) {
-        const auto* blk = reinterpret_cast<const block_q4_K*>(row) + b;
-        d[b] = blk->d, dmin[b] = blk->dmin, scales = blk->scales;
-      } else {
-        const auto* blk = reinterpret_cast<const block_q5_K*>(row) + b;
-        d[b] = blk->d, dmin[b] = blk->dmin, scales = blk->scales;
-      }
-      for (int j = 0; j < 8; ++j) {
-        int s6, m6;
-        ScaleMinK4(scales, j, s6, m6);
-        sc[8 * b + j] = static_cast<int8_t>(s6);
-        m[8 * b + j] = static_cast<int8_t>(m6);
-      }
-    }
-  }
-}
-
 /// Packs rows [8 g0, 8 g1) of w (groups g0..g1-1) into out (group stride n_sub * RecordBytes).
 inline void PackGroups(const internal::MatmulArgs& w, const Fmt& f, int64_t g0, int64_t g1,
                        uint8_t* out) {
@@ -357,6 +325,11 @@ HWY_INLINE void NibbleUnits(const uint8_t* rec, __m256i fifth, const int8_t* con
   }
 }
 
+/// How far ahead of the record being read Tile() prefetches (bytes): 2-3 KiB was best for
+/// generation on a 1.5B Q4_K_M model (AVX2 on a Xeon, 1 and 2 threads); 1 KiB and 8 KiB were
+/// slower.
+inline constexpr int64_t kPrefetchAhead = 2048;
+
 /// One 8-row group x kC tokens: y[c * y_stride + r] for r < n_valid, c < kC.
 template <int kKind, int kS, bool kF16, int kOff, int kC>
 HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const* a,
@@ -373,6 +346,11 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
   __m256 dsup = _mm256_setzero_ps(), msup = _mm256_setzero_ps();  // K-quant span scales
   const uint8_t* rec = group;
   for (int64_t s = 0; s < n_sub; ++s, rec += kRec) {
+    // Software prefetch kPrefetchAhead bytes ahead: the hardware prefetchers stop at 4 KiB
+    // pages, and a decode streams each group from memory once (measured: 1.4x tg on a 1.5B model).
+    for (int64_t b = 0; b < kRec; b += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchAhead + b, _MM_HINT_T0);
+    }
     if constexpr (!kF16) {
       if (s % kPerSpan == 0) {  // a span header: the 8 rows' super-block d (and -dmin)
         dsup = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));

@@ -307,6 +307,38 @@ HWY_INLINE void ScaleMinK4(const uint8_t* scales, int j, int& sc, int& m) {
   }
 }
 
+/// The GGUF super-block scales of row `row` (K-quants): for super-block b, d[b] and dmin[b]
+/// (fp16 bits; dmin 0 for Q6_K), and per sub-block j the scale sc[b * 256 / S + j] and min m.
+HWY_INLINE void KScales(GgmlType type, const uint8_t* row, int64_t n_in, uint16_t* d, uint16_t* dmin,
+                    int8_t* sc, int8_t* m) {
+  for (int64_t b = 0; b < n_in / 256; ++b) {
+    if (type == GgmlType::Q6_K) {
+      const auto* blk = reinterpret_cast<const block_q6_K*>(row) + b;
+      d[b] = blk->d;
+      dmin[b] = 0;
+      for (int j = 0; j < 16; ++j) {
+        sc[16 * b + j] = blk->scales[j];
+        m[16 * b + j] = 0;
+      }
+    } else {
+      const uint8_t* scales;
+      if (type == GgmlType::Q4_K) {
+        const auto* blk = reinterpret_cast<const block_q4_K*>(row) + b;
+        d[b] = blk->d, dmin[b] = blk->dmin, scales = blk->scales;
+      } else {
+        const auto* blk = reinterpret_cast<const block_q5_K*>(row) + b;
+        d[b] = blk->d, dmin[b] = blk->dmin, scales = blk->scales;
+      }
+      for (int j = 0; j < 8; ++j) {
+        int s6, m6;
+        ScaleMinK4(scales, j, s6, m6);
+        sc[8 * b + j] = static_cast<int8_t>(s6);
+        m[8 * b + j] = static_cast<int8_t>(m6);
+      }
+    }
+  }
+}
+
 HWY_INLINE void UnpackQ4_K(const uint8_t* row, int64_t n_in, int64_t n_pad, int64_t n_off,
                            uint8_t* HWY_RESTRICT w8, float* HWY_RESTRICT dw,
                            float* HWY_RESTRICT cw) {
