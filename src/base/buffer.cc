@@ -58,6 +58,10 @@ Result<AlignedBuffer> AlignedBuffer::allocate(size_t bytes) {
     return Status::no_space("mmap of " + std::to_string(bytes) +
                             " bytes failed: " + std::strerror(errno));
   }
+  // Buffers of 2 MiB or more (K/V, recurrent states) are read whole by every decode step:
+  // transparent huge pages spare those reads TLB misses (advice; a kernel without THP ignores
+  // it, and the pages are still committed on first touch, 2 MiB at a time).
+  if (mapped >= kHugePageBytes) (void)madvise(p, mapped, MADV_HUGEPAGE);
   buf.data_ = static_cast<uint8_t*>(p);
   buf.size_ = bytes;
   buf.mapped_ = mapped;

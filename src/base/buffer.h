@@ -21,6 +21,8 @@ class AlignedBuffer {
  public:
   /// Alignment of data(): every mapping starts on a page boundary (at least this many bytes).
   static constexpr size_t kAlignment = 4096;
+  /// Buffers of at least this many bytes ask for transparent huge pages (MADV_HUGEPAGE).
+  static constexpr size_t kHugePageBytes = size_t{2} << 20;
 
   /// An empty buffer (size 0, data() == nullptr).
   AlignedBuffer() = default;
@@ -32,7 +34,8 @@ class AlignedBuffer {
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 
   /// Maps `bytes` zero-filled bytes (bytes == 0 gives an empty buffer). The mapping is rounded up
-  /// to whole pages; mapped_bytes() tells how much. Errors: kNoSpace when the OS refuses
+  /// to whole pages; mapped_bytes() tells how much. From kHugePageBytes on, Linux is advised to
+  /// back it with transparent huge pages. Errors: kNoSpace when the OS refuses
   /// ("mmap of N bytes failed: <strerror>").
   static Result<AlignedBuffer> allocate(size_t bytes);
 
