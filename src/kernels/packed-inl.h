@@ -246,7 +246,8 @@ inline TileFn GetTile(PackedFormat f) {
 // instruction. The scales are then applied per token row of the result, as in Tile().
 
 /// The 64-byte tile configuration (palette 1): tile 0 = C (16 x 16 int32), tile 1 = A (16
-/// tokens x kS bytes), tile 2 = B (kS / 4 rows x 64 bytes).
+/// tokens x kS bytes), tile 2 = B (kS / 4 rows x 64 bytes); tiles 3, 4, 5 the same, so that one
+/// sub-block's product runs while the previous one's result is scaled.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -260,12 +261,14 @@ struct alignas(64) TileConfig {
 template <int kS>
 __attribute__((target(HWY_TARGET_STR ",amx-tile"))) HWY_NOINLINE void AmxConfigure() {
   TileConfig cfg;
-  cfg.rows[0] = 16;
-  cfg.colsb[0] = 64;
-  cfg.rows[1] = 16;
-  cfg.colsb[1] = kS;
-  cfg.rows[2] = kS / 4;
-  cfg.colsb[2] = 64;
+  for (int p = 0; p < 6; p += 3) {  // two sets: C, A, B = tiles 0, 1, 2 and 3, 4, 5
+    cfg.rows[p] = 16;
+    cfg.colsb[p] = 64;
+    cfg.rows[p + 1] = 16;
+    cfg.colsb[p + 1] = kS;
+    cfg.rows[p + 2] = kS / 4;
+    cfg.colsb[p + 2] = 64;
+  }
   // GCC 12's _tile_loadconfig tells the compiler it reads only 8 bytes of the configuration;
   // the barrier keeps the stores to the other 56 bytes.
   __asm__ __volatile__("" : : "r"(&cfg) : "memory");
@@ -277,9 +280,32 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile"))) HWY_NOINLINE void AmxRelease
   _tile_release();
 }
 
+/// acc[m] (token row m of a 16 x 16 tile) += sub-block s's int32 dots cbuf[m][0..16), scaled as
+/// Tile() scales them (the same operations, so the same bits). dx / sx: token row 0's scale and
+/// sum of the sub-block, rows dx_stride / sx_stride apart.
+template <int kS, bool kF16, int kOff>
+HWY_INLINE void AmxEpilogue(const int32_t* cbuf, const uint8_t* group, const PackedLayout& L,
+                            int64_t s, const float* dx, int64_t dx_stride, const float* sx,
+                            int64_t sx_stride, __m512 (&acc)[16]) {
+  __m512 d, off;
+  int64_t k;
+  const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
+  SubScales<kS, kF16, kOff>(span, L, k, d, off);
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + 16 * m));
+    acc[m] = _mm512_fmadd_ps(c, _mm512_mul_ps(d, _mm512_set1_ps(dx[m * dx_stride])), acc[m]);
+    if constexpr (kOff > 0) {
+      acc[m] = _mm512_fmadd_ps(d, _mm512_set1_ps(sx[m * sx_stride]), acc[m]);
+    } else if constexpr (kOff < 0) {
+      acc[m] = _mm512_fmadd_ps(off, _mm512_set1_ps(sx[m * sx_stride]), acc[m]);
+    }
+  }
+}
+
 /// Tokens [t0, t1) (16 at a time; the quantized rows are padded to a multiple of 16 with zero
-/// rows) x one 16-row group. bbuf: n_sub * 16 * kS bytes of scratch for U4 / U5 quants
-/// widened to bytes; cbuf: 16 x 16 int32.
+/// rows) x one 16-row group. bbuf: n_sub * 16 * kS bytes of scratch for U4 / U5 / U6 quants
+/// widened to bytes; cbuf: 2 x 16 x 16 int32 (one per tile set).
 template <int kKind, int kS, bool kF16, int kOff>
 __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
     const uint8_t* group, const PackedLayout& L, const QuantRows& qr, int64_t t0, int64_t t1,
@@ -308,26 +334,35 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
   for (int64_t t = t0; t < t1; t += 16) {
     __m512 acc[16];
     for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
-    for (int64_t s = 0; s < L.n_sub; ++s) {
-      _tile_zero(0);
-      _tile_loadd(1, qr.q + t * qr.n_pad + s * kS, qr.n_pad);
-      _tile_loadd(2, b + s * b_stride, 64);
-      _tile_dpbsud(0, 1, 2);
+    const int8_t* aq = qr.q + t * qr.n_pad;
+    const float* dx = qr.dx + t * dx_stride;
+    const float* sx = qr.sx + t * qr.n_off;
+    // Two tile sets in turn: sub-block s + 1's product runs while s's result is scaled.
+    _tile_zero(0);
+    _tile_loadd(1, aq, qr.n_pad);
+    _tile_loadd(2, b, 64);
+    _tile_dpbsud(0, 1, 2);
+    for (int64_t s = 0; s < L.n_sub; s += 2) {
+      const bool next = s + 1 < L.n_sub;
+      if (next) {
+        _tile_zero(3);
+        _tile_loadd(4, aq + (s + 1) * kS, qr.n_pad);
+        _tile_loadd(5, b + (s + 1) * b_stride, 64);
+        _tile_dpbsud(3, 4, 5);
+      }
       _tile_stored(0, cbuf, 64);
-      __m512 d, off;
-      int64_t k;
-      const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
-      SubScales<kS, kF16, kOff>(span, L, k, d, off);
-      const float* dx = qr.dx + t * dx_stride + s * kS / 4;
-      const float* sx = qr.sx + t * qr.n_off + s;
-      for (int m = 0; m < 16; ++m) {
-        const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + 16 * m));
-        acc[m] = _mm512_fmadd_ps(c, _mm512_mul_ps(d, _mm512_set1_ps(dx[m * dx_stride])), acc[m]);
-        if constexpr (kOff > 0) {
-          acc[m] = _mm512_fmadd_ps(d, _mm512_set1_ps(sx[m * qr.n_off]), acc[m]);
-        } else if constexpr (kOff < 0) {
-          acc[m] = _mm512_fmadd_ps(off, _mm512_set1_ps(sx[m * qr.n_off]), acc[m]);
-        }
+      AmxEpilogue<kS, kF16, kOff>(cbuf, group, L, s, dx + s * kS / 4, dx_stride, sx + s,
+                                  qr.n_off, acc);
+      if (s + 2 < L.n_sub) {
+        _tile_zero(0);
+        _tile_loadd(1, aq + (s + 2) * kS, qr.n_pad);
+        _tile_loadd(2, b + (s + 2) * b_stride, 64);
+        _tile_dpbsud(0, 1, 2);
+      }
+      if (next) {
+        _tile_stored(3, cbuf + 256, 64);
+        AmxEpilogue<kS, kF16, kOff>(cbuf + 256, group, L, s + 1, dx + (s + 1) * kS / 4,
+                                    dx_stride, sx + s + 1, qr.n_off, acc);
       }
     }
     const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);
@@ -531,7 +566,7 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
     const int64_t t1 = std::min(n_tokens, t0 + tokens_per_task);
     if (amx_group != nullptr) {
       uint8_t* bbuf = static_cast<uint8_t*>(
-          internal::thread_scratch(internal::kSlotRows).get(L.n_sub * 16 * info.sub + 64 * 17));
+          internal::thread_scratch(internal::kSlotRows).get(L.n_sub * 16 * info.sub + 64 * 33));
       int32_t* cbuf = reinterpret_cast<int32_t*>(bbuf + round_up(L.n_sub * 16 * info.sub, 64));
       if (info.sub == 16) {
         packed::AmxConfigure<16>();
