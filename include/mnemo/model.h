@@ -186,8 +186,8 @@ struct ModelParams {
   /// repacked CPU buffers do. Costs one pass over the weights at load. The file's pages of a
   /// repacked tensor are released (gguf::File::release_pages; for a tied output matrix the
   /// embedding rows that get_rows reads fault back in from the file), so memory grows only by
-  /// what the packed form adds: under 3% in the 8-row layout (AVX2, AVX3), 14-55% for Q4_K /
-  /// Q5_K / Q6_K in the 16-row one (AVX3_DL, AMX). `--no-repack` turns it off.
+  /// what the packed form adds: under 3% in both layouts (8 rows for AVX2 / AVX3, 16 rows for
+  /// AVX3_DL / AMX). `--no-repack` turns it off.
   bool repack = true;
   /// Threads used for repacking (0: all hardware threads).
   int n_threads = 0;

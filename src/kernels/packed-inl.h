@@ -351,8 +351,8 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
         _tile_dpbsud(3, 4, 5);
       }
       _tile_stored(0, cbuf, 64);
-      AmxEpilogue<kS, kF16, kOff>(cbuf, group, L, s, dx + s * kS / 4, dx_stride, sx + s,
-                                  qr.n_off, acc);
+      AmxEpilogue<kS, kF16, kOff>(cbuf, group, L, s, dx + s * kS / 4, dx_stride, sx + s, qr.n_off,
+                                  acc);
       if (s + 2 < L.n_sub) {
         _tile_zero(0);
         _tile_loadd(1, aq + (s + 2) * kS, qr.n_pad);
@@ -361,8 +361,8 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
       }
       if (next) {
         _tile_stored(3, cbuf + 256, 64);
-        AmxEpilogue<kS, kF16, kOff>(cbuf + 256, group, L, s + 1, dx + (s + 1) * kS / 4,
-                                    dx_stride, sx + s + 1, qr.n_off, acc);
+        AmxEpilogue<kS, kF16, kOff>(cbuf + 256, group, L, s + 1, dx + (s + 1) * kS / 4, dx_stride,
+                                    sx + s + 1, qr.n_off, acc);
       }
     }
     const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);

@@ -254,8 +254,8 @@ PackedMatrix adopt_packed(const WeightMatrix& w, const PackedImage& img) {
   } else if (kind == internal::PackedLayoutKind::kRows8) {
     group_bytes = HWY_DYNAMIC_DISPATCH(Pack8GroupBytes)(w.type, w.n_in);
     if (group_bytes == 0) return pm;
-    bytes = static_cast<size_t>(
-        internal::round_up(internal::ceil_div(w.n_out, 8) * group_bytes, 64));
+    bytes =
+        static_cast<size_t>(internal::round_up(internal::ceil_div(w.n_out, 8) * group_bytes, 64));
   } else {
     return pm;
   }

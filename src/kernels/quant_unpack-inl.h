@@ -309,8 +309,8 @@ HWY_INLINE void ScaleMinK4(const uint8_t* scales, int j, int& sc, int& m) {
 
 /// The GGUF super-block scales of row `row` (K-quants): for super-block b, d[b] and dmin[b]
 /// (fp16 bits; dmin 0 for Q6_K), and per sub-block j the scale sc[b * 256 / S + j] and min m.
-HWY_INLINE void KScales(GgmlType type, const uint8_t* row, int64_t n_in, uint16_t* d, uint16_t* dmin,
-                    int8_t* sc, int8_t* m) {
+HWY_INLINE void KScales(GgmlType type, const uint8_t* row, int64_t n_in, uint16_t* d,
+                        uint16_t* dmin, int8_t* sc, int8_t* m) {
   for (int64_t b = 0; b < n_in / 256; ++b) {
     if (type == GgmlType::Q6_K) {
       const auto* blk = reinterpret_cast<const block_q6_K*>(row) + b;
