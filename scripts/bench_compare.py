@@ -82,6 +82,8 @@ def main():
                         for k, v in r.items():
                             samples[prog][k].append(v)
                 for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+                    if n == 0:  # that test was not asked for
+                        continue
                     ours = statistics.median(samples["mnemo"][test])
                     peer = statistics.median(samples["llama.cpp"][test])
                     name = f"{test}{n}" + (f" @ d{depth}" if int(depth) > 0 else "")

@@ -119,13 +119,17 @@ PackedFormat packed_format_of(GgmlType type);
 PackedFormatInfo packed_format_info(PackedFormat f);
 
 /// Byte layout of one 16-row group of a packed matrix: n_sub / subs_per_span spans, each
-///   [quants of its sub-blocks][scales][offsets][super]   (packed-inl.h has the bytes).
+///   fp16 scales: [quants of its sub-blocks][scales][offsets]   (one span per group)
+///   K-quants:    [super][scales][offsets][quants of its 256 / S sub-blocks]
+/// (packed-inl.h has the bytes; a K-quant span's scales come first, so that reading ahead of
+/// the quants brings the next span's scales in time).
 struct PackedLayout {
   int64_t n_sub = 0;            // sub-blocks per row
   int64_t sub_quant_bytes = 0;  // quants of one sub-block (a multiple of 64)
   int64_t subs_per_span = 0;    // n_sub (one span) for fp16 scales; 256 / S for K-quants
   int64_t span_bytes = 0;       // a multiple of 64
-  int64_t scales_offset = 0;    // from the span start: per sub-block 16 fp16 d or 16 int8 sc
+  int64_t quants_offset = 0;    // from the span start (a multiple of 64)
+  int64_t scales_offset = 0;    // per sub-block 16 fp16 d or 16 int8 sc
   int64_t offsets_offset = 0;   // per sub-block 16 fp16 c or 16 uint8 m (offset -1 only)
   int64_t super_offset = 0;     // K-quants: 16 fp16 super-block d, then 16 fp16 dmin
   int64_t group_bytes = 0;      // a multiple of 64

@@ -4,8 +4,12 @@
 // public matmul reads the GGUF source.
 //
 // Layout of one group of 16 rows (rows past n_out are zero, their outputs dropped), for a row
-// length of n_sub sub-blocks of S elements (S = 32; 16 for Q6_K):
-//   [quants of sub-block 0] ... [quants of sub-block n_sub-1] [scales] [offsets] [super]
+// length of n_sub sub-blocks of S elements (S = 32; 16 for Q6_K), in spans (PackedLayout):
+//   fp16 scales, one span: [quants of sub-block 0] ... [quants of sub-block n_sub-1] [scales]
+//                          [offsets]
+//   K-quants, a span per 256 elements: [super] [scales] [offsets] (padding to 64 bytes)
+//                          [quants of its 256 / S sub-blocks]
+// so that a decode reads each group as one stream, every span's scales ahead of its quants.
 // quants of one sub-block, in 64-byte units whose 32-bit lane r holds 4 consecutive elements of
 // row r (so one dpbusd against 4 activations broadcast to every lane accumulates 16 rows):
 //   U8: S/4 units; unit k = elements 4k..4k+3 as bytes u (int8 formats stored as q + 128).
@@ -129,6 +133,18 @@ HWY_INLINE void SubScales(const uint8_t* span, const PackedLayout& L, int64_t k,
 /// for generation on a 1.5B Q4_K_M model (Xeon with AMX, 2 threads; also the 8-row layout's).
 inline constexpr int64_t kPrefetchAhead = 2048;
 
+/// Software prefetch kPrefetchAhead bytes ahead of sub-block k of a span (the hardware
+/// prefetchers stop at 4 KiB pages; decoding streams each group from memory once). A K-quant
+/// group is one stream of spans (quants, then their scales), walked in equal steps of
+/// span_bytes / subs_per_span per sub-block so that no line of it is skipped.
+template <int kS, bool kF16>
+HWY_INLINE void PrefetchAhead(const uint8_t* span, const PackedLayout& L, int64_t k) {
+  const int64_t step = kF16 ? L.sub_quant_bytes : L.span_bytes / (256 / kS);
+  const char* p = reinterpret_cast<const char*>(span) + k * step + kPrefetchAhead;
+  for (int64_t b = 0; b < step; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+  if (step % 64 != 0) _mm_prefetch(p + step - 1, _MM_HINT_T0);
+}
+
 /// One 16-row group: y[c * y_stride + r] for r < n_valid, tokens c < kC.
 template <int kKind, int kS, bool kF16, int kOff, int kC>
 MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout& L,
@@ -140,15 +156,9 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout&
   for (int64_t s = 0; s < L.n_sub; ++s) {
     int64_t k;
     const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
-    const uint8_t* q = span + k * L.sub_quant_bytes;
+    const uint8_t* q = span + L.quants_offset + k * L.sub_quant_bytes;
     const int64_t e0 = s * kS;
-    // Software prefetch (the hardware prefetchers stop at 4 KiB pages): decoding streams each
-    // group from memory once, and a K-quant span's scales follow its quants in that stream.
-    if constexpr (kC <= 4) {
-      for (int64_t b = 0; b < L.sub_quant_bytes; b += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchAhead + b, _MM_HINT_T0);
-      }
-    }
+    if constexpr (kC <= 4) PrefetchAhead<kS, kF16>(span, L, k);
     __m512i acci[kC];
     for (int c = 0; c < kC; ++c) acci[c] = _mm512_setzero_si512();
     if constexpr (kKind == internal::kPackU8) {
@@ -318,7 +328,7 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
   if constexpr (kKind != internal::kPackU8) {
     for (int64_t s = 0; s < L.n_sub; ++s) {
       int64_t k;
-      const uint8_t* q = SpanOf<kS, kF16>(group, L, s, k) + k * L.sub_quant_bytes;
+      const uint8_t* q = SpanOf<kS, kF16>(group, L, s, k) + L.quants_offset + k * L.sub_quant_bytes;
       uint8_t* out = bbuf + s * 16 * kS;
       for (int j = 0; j < kS / 8; ++j) {
         __m512i lo, hi;
@@ -461,7 +471,7 @@ inline void PackGroups(const internal::MatmulArgs& w, internal::PackedFormat f,
     for (int64_t s = 0; s < L.n_sub; ++s) {
       const int64_t span_k = s % L.subs_per_span;
       uint8_t* span = dst + (s / L.subs_per_span) * L.span_bytes;
-      uint8_t* q = span + span_k * L.sub_quant_bytes;
+      uint8_t* q = span + L.quants_offset + span_k * L.sub_quant_bytes;
       for (int r = 0; r < 16; ++r) {
         const uint8_t* u = w8.data() + r * n_pad + s * S;
         for (int e = 0; e < S; ++e) {

@@ -170,13 +170,22 @@ PackedLayout packed_layout(PackedFormat f, int64_t n_in) {
                       : info.kind == kPackU4 ? 8 * info.sub
                       : info.kind == kPackU5 ? 8 * info.sub + 2 * info.sub   // + masks
                                              : 8 * info.sub + 4 * info.sub;  // + high pairs
-  const int64_t scale_bytes = 16 * (info.f16_scales ? 2 : 1);
-  l.subs_per_span = info.f16_scales ? l.n_sub : 256 / info.sub;
-  l.scales_offset = l.subs_per_span * l.sub_quant_bytes;
-  l.offsets_offset = l.scales_offset + l.subs_per_span * scale_bytes;
-  l.super_offset = l.offsets_offset + (info.offset < 0 ? l.subs_per_span * scale_bytes : 0);
-  const int64_t end = l.super_offset + (info.f16_scales ? 0 : 32 * (info.offset < 0 ? 2 : 1));
-  l.span_bytes = round_up(end, 64);
+  const int64_t offsets = info.offset < 0 ? 1 : 0;
+  if (info.f16_scales) {  // one span: quants, fp16 scales, fp16 offsets
+    l.subs_per_span = l.n_sub;
+    l.quants_offset = 0;
+    l.scales_offset = l.n_sub * l.sub_quant_bytes;
+    l.offsets_offset = l.scales_offset + l.n_sub * 32;
+    l.super_offset = l.offsets_offset + offsets * l.n_sub * 32;  // none
+    l.span_bytes = round_up(l.super_offset, 64);
+  } else {  // per 256 elements: super-block d (dmin), int8 scales (mins), quants
+    l.subs_per_span = 256 / info.sub;
+    l.super_offset = 0;
+    l.scales_offset = 32 * (1 + offsets);
+    l.offsets_offset = l.scales_offset + 16 * l.subs_per_span;
+    l.quants_offset = round_up(l.offsets_offset + offsets * 16 * l.subs_per_span, 64);
+    l.span_bytes = l.quants_offset + l.subs_per_span * l.sub_quant_bytes;
+  }
   l.group_bytes = l.n_sub / l.subs_per_span * l.span_bytes;
   return l;
 }
