@@ -314,19 +314,21 @@ HWY_INLINE void AmxEpilogue(const int32_t* cbuf, const uint8_t* group, const Pac
 }
 
 /// Tokens [t0, t1) (16 at a time; the quantized rows are padded to a multiple of 16 with zero
-/// rows) x one 16-row group. bbuf: n_sub * 16 * kS bytes of scratch for U4 / U5 / U6 quants
-/// widened to bytes; cbuf: 2 x 16 x 16 int32 (one per tile set).
+/// rows; `at`: the same quants in tile order, see PackedMatmul) x one 16-row group. bbuf: n_sub * 16 * kS bytes of scratch for U4 / U5 / U6 quants
+/// widened to bytes, which a call with `widen` fills first (a later call for other tokens of the
+/// same group reuses them); cbuf: 2 x 16 x 16 int32 (one per tile set).
 template <int kKind, int kS, bool kF16, int kOff>
 __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
-    const uint8_t* group, const PackedLayout& L, const QuantRows& qr, int64_t t0, int64_t t1,
-    float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf) {
+    const uint8_t* group, const PackedLayout& L, const QuantRows& qr, const int8_t* at, int64_t t0,
+    int64_t t1,
+    float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf, bool widen) {
   // B operands: U8 quants are tile-ready in place (U8 formats have fp16 scales: one span, the
   // quants contiguous); U4 / U5 / U6 are widened once per group.
   static_assert(kKind != internal::kPackU8 || kF16, "U8 in place needs one span");
   const uint8_t* b = group;
   int64_t b_stride = L.sub_quant_bytes;
   if constexpr (kKind != internal::kPackU8) {
-    for (int64_t s = 0; s < L.n_sub; ++s) {
+    for (int64_t s = 0; s < L.n_sub && widen; ++s) {
       int64_t k;
       const uint8_t* q = SpanOf<kS, kF16>(group, L, s, k) + L.quants_offset + k * L.sub_quant_bytes;
       uint8_t* out = bbuf + s * 16 * kS;
@@ -344,19 +346,19 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
   for (int64_t t = t0; t < t1; t += 16) {
     __m512 acc[16];
     for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
-    const int8_t* aq = qr.q + t * qr.n_pad;
+    const int8_t* aq = at + t * qr.n_pad;  // 16 tokens' tiles, kS x 16 bytes per sub-block
     const float* dx = qr.dx + t * dx_stride;
     const float* sx = qr.sx + t * qr.n_off;
     // Two tile sets in turn: sub-block s + 1's product runs while s's result is scaled.
     _tile_zero(0);
-    _tile_loadd(1, aq, qr.n_pad);
+    _tile_loadd(1, aq, kS);
     _tile_loadd(2, b, 64);
     _tile_dpbsud(0, 1, 2);
     for (int64_t s = 0; s < L.n_sub; s += 2) {
       const bool next = s + 1 < L.n_sub;
       if (next) {
         _tile_zero(3);
-        _tile_loadd(4, aq + (s + 1) * kS, qr.n_pad);
+        _tile_loadd(4, aq + (s + 1) * 16 * kS, kS);
         _tile_loadd(5, b + (s + 1) * b_stride, 64);
         _tile_dpbsud(3, 4, 5);
       }
@@ -365,7 +367,7 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
                                   acc);
       if (s + 2 < L.n_sub) {
         _tile_zero(0);
-        _tile_loadd(1, aq + (s + 2) * kS, qr.n_pad);
+        _tile_loadd(1, aq + (s + 2) * 16 * kS, kS);
         _tile_loadd(2, b + (s + 2) * b_stride, 64);
         _tile_dpbsud(0, 1, 2);
       }
@@ -381,8 +383,8 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
   }
 }
 
-using AmxGroupFn = void (*)(const uint8_t*, const PackedLayout&, const QuantRows&, int64_t, int64_t,
-                            float*, int64_t, int, uint8_t*, int32_t*);
+using AmxGroupFn = void (*)(const uint8_t*, const PackedLayout&, const QuantRows&, const int8_t*,
+                            int64_t, int64_t, float*, int64_t, int, uint8_t*, int32_t*, bool);
 
 inline AmxGroupFn GetAmxGroup(PackedFormat f) {
   using internal::kPackU4;
@@ -536,7 +538,10 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
   // so the quantized rows are padded with zero rows to a multiple of 16.
   const bool use_amx = n_tokens >= 16 && internal::amx_available();
   const int64_t n_rows_q = use_amx ? round_up(n_tokens, 16) : n_tokens;
-  const int64_t call_bytes = n_rows_q * (n_pad + n_pad + n_off * 4) + 4 * 64;
+  // q, dx, sx, and for AMX the same q in tile order (below).
+  const int64_t sx_end = round_up(n_rows_q * n_pad, 64) + 4 * round_up(n_rows_q * n_pad / 4, 16) +
+                         4 * n_rows_q * n_off;
+  const int64_t call_bytes = round_up(sx_end, 64) + (use_amx ? n_rows_q * n_pad : 0) + 64;
   uint8_t* call = static_cast<uint8_t*>(
       internal::thread_scratch(internal::kSlotCall).get(static_cast<size_t>(call_bytes)));
   QuantRows qr;
@@ -557,6 +562,26 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
     std::memset(qr.sx + n_tokens * n_off, 0, extra * n_off * sizeof(float));
   }
   const packed::AmxGroupFn amx_group = use_amx ? packed::GetAmxGroup(f) : nullptr;
+  // AMX reads activation tiles of 16 tokens x S bytes: copied once into that order (per 16
+  // tokens, per sub-block, 16 rows of S bytes), a tile is 8 or 4 consecutive cache lines instead
+  // of 16 half-read lines n_pad bytes apart.
+  int8_t* at = use_amx ? reinterpret_cast<int8_t*>(call + round_up(sx_end, 64)) : nullptr;
+  if (use_amx) {
+    const int64_t S = info.sub;
+    internal::parallel_for(a.pool, n_rows_q / 16, [&](int64_t blk, int) {
+      int8_t* dst = at + blk * 16 * n_pad;
+      for (int64_t m = 0; m < 16; ++m) {
+        const int8_t* src = qr.q + (16 * blk + m) * n_pad;
+        for (int64_t s = 0; s < n_pad / S; ++s) {
+          if (S == 32) {
+            std::memcpy(dst + s * 16 * 32 + m * 32, src + s * 32, 32);
+          } else {
+            std::memcpy(dst + s * 16 * 16 + m * 16, src + s * 16, 16);
+          }
+        }
+      }
+    });
+  }
 
   const int64_t n_groups = ceil_div(a.n_out, 16);
   const int n_threads = internal::n_threads_of(a.pool);
@@ -575,18 +600,27 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
     const int64_t t0 = (task / n_group_tasks) * tokens_per_task;
     const int64_t t1 = std::min(n_tokens, t0 + tokens_per_task);
     if (amx_group != nullptr) {
-      uint8_t* bbuf = static_cast<uint8_t*>(
-          internal::thread_scratch(internal::kSlotRows).get(L.n_sub * 16 * info.sub + 64 * 33));
-      int32_t* cbuf = reinterpret_cast<int32_t*>(bbuf + round_up(L.n_sub * 16 * info.sub, 64));
+      // Every group of the task is widened once; then blocks of tokens whose activations stay
+      // in L2 (about 512 KiB) pass over all of them, instead of each group streaming all the
+      // task's activations (megabytes for a long row such as a 1.5B model's FFN down).
+      const int64_t group_scratch = round_up(L.n_sub * 16 * info.sub, 64);
+      uint8_t* bbuf = static_cast<uint8_t*>(internal::thread_scratch(internal::kSlotRows)
+                                                .get((g1 - g0) * group_scratch + 64 * 33));
+      int32_t* cbuf = reinterpret_cast<int32_t*>(bbuf + (g1 - g0) * group_scratch);
+      const int64_t block =
+          std::max<int64_t>(16, (int64_t{512} << 10) / std::max<int64_t>(1, n_pad) / 16 * 16);
       if (info.sub == 16) {
         packed::AmxConfigure<16>();
       } else {
         packed::AmxConfigure<32>();
       }
-      for (int64_t g = g0; g < g1; ++g) {
-        const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
-        amx_group(data + g * L.group_bytes, L, qr, t0, t1, a.y + 16 * g, a.y_stride, n_valid, bbuf,
-                  cbuf);
+      for (int64_t tb = t0; tb < t1; tb += block) {
+        const int64_t te = std::min(t1, tb + block);
+        for (int64_t g = g0; g < g1; ++g) {
+          const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
+          amx_group(data + g * L.group_bytes, L, qr, at, tb, te, a.y + 16 * g, a.y_stride,
+                    n_valid, bbuf + (g - g0) * group_scratch, cbuf, tb == t0);
+        }
       }
       packed::AmxRelease<0>();
       return;
