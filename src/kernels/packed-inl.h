@@ -293,6 +293,20 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile"))) HWY_NOINLINE void AmxRelease
 /// acc[m] (token row m of a 16 x 16 tile) += sub-block s's int32 dots cbuf[m][0..16), scaled as
 /// Tile() scales them (the same operations, so the same bits). dx / sx: token row 0's scale and
 /// sum of the sub-block, rows dx_stride / sx_stride apart.
+/// One token row of AmxEpilogue: acc + the row's dots c32 times d dx, plus the offset term.
+template <int kOff>
+HWY_INLINE __m512 AmxEpilogueRow(const int32_t* c32, __m512 d, __m512 off, float dx, float sx,
+                                 __m512 acc) {
+  const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(c32));
+  acc = _mm512_fmadd_ps(c, _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc);
+  if constexpr (kOff > 0) {
+    acc = _mm512_fmadd_ps(d, _mm512_set1_ps(sx), acc);
+  } else if constexpr (kOff < 0) {
+    acc = _mm512_fmadd_ps(off, _mm512_set1_ps(sx), acc);
+  }
+  return acc;
+}
+
 template <int kS, bool kF16, int kOff>
 HWY_INLINE void AmxEpilogue(const int32_t* cbuf, const uint8_t* group, const PackedLayout& L,
                             int64_t s, const float* dx, int64_t dx_stride, const float* sx,
@@ -301,27 +315,38 @@ HWY_INLINE void AmxEpilogue(const int32_t* cbuf, const uint8_t* group, const Pac
   int64_t k;
   const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
   SubScales<kS, kF16, kOff>(span, L, k, d, off);
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + 16 * m));
-    acc[m] = _mm512_fmadd_ps(c, _mm512_mul_ps(d, _mm512_set1_ps(dx[m * dx_stride])), acc[m]);
-    if constexpr (kOff > 0) {
-      acc[m] = _mm512_fmadd_ps(d, _mm512_set1_ps(sx[m * sx_stride]), acc[m]);
-    } else if constexpr (kOff < 0) {
-      acc[m] = _mm512_fmadd_ps(off, _mm512_set1_ps(sx[m * sx_stride]), acc[m]);
-    }
-  }
+  // Rows by constant index, written out, so that acc stays in registers.
+#define MNEMO_AMX_ROW(M) \
+  acc[M] =               \
+      AmxEpilogueRow<kOff>(cbuf + 16 * (M), d, off, dx[(M)*dx_stride], sx[(M)*sx_stride], acc[M])
+  MNEMO_AMX_ROW(0);
+  MNEMO_AMX_ROW(1);
+  MNEMO_AMX_ROW(2);
+  MNEMO_AMX_ROW(3);
+  MNEMO_AMX_ROW(4);
+  MNEMO_AMX_ROW(5);
+  MNEMO_AMX_ROW(6);
+  MNEMO_AMX_ROW(7);
+  MNEMO_AMX_ROW(8);
+  MNEMO_AMX_ROW(9);
+  MNEMO_AMX_ROW(10);
+  MNEMO_AMX_ROW(11);
+  MNEMO_AMX_ROW(12);
+  MNEMO_AMX_ROW(13);
+  MNEMO_AMX_ROW(14);
+  MNEMO_AMX_ROW(15);
+#undef MNEMO_AMX_ROW
 }
 
 /// Tokens [t0, t1) (16 at a time; the quantized rows are padded to a multiple of 16 with zero
-/// rows; `at`: the same quants in tile order, see PackedMatmul) x one 16-row group. bbuf: n_sub * 16 * kS bytes of scratch for U4 / U5 / U6 quants
-/// widened to bytes, which a call with `widen` fills first (a later call for other tokens of the
-/// same group reuses them); cbuf: 2 x 16 x 16 int32 (one per tile set).
+/// rows; `at`: the same quants in tile order, see PackedMatmul) x one 16-row group. bbuf: n_sub *
+/// 16 * kS bytes of scratch for U4 / U5 / U6 quants widened to bytes, which a call with `widen`
+/// fills first (a later call for other tokens of the same group reuses them); cbuf: 2 x 16 x 16
+/// int32 (one per tile set).
 template <int kKind, int kS, bool kF16, int kOff>
 __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
     const uint8_t* group, const PackedLayout& L, const QuantRows& qr, const int8_t* at, int64_t t0,
-    int64_t t1,
-    float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf, bool widen) {
+    int64_t t1, float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf, bool widen) {
   // B operands: U8 quants are tile-ready in place (U8 formats have fp16 scales: one span, the
   // quants contiguous); U4 / U5 / U6 are widened once per group.
   static_assert(kKind != internal::kPackU8 || kF16, "U8 in place needs one span");
@@ -345,6 +370,7 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
   const int64_t dx_stride = qr.n_pad / 4;
   for (int64_t t = t0; t < t1; t += 16) {
     __m512 acc[16];
+#pragma GCC unroll 16
     for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
     const int8_t* aq = at + t * qr.n_pad;  // 16 tokens' tiles, kS x 16 bytes per sub-block
     const float* dx = qr.dx + t * dx_stride;
@@ -379,7 +405,10 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
     }
     const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);
     const int n_tok = static_cast<int>(std::min<int64_t>(16, t1 - t));
-    for (int m = 0; m < n_tok; ++m) _mm512_mask_storeu_ps(y + (t + m) * y_stride, valid, acc[m]);
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; ++m) {  // constant indices after unrolling: acc never in memory
+      if (m < n_tok) _mm512_mask_storeu_ps(y + (t + m) * y_stride, valid, acc[m]);
+    }
   }
 }
 
@@ -604,8 +633,8 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
       // in L2 (about 512 KiB) pass over all of them, instead of each group streaming all the
       // task's activations (megabytes for a long row such as a 1.5B model's FFN down).
       const int64_t group_scratch = round_up(L.n_sub * 16 * info.sub, 64);
-      uint8_t* bbuf = static_cast<uint8_t*>(internal::thread_scratch(internal::kSlotRows)
-                                                .get((g1 - g0) * group_scratch + 64 * 33));
+      uint8_t* bbuf = static_cast<uint8_t*>(
+          internal::thread_scratch(internal::kSlotRows).get((g1 - g0) * group_scratch + 64 * 33));
       int32_t* cbuf = reinterpret_cast<int32_t*>(bbuf + (g1 - g0) * group_scratch);
       const int64_t block =
           std::max<int64_t>(16, (int64_t{512} << 10) / std::max<int64_t>(1, n_pad) / 16 * 16);
@@ -618,8 +647,8 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
         const int64_t te = std::min(t1, tb + block);
         for (int64_t g = g0; g < g1; ++g) {
           const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
-          amx_group(data + g * L.group_bytes, L, qr, at, tb, te, a.y + 16 * g, a.y_stride,
-                    n_valid, bbuf + (g - g0) * group_scratch, cbuf, tb == t0);
+          amx_group(data + g * L.group_bytes, L, qr, at, tb, te, a.y + 16 * g, a.y_stride, n_valid,
+                    bbuf + (g - g0) * group_scratch, cbuf, tb == t0);
         }
       }
       packed::AmxRelease<0>();
