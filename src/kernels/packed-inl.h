@@ -250,10 +250,11 @@ inline TileFn GetTile(PackedFormat f) {
 }
 
 // ---- AMX tiles for prompts (CPUs with AMX-INT8, e.g. Xeon Sapphire Rapids and later) --------
-// TDPBSUD multiplies a tile of signed bytes (16 tokens x K activations, straight from the
-// quantized rows) by a tile of unsigned bytes in exactly the packed U8 layout (K/4 units of
-// 16 rows x 4 elements), giving the int32 dots of 16 tokens x 16 rows for one sub-block in one
-// instruction. The scales are then applied per token row of the result, as in Tile().
+// TDPBSUD multiplies a tile of signed bytes (16 tokens x K activations, from the quantized
+// rows copied into tile order) by a tile of unsigned bytes in exactly the packed U8 layout (K/4
+// units of 16 rows x 4 elements; U4 / U5 / U6 widened to it), giving the int32 dots of 16
+// tokens x 16 rows for one sub-block in one instruction. The scales are then applied per token
+// row of the result, as in Tile().
 
 /// The 64-byte tile configuration (palette 1): tile 0 = C (16 x 16 int32), tile 1 = A (16
 /// tokens x kS bytes), tile 2 = B (kS / 4 rows x 64 bytes); tiles 3, 4, 5 the same, so that one

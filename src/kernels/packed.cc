@@ -282,14 +282,17 @@ namespace {
 
 /// Memory for packed bytes (freed with std::free), 64-byte aligned; a matrix of 2 MiB or more is
 /// 2 MiB aligned and asks Linux for transparent huge pages (MADV_HUGEPAGE; advice only): a
-/// decode streams every weight once per token, and 4 KiB pages cost it TLB misses.
+/// decode streams every weight once per token, and 4 KiB pages cost it TLB misses. Only whole
+/// 2 MiB stretches of the matrix get huge pages; its last partial one stays in 4 KiB pages, so
+/// no memory is committed beyond the matrix.
 void* alloc_packed(size_t bytes) {
   constexpr size_t kHuge = size_t{2} << 20;
+  constexpr size_t kPage = 4096;
   if (bytes < kHuge) return std::aligned_alloc(64, bytes);
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, rounded);
+  const size_t paged = (bytes + kPage - 1) / kPage * kPage;
+  void* p = std::aligned_alloc(kHuge, paged);
 #if defined(__linux__)
-  if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);
+  if (p != nullptr) (void)madvise(p, paged, MADV_HUGEPAGE);
 #endif
   return p;
 }
