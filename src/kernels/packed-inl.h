@@ -135,7 +135,7 @@ inline constexpr int64_t kPrefetchAhead = 2048;
 
 /// Software prefetch kPrefetchAhead bytes ahead of sub-block k of a span (the hardware
 /// prefetchers stop at 4 KiB pages; decoding streams each group from memory once). A K-quant
-/// group is one stream of spans (quants, then their scales), walked in equal steps of
+/// group is one stream of spans (scales, then their quants), walked in equal steps of
 /// span_bytes / subs_per_span per sub-block so that no line of it is skipped.
 template <int kS, bool kF16>
 HWY_INLINE void PrefetchAhead(const uint8_t* span, const PackedLayout& L, int64_t k) {
@@ -291,9 +291,6 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile"))) HWY_NOINLINE void AmxRelease
   _tile_release();
 }
 
-/// acc[m] (token row m of a 16 x 16 tile) += sub-block s's int32 dots cbuf[m][0..16), scaled as
-/// Tile() scales them (the same operations, so the same bits). dx / sx: token row 0's scale and
-/// sum of the sub-block, rows dx_stride / sx_stride apart.
 /// One token row of AmxEpilogue: acc + the row's dots c32 times d dx, plus the offset term.
 template <int kOff>
 HWY_INLINE __m512 AmxEpilogueRow(const int32_t* c32, __m512 d, __m512 off, float dx, float sx,
@@ -308,6 +305,9 @@ HWY_INLINE __m512 AmxEpilogueRow(const int32_t* c32, __m512 d, __m512 off, float
   return acc;
 }
 
+/// acc[m] (token row m of a 16 x 16 tile) += sub-block s's int32 dots cbuf[m][0..16), scaled as
+/// Tile() scales them (the same operations, so the same bits). dx / sx: token row 0's scale and
+/// sum of the sub-block, rows dx_stride / sx_stride apart.
 template <int kS, bool kF16, int kOff>
 HWY_INLINE void AmxEpilogue(const int32_t* cbuf, const uint8_t* group, const PackedLayout& L,
                             int64_t s, const float* dx, int64_t dx_stride, const float* sx,
