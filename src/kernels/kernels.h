@@ -99,9 +99,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 ///     scales as in the GGUF (fp16 super-block scales, 8-bit sub-block scales): within 3% of the
 ///     GGUF rows' size for every type. kernels/packed256-inl.h.
 /// Quants stay 4 / 5 / 6 / 8 bits wide, block scales are kept per row group: the same size as the
-/// GGUF rows for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K (fp16 scales kept as they are; K-quants keep
-/// their 8-bit sub-block scales and fp16 super-block scales, multiplied when read), Q4_K / Q5_K
-/// 3% larger (a byte per 6-bit scale). This is the idea of ggml's repacked CPU buffers (the AMX
+/// GGUF rows for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (fp16 scales kept as they are); K-quants keep their
+/// 8-bit sub-block scales and fp16 super-block scales, multiplied when read: Q6_K within 1%,
+/// Q4_K / Q5_K within 3% (a byte per 6-bit scale). This is the idea of ggml's repacked CPU buffers (the AMX
 /// / "extra" buffer types). Packed matrices of 2 MiB or more live in transparent huge pages
 /// (MADV_HUGEPAGE): a decode streams every weight once per token. Other types (F32, F16, BF16,
 /// IQ4_NL) and targets (SSE4, scalar) keep just the source, which matmul() then reads. Use: pack
