@@ -290,9 +290,12 @@ void* alloc_packed(size_t bytes) {
   constexpr size_t kPage = 4096;
   if (bytes < kHuge) return std::aligned_alloc(64, bytes);
   const size_t paged = (bytes + kPage - 1) / kPage * kPage;
-  void* p = std::aligned_alloc(kHuge, paged);
+  // posix_memalign, not aligned_alloc: the size need not be a multiple of the alignment (the
+  // sanitizers enforce that rule for aligned_alloc).
+  void* p = nullptr;
+  if (posix_memalign(&p, kHuge, paged) != 0) return nullptr;
 #if defined(__linux__)
-  if (p != nullptr) (void)madvise(p, paged, MADV_HUGEPAGE);
+  (void)madvise(p, paged, MADV_HUGEPAGE);
 #endif
   return p;
 }
