@@ -176,8 +176,8 @@ PackedLayout packed_layout(PackedFormat f, int64_t n_in) {
     l.quants_offset = 0;
     l.scales_offset = l.n_sub * l.sub_quant_bytes;
     l.offsets_offset = l.scales_offset + l.n_sub * 32;
-    l.super_offset = l.offsets_offset + offsets * l.n_sub * 32;  // none
-    l.span_bytes = round_up(l.super_offset, 64);
+    l.super_offset = 0;  // no super-block scales
+    l.span_bytes = round_up(l.offsets_offset + offsets * l.n_sub * 32, 64);
   } else {  // per 256 elements: super-block d (dmin), int8 scales (mins), quants
     l.subs_per_span = 256 / info.sub;
     l.super_offset = 0;
