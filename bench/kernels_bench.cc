@@ -186,24 +186,31 @@ BENCHMARK(BM_MatmulModelDecode)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Args: cache type id, n_head, n_head_kv, head_dim, depth, n_threads.
+// Args: cache type id, n_head, n_head_kv, head_dim, depth, n_threads, n_tokens. n_tokens > 1 is a
+// speculative verify step: the new tokens attend causally to the depth cells and to each other.
 void BM_AttentionDecode(benchmark::State& state) {
   const GgmlType type = static_cast<GgmlType>(state.range(0));
   const int64_t n_head = state.range(1), n_head_kv = state.range(2), hd = state.range(3);
   const int64_t depth = state.range(4);
   ThreadPool* pool = pool_for(static_cast<int>(state.range(5)));
+  const int64_t n_tokens = state.range(6);
+  const int64_t n_kv = depth + n_tokens;
   const int64_t n = n_head_kv * hd;
-  const std::vector<uint8_t> k = make_rows(type, depth, n), v = make_rows(type, depth, n);
-  const KvView kv{type, k.data(), row_size(type, n), type, v.data(), row_size(type, n), depth};
-  const AttentionParams p{1, n_head, n_head_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f};
-  const std::vector<float> q = normal(n_head * hd, 1.0f, 4);
-  std::vector<float> mask(depth, 0.0f), out(n_head * hd);
+  const std::vector<uint8_t> k = make_rows(type, n_kv, n), v = make_rows(type, n_kv, n);
+  const KvView kv{type, k.data(), row_size(type, n), type, v.data(), row_size(type, n), n_kv};
+  const AttentionParams p{n_tokens, n_head, n_head_kv, hd,
+                          1.0f / std::sqrt(static_cast<float>(hd)), 0.0f};
+  const std::vector<float> q = normal(n_tokens * n_head * hd, 1.0f, 4);
+  std::vector<float> mask(n_tokens * n_kv, 0.0f), out(n_tokens * n_head * hd);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t c = depth + t + 1; c < n_kv; ++c) mask[t * n_kv + c] = -INFINITY;
+  }
   for (auto _ : state) {
-    attention(p, q.data(), kv, mask.data(), depth, out.data(), pool);
+    attention(p, q.data(), kv, mask.data(), n_kv, out.data(), pool);
     benchmark::DoNotOptimize(out.data());
   }
   // Bytes of K and V read per step, as a rate.
-  state.counters["KV_GB/s"] = benchmark::Counter(1e-9 * depth * 2.0 * row_size(type, n),
+  state.counters["KV_GB/s"] = benchmark::Counter(1e-9 * n_kv * 2.0 * row_size(type, n),
                                                  benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(type_name(type)) + " " + simd_target());
 }
@@ -213,14 +220,25 @@ BENCHMARK(BM_AttentionDecode)
                    {3},
                    {64},
                    {2048},
-                   {1, 2}})
+                   {1, 2},
+                   {1}})
     ->ArgsProduct({{static_cast<int64_t>(GgmlType::F16), static_cast<int64_t>(GgmlType::Q8_0)},
                    {4},
                    {1},
                    {256},
                    {2048},
-                   {1, 2}})
-    ->ArgNames({"type", "heads", "kv_heads", "head_dim", "depth", "threads"})
+                   {1, 2},
+                   {1}})
+    // Qwen2.5 1.5B's layer shape (12 heads over 2 K/V heads of 128), decoding and verifying a
+    // 16-token draft at depth 4096.
+    ->ArgsProduct({{static_cast<int64_t>(GgmlType::F16), static_cast<int64_t>(GgmlType::Q8_0)},
+                   {12},
+                   {2},
+                   {128},
+                   {4096},
+                   {2},
+                   {1, 17}})
+    ->ArgNames({"type", "heads", "kv_heads", "head_dim", "depth", "threads", "tokens"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -291,6 +291,10 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile"))) HWY_NOINLINE void AmxRelease
   _tile_release();
 }
 
+/// AmxGroup's last block, when it holds at most this many tokens, runs on the VNNI units
+/// (AmxRemainder): a tile product costs as much for 1 token as for 16.
+inline constexpr int kAmxRemainderVnni = 8;
+
 /// One token row of AmxEpilogue: acc + the row's dots c32 times d dx, plus the offset term.
 template <int kOff>
 HWY_INLINE __m512 AmxEpilogueRow(const int32_t* c32, __m512 d, __m512 off, float dx, float sx,
@@ -306,18 +310,21 @@ HWY_INLINE __m512 AmxEpilogueRow(const int32_t* c32, __m512 d, __m512 off, float
 }
 
 /// acc[m] (token row m of a 16 x 16 tile) += sub-block s's int32 dots cbuf[m][0..16), scaled as
-/// Tile() scales them (the same operations, so the same bits). dx / sx: token row 0's scale and
-/// sum of the sub-block, rows dx_stride / sx_stride apart.
+/// Tile() scales them (the same operations, so the same bits), for m < n_tok (the rows past it
+/// are padding of the last block and are left alone). dx / sx: token row 0's scale and sum of
+/// the sub-block, rows dx_stride / sx_stride apart.
 template <int kS, bool kF16, int kOff>
 HWY_INLINE void AmxEpilogue(const int32_t* cbuf, const uint8_t* group, const PackedLayout& L,
                             int64_t s, const float* dx, int64_t dx_stride, const float* sx,
-                            int64_t sx_stride, __m512 (&acc)[16]) {
+                            int64_t sx_stride, int n_tok, __m512 (&acc)[16]) {
   __m512 d, off;
   int64_t k;
   const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
   SubScales<kS, kF16, kOff>(span, L, k, d, off);
-  // Rows by constant index, written out, so that acc stays in registers.
+  // Rows by constant index, written out, so that acc stays in registers; the test on n_tok
+  // (always true but in the last block) is predicted.
 #define MNEMO_AMX_ROW(M) \
+  if ((M) < n_tok)       \
   acc[M] =               \
       AmxEpilogueRow<kOff>(cbuf + 16 * (M), d, off, dx[(M)*dx_stride], sx[(M)*sx_stride], acc[M])
   MNEMO_AMX_ROW(0);
@@ -339,15 +346,61 @@ HWY_INLINE void AmxEpilogue(const int32_t* cbuf, const uint8_t* group, const Pac
 #undef MNEMO_AMX_ROW
 }
 
+/// Tokens t, t + 1, ... t + kT - 1 of AmxGroup's last, partial block, on the VNNI units instead of
+/// a tile product that would be mostly padding: the same int32 dots of each sub-block (exact
+/// integer sums, so equal to the tile's), from the same widened B rows (kS / 4 rows of 16
+/// output rows x 4 bytes), then AmxEpilogueRow's operations. y rows as in AmxGroup.
+template <int kT, int kS, bool kF16, int kOff>
+MNEMO_VNNI_ATTR HWY_NOINLINE void AmxRemainder(const uint8_t* b, int64_t b_stride, const uint8_t* group,
+                             const PackedLayout& L, const QuantRows& qr, int64_t t, float* y,
+                             int64_t y_stride, __mmask16 valid) {
+  const int64_t dx_stride = qr.n_pad / 4;
+  __m512 acc[kT];
+#pragma GCC unroll 8
+  for (int j = 0; j < kT; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < L.n_sub; ++s) {
+    const uint8_t* bs = b + s * b_stride;
+    __m512i c[kT];
+#pragma GCC unroll 8
+    for (int j = 0; j < kT; ++j) c[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int r = 0; r < kS / 4; ++r) {
+      const __m512i brow = _mm512_load_si512(bs + 64 * r);
+#pragma GCC unroll 8
+      for (int j = 0; j < kT; ++j) {
+        int32_t a4;
+        std::memcpy(&a4, qr.q + (t + j) * qr.n_pad + s * kS + 4 * r, 4);
+        c[j] = _mm512_dpbusd_epi32(c[j], brow, _mm512_set1_epi32(a4));
+      }
+    }
+    __m512 d, off;
+    int64_t k;
+    const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
+    SubScales<kS, kF16, kOff>(span, L, k, d, off);
+#pragma GCC unroll 8
+    for (int j = 0; j < kT; ++j) {
+      alignas(64) int32_t c32[16];
+      _mm512_store_si512(c32, c[j]);
+      acc[j] = AmxEpilogueRow<kOff>(c32, d, off, qr.dx[(t + j) * dx_stride + s * kS / 4],
+                                    qr.sx[(t + j) * qr.n_off + s], acc[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kT; ++j) _mm512_mask_storeu_ps(y + (t + j) * y_stride, valid, acc[j]);
+}
+
 /// Tokens [t0, t1) (16 at a time; the quantized rows are padded to a multiple of 16 with zero
 /// rows; `at`: the same quants in tile order, see PackedMatmul) x one 16-row group. bbuf: n_sub *
 /// 16 * kS bytes of scratch for U4 / U5 / U6 quants widened to bytes, which a call with `widen`
 /// fills first (a later call for other tokens of the same group reuses them); cbuf: 2 x 16 x 16
-/// int32 (one per tile set).
+/// int32 (one per tile set). `next`: the group the caller takes next (null: none); a call with
+/// `widen` fetches its L.group_bytes into the cache while its first 16 tokens compute, so that
+/// the next widening reads the cache rather than waiting on memory.
 template <int kKind, int kS, bool kF16, int kOff>
 __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
     const uint8_t* group, const PackedLayout& L, const QuantRows& qr, const int8_t* at, int64_t t0,
-    int64_t t1, float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf, bool widen) {
+    int64_t t1, float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf, bool widen,
+    const uint8_t* next) {
   // B operands: U8 quants are tile-ready in place (U8 formats have fp16 scales: one span, the
   // quants contiguous); U4 / U5 / U6 are widened once per group.
   static_assert(kKind != internal::kPackU8 || kF16, "U8 in place needs one span");
@@ -369,7 +422,44 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
     b_stride = 16 * kS;
   }
   const int64_t dx_stride = qr.n_pad / 4;
+  // Prefetch of the next group: a slice of it per pair of sub-blocks of the first token block.
+  const char* pf = widen && next != nullptr ? reinterpret_cast<const char*>(next) : nullptr;
+  const int64_t pf_step =
+      internal::round_up(internal::ceil_div(L.group_bytes, (L.n_sub + 1) / 2), int64_t{64});
+  const char* const pf_end = pf + L.group_bytes;
+  const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);
   for (int64_t t = t0; t < t1; t += 16) {
+    const int n_tok = static_cast<int>(std::min<int64_t>(16, t1 - t));
+    if (n_tok <= kAmxRemainderVnni) {
+      // A few tokens left: dots on the VNNI units from the widened rows.
+      switch (n_tok) {
+        case 1:
+          AmxRemainder<1, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
+          break;
+        case 2:
+          AmxRemainder<2, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
+          break;
+        case 3:
+          AmxRemainder<3, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
+          break;
+        case 4:
+          AmxRemainder<4, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
+          break;
+        case 5:
+          AmxRemainder<5, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
+          break;
+        case 6:
+          AmxRemainder<6, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
+          break;
+        case 7:
+          AmxRemainder<7, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
+          break;
+        default:
+          AmxRemainder<8, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
+          break;
+      }
+      continue;
+    }
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
@@ -382,6 +472,11 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
     _tile_loadd(2, b, 64);
     _tile_dpbsud(0, 1, 2);
     for (int64_t s = 0; s < L.n_sub; s += 2) {
+      if (pf != nullptr) {
+        for (int64_t b = 0; b < pf_step && pf < pf_end; b += 64, pf += 64) {
+          _mm_prefetch(pf, _MM_HINT_T0);
+        }
+      }
       const bool next = s + 1 < L.n_sub;
       if (next) {
         _tile_zero(3);
@@ -391,7 +486,7 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
       }
       _tile_stored(0, cbuf, 64);
       AmxEpilogue<kS, kF16, kOff>(cbuf, group, L, s, dx + s * kS / 4, dx_stride, sx + s, qr.n_off,
-                                  acc);
+                                  n_tok, acc);
       if (s + 2 < L.n_sub) {
         _tile_zero(0);
         _tile_loadd(1, aq + (s + 2) * 16 * kS, kS);
@@ -401,11 +496,10 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
       if (next) {
         _tile_stored(3, cbuf + 256, 64);
         AmxEpilogue<kS, kF16, kOff>(cbuf + 256, group, L, s + 1, dx + (s + 1) * kS / 4, dx_stride,
-                                    sx + s + 1, qr.n_off, acc);
+                                    sx + s + 1, qr.n_off, n_tok, acc);
       }
     }
-    const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);
-    const int n_tok = static_cast<int>(std::min<int64_t>(16, t1 - t));
+    pf = nullptr;  // the first block has fetched the next group
 #pragma GCC unroll 16
     for (int m = 0; m < 16; ++m) {  // constant indices after unrolling: acc never in memory
       if (m < n_tok) _mm512_mask_storeu_ps(y + (t + m) * y_stride, valid, acc[m]);
@@ -414,7 +508,8 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
 }
 
 using AmxGroupFn = void (*)(const uint8_t*, const PackedLayout&, const QuantRows&, const int8_t*,
-                            int64_t, int64_t, float*, int64_t, int, uint8_t*, int32_t*, bool);
+                            int64_t, int64_t, float*, int64_t, int, uint8_t*, int32_t*, bool,
+                            const uint8_t*);
 
 inline AmxGroupFn GetAmxGroup(PackedFormat f) {
   using internal::kPackU4;
@@ -651,8 +746,11 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
         const int64_t te = std::min(t1, tb + block);
         for (int64_t g = g0; g < g1; ++g) {
           const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
+          // The next group: this task's, or the one after the task (likely the next task's
+          // first, in memory right after).
+          const uint8_t* next = g + 1 < n_groups ? data + (g + 1) * L.group_bytes : nullptr;
           amx_group(data + g * L.group_bytes, L, qr, at, tb, te, a.y + 16 * g, a.y_stride, n_valid,
-                    bbuf + (g - g0) * group_scratch, cbuf, tb == t0);
+                    bbuf + (g - g0) * group_scratch, cbuf, tb == t0, next);
         }
       }
       packed::AmxRelease<0>();
