@@ -196,8 +196,17 @@ void BM_AttentionDecode(benchmark::State& state) {
   const int64_t n_tokens = state.range(6);
   const int64_t n_kv = depth + n_tokens;
   const int64_t n = n_head_kv * hd;
-  const std::vector<uint8_t> k = make_rows(type, n_kv, n), v = make_rows(type, n_kv, n);
-  const KvView kv{type, k.data(), row_size(type, n), type, v.data(), row_size(type, n), n_kv};
+  // Layers of K/V visited in turn, like a model's (together past the last-level cache, so that
+  // the rows come from memory): 28 when the caches are deep.
+  const int64_t n_layers = n_kv >= 4096 ? 28 : 1;
+  std::vector<std::vector<uint8_t>> k, v;
+  std::vector<KvView> kvs;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    k.push_back(make_rows(type, n_kv, n));
+    v.push_back(make_rows(type, n_kv, n));
+    kvs.push_back(KvView{type, k.back().data(), row_size(type, n), type, v.back().data(),
+                         row_size(type, n), n_kv});
+  }
   const AttentionParams p{n_tokens, n_head, n_head_kv, hd,
                           1.0f / std::sqrt(static_cast<float>(hd)), 0.0f};
   const std::vector<float> q = normal(n_tokens * n_head * hd, 1.0f, 4);
@@ -205,9 +214,11 @@ void BM_AttentionDecode(benchmark::State& state) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t c = depth + t + 1; c < n_kv; ++c) mask[t * n_kv + c] = -INFINITY;
   }
+  int64_t layer = 0;
   for (auto _ : state) {
-    attention(p, q.data(), kv, mask.data(), n_kv, out.data(), pool);
+    attention(p, q.data(), kvs[layer], mask.data(), n_kv, out.data(), pool);
     benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % n_layers;
   }
   // Bytes of K and V read per step, as a rate.
   state.counters["KV_GB/s"] = benchmark::Counter(1e-9 * n_kv * 2.0 * row_size(type, n),

@@ -59,6 +59,8 @@ using internal::round_up;
 inline constexpr int64_t kCellTile = 64;
 /// Query rows per task (tokens x heads of one group) in the prompt path.
 inline constexpr int64_t kRowsPerTask = 32;
+/// Rows of K / V fetched ahead of the one being read (their cache lines in flight).
+inline constexpr int64_t kPrefetchRows = 16;
 /// Cell ranges: calls with fewer (head, token-chunk) tasks than this (decoding) also split the
 /// cells into up to kMaxSplits ranges of at least kMinCellsPerSplit cells (128: a 1024-cell
 /// sliding-window cache still gives 8 ranges to balance over the threads).
@@ -192,6 +194,10 @@ inline std::vector<float>& ScoreScratch() {
   thread_local std::vector<float> v;
   return v;
 }
+inline std::vector<float>& LScratch() {
+  thread_local std::vector<float> v;
+  return v;
+}
 inline float* ScoreTileScratch(int64_t n) {
   thread_local std::vector<float> v;
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
@@ -212,9 +218,10 @@ HWY_INLINE bool VisibleToAny(const Call& c, int64_t t0, int64_t t1, int32_t cell
 ///   s[i * s_stride + k] = softcap(scale * q_i . k_{act[k]}) + mask[token of i][act[k]]
 /// (-inf where masked). The value of one (row, cell) does not depend on the other rows and cells
 /// of the call: the dot products run in the matmul micro-kernels, whose per-element arithmetic
-/// is fixed, and everything after is elementwise.
+/// is fixed, and everything after is elementwise. act[n_act, n_pf) are cells read next: their
+/// rows are fetched ahead.
 inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_rows,
-                      const int32_t* act, int64_t n_act, const KScratch& ks, float* s,
+                      const int32_t* act, int64_t n_act, int64_t n_pf, const KScratch& ks, float* s,
                       int64_t s_stride) {
   const int64_t hd = c.hd, hd_pad = c.hd_pad;
   const uint8_t* kbase = static_cast<const uint8_t*>(c.kv.k) + row_size(c.kv.k_type, g * hd);
@@ -227,7 +234,7 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
       const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
       for (int j = 0; j < 4; ++j)
         cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
-      for (int64_t j = k + 16; j < std::min(n_act, k + 20); ++j) {  // strided rows: fetch ahead
+      for (int64_t j = k + 16; j < std::min(n_pf, k + 20); ++j) {  // strided rows: fetch ahead
         const uint8_t* row = kbase + act[j] * c.kv.k_stride;
         for (size_t b = 0; b < k_seg_bytes; b += 64) hwy::Prefetch(row + b);
       }
@@ -253,7 +260,7 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
 #if MNEMO_INT_DOT
     const size_t k_seg_bytes = row_size(c.kv.k_type, hd);
     for (int64_t k = 0; k < n_act; ++k) {
-      if (k + 8 < n_act) {  // rows at the cache-row stride: fetch ahead
+      if (k + 8 < n_pf) {  // rows at the cache-row stride: fetch ahead
         const uint8_t* ahead = kbase + act[k + 8] * c.kv.k_stride;
         for (size_t b = 0; b < k_seg_bytes; b += 64) hwy::Prefetch(ahead + b);
       }
@@ -293,12 +300,13 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
       for (int j = 0; j < 4; ++j)
         cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
       // K rows are read at the cache-row stride, head segment by head segment: fetch ahead.
-      for (int64_t j = k + 16; j < std::min(n_act, k + 20); ++j) {
+      for (int64_t j = k + 16; j < std::min(n_pf, k + 20); ++j) {
         const uint8_t* row = kbase + act[j] * c.kv.k_stride;
         for (size_t b = 0; b < k_seg_bytes; b += 64) hwy::Prefetch(row + b);
       }
-      for (int64_t i = 0; i < n_rows; i += kDirectRows) {
-        const int n_q = static_cast<int>(std::min<int64_t>(kDirectRows, n_rows - i));
+      const int64_t per_pass = RowsPerPass(n_rows);
+      for (int64_t i = 0; i < n_rows; i += per_pass) {
+        const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
         const float* qp[kDirectRows];
         for (int r = 0; r < n_q; ++r) qp[r] = c.qf + qrows[i + r] * hd_pad;
         c.fscore(cells, n_cells, hd, qp, n_q, s + i * s_stride + k, s_stride);
@@ -417,16 +425,28 @@ struct VScratch {
 /// cell * v_stride. Direct kernels read F32 / F16 / BF16 / Q8_0 rows in place; other types are
 /// dequantized into the scratch first; the arithmetic per element is the same.
 inline void AccumulateTile(const Call& c, const uint8_t* vhead, const int32_t* cells, int64_t n,
-                           int64_t d0, int64_t width, const float* p, int64_t p_stride,
-                           int64_t n_rows, float* acc, int64_t acc_stride, float* l,
-                           const VScratch& vs) {
+                           int64_t n_after, int64_t d0, int64_t width, const float* p,
+                           int64_t p_stride, int64_t n_rows, float* acc, int64_t acc_stride,
+                           float* l, const VScratch& vs) {
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   if (c.vacc != nullptr) {
-    const uint8_t* rows[kCellTile];
-    for (int64_t k = 0; k < n; ++k) rows[k] = vhead + cells[k] * c.kv.v_stride;
-    for (int64_t i = 0; i < n_rows; i += kDirectRows) {
-      const int n_q = static_cast<int>(std::min<int64_t>(kDirectRows, n_rows - i));
+    // The tile's rows and, for the prefetch, up to kPrefetchRows rows after it.
+    const uint8_t* rows[kCellTile + kPrefetchRows];
+    const int64_t n_pf = n + std::min(n_after, kPrefetchRows);
+    for (int64_t k = 0; k < n_pf; ++k) rows[k] = vhead + cells[k] * c.kv.v_stride;
+    // The first pass fetches the rows' bytes of [d0, d0 + width) ahead; the others find them
+    // in the cache.
+    const GgmlType vt = c.kv.v_type;
+    const int64_t pf0 = vt == GgmlType::Q8_0   ? d0 / 32 * 34
+                        : vt == GgmlType::F32 ? d0 * 4
+                                              : d0 * 2;
+    const int64_t pf1 = vt == GgmlType::Q8_0   ? ((d0 + width - 1) / 32 + 1) * 34
+                        : vt == GgmlType::F32 ? (d0 + width) * 4
+                                              : (d0 + width) * 2;
+    const int64_t per_pass = RowsPerPass(n_rows);
+    for (int64_t i = 0; i < n_rows; i += per_pass) {
+      const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
       const float* pp[kDirectRows];
       float* ap[kDirectRows];
       for (int64_t d = 0; d < width; d += 4 * nf) {
@@ -435,7 +455,9 @@ inline void AccumulateTile(const Call& c, const uint8_t* vhead, const int32_t* c
           pp[r] = p + (i + r) * p_stride;
           ap[r] = acc + (i + r) * acc_stride + d;
         }
-        c.vacc(n_q, n_vec, rows, n, d0 + d, pp, ap, d == 0 && l != nullptr ? l + i : nullptr);
+        const bool fetch = i == 0 && d == 0;
+        c.vacc(n_q, n_vec, rows, n, d0 + d, pp, ap, d == 0 && l != nullptr ? l + i : nullptr,
+               n_pf, fetch ? pf0 : 0, fetch ? pf1 : 0);
       }
     }
     return;
@@ -535,17 +557,19 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
 
   if (base_tasks < kSplitBelowTasks && n_act_all >= 2 * kMinCellsPerSplit) {
     // ---- decoding: phase 1, scores [n_rows_all x s_stride] over ranges of cells ----
+    // Score rows in task order: token t, head h at row (g * n_tokens + t) * gqa + h % gqa
+    // (g = h / gqa), so that the rows of one (K/V head, token chunk) task are consecutive.
     const int64_t s_stride = round_up(n_act_all, nf);
     std::vector<float>& scores = ScoreScratch();
     scores.resize(static_cast<size_t>(n_rows_all * s_stride));
     const int64_t n_split = std::clamp<int64_t>(n_act_all / kMinCellsPerSplit, 1, kMaxSplits);
     const int64_t cells_per_split = round_up(ceil_div(n_act_all, n_split), kCellTile);
     const int64_t n_ranges = ceil_div(n_act_all, cells_per_split);
-    internal::parallel_for(pool, base_tasks * n_ranges, [&](int64_t task, int) {
-      const int64_t g = task % p.n_head_kv;
-      const int64_t rest = task / p.n_head_kv;
-      const int64_t range = rest % n_ranges;
-      const int64_t t0 = (rest / n_ranges) * tokens_per_task;
+    // A task scores a range of cells for every K/V head, head by head per tile of cells: it
+    // reads whole K rows, in memory order.
+    internal::parallel_for(pool, n_chunks * n_ranges, [&](int64_t task, int) {
+      const int64_t range = task % n_ranges;
+      const int64_t t0 = (task / n_ranges) * tokens_per_task;
       const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
       const int64_t n_rows = (t1 - t0) * gqa;
       Carver ts(static_cast<uint8_t*>(
@@ -553,30 +577,47 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
               .get(static_cast<size_t>(KScratchBytes(c) + 8 * n_rows + 2 * 64))));
       const KScratch ks = TakeKScratch(c, ts);
       int64_t* qrows = ts.take<int64_t>(n_rows);
-      for (int64_t i = 0; i < n_rows; ++i) qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
       const int64_t c0 = range * cells_per_split;
       const int64_t c1 = std::min(n_act_all, c0 + cells_per_split);
-      // Each tile of cells is scored for all the task's rows into a small buffer, then copied
-      // into the rows' places in the call-wide score matrix.
-      float* tile = ScoreTileScratch(n_rows * kCellTile);
       for (int64_t k0 = c0; k0 < c1; k0 += kCellTile) {
-        const int64_t n = std::min(kCellTile, c1 - k0);
-        ScoreTile(c, g, qrows, n_rows, act_all.data() + k0, n, ks, tile, kCellTile);
-        for (int64_t i = 0; i < n_rows; ++i) {
-          std::memcpy(scores.data() + qrows[i] * s_stride + k0, tile + i * kCellTile,
-                      n * sizeof(float));
-        }
-      }
-      if (c1 == n_act_all) {
-        for (int64_t i = 0; i < n_rows; ++i) {
-          float* si = scores.data() + qrows[i] * s_stride;
-          for (int64_t k = n_act_all; k < s_stride; ++k) si[k] = -INFINITY;
+        for (int64_t g = 0; g < p.n_head_kv; ++g) {
+          for (int64_t i = 0; i < n_rows; ++i) {
+            qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
+          }
+          float* s0 = scores.data() + (g * p.n_tokens + t0) * gqa * s_stride;
+          ScoreTile(c, g, qrows, n_rows, act_all.data() + k0, std::min(kCellTile, c1 - k0),
+                    c1 - k0, ks, s0 + k0, s_stride);
+          if (k0 + kCellTile >= c1 && c1 == n_act_all) {
+            for (int64_t i = 0; i < n_rows; ++i) {
+              std::fill(s0 + i * s_stride + n_act_all, s0 + (i + 1) * s_stride, -INFINITY);
+            }
+          }
         }
       }
     });
-    // ---- phase 2: softmax and V over ranges of output dimensions ----
-    const int64_t width = hd % 32 == 0 ? 32 : hd;
-    const int64_t n_dblocks = hd / width;
+    // ---- phase 2: per row, the weights exp(s - max) in place and l (in visiting order) ----
+    std::vector<float>& lsum = LScratch();
+    lsum.resize(static_cast<size_t>(n_rows_all));
+    internal::parallel_for(pool, n_rows_all, [&](int64_t r, int) {
+      float* si = scores.data() + r * s_stride;
+      const float m = RowMax(si, s_stride);
+      if (m == -INFINITY) {
+        std::fill(si, si + s_stride, 0.0f);
+      } else {
+        ExpShifted(si, m, s_stride, si);
+      }
+      float l = 0.0f;
+      for (int64_t k = 0; k < n_act_all; ++k) l += si[k];
+      lsum[r] = l;
+    });
+    // ---- phase 3: V over ranges of output dimensions: as few as give every thread a task,
+    // so that a task reads whole head rows of V ----
+    int64_t n_dblocks = 1;
+    while (base_tasks * n_dblocks < internal::n_threads_of(pool) &&
+           (hd / (2 * n_dblocks)) % 32 == 0) {
+      n_dblocks *= 2;
+    }
+    const int64_t width = hd / n_dblocks;
     const int64_t v_stride = round_up(width, kPadElems);
     internal::parallel_for(pool, base_tasks * n_dblocks, [&](int64_t task, int) {
       const int64_t g = task % p.n_head_kv;
@@ -585,44 +626,30 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       const int64_t t0 = (rest / n_dblocks) * tokens_per_task;
       const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
       const int64_t n_rows = (t1 - t0) * gqa;
-      const int64_t task_bytes = 4 * (n_rows * (v_stride + 2 + kCellTile) + kCellTile * v_stride) +
-                                 8 * n_rows + 3 * v_stride + 8 * 64;
+      const int64_t task_bytes =
+          4 * (n_rows * v_stride + kCellTile * v_stride + 3 * v_stride) + 4 * 64;
       Carver ts(static_cast<uint8_t*>(
           internal::thread_scratch(internal::kSlotTask).get(static_cast<size_t>(task_bytes))));
       float* acc = ts.take<float>(n_rows * v_stride);
-      float* m = ts.take<float>(n_rows);
-      float* l = ts.take<float>(n_rows);
-      float* pt = ts.take<float>(n_rows * kCellTile);
       VScratch vs;
       vs.vbuf = ts.take<float>(kCellTile * v_stride);
       vs.v_stride = v_stride;
       vs.tmp8 = ts.take<uint8_t>(v_stride);
       vs.tmpf = ts.take<float>(2 * v_stride);
-      int64_t* qrows = ts.take<int64_t>(n_rows);
-      for (int64_t i = 0; i < n_rows; ++i) {
-        qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
-        m[i] = RowMax(scores.data() + qrows[i] * s_stride, s_stride);
-        l[i] = 0.0f;
-      }
+      const int64_t srow0 = (g * p.n_tokens + t0) * gqa;
+      const float* p0 = scores.data() + srow0 * s_stride;
       std::fill(acc, acc + n_rows * v_stride, 0.0f);
       const uint8_t* vhead = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
       for (int64_t k0 = 0; k0 < n_act_all; k0 += kCellTile) {
         const int64_t n = std::min(kCellTile, n_act_all - k0);
-        const int64_t n_v = round_up(n, nf);
-        for (int64_t i = 0; i < n_rows; ++i) {
-          float* pi = pt + i * kCellTile;
-          if (m[i] == -INFINITY) {
-            std::fill(pi, pi + n_v, 0.0f);
-          } else {
-            ExpShifted(scores.data() + qrows[i] * s_stride + k0, m[i], n_v, pi);
-          }
-        }
-        AccumulateTile(c, vhead, act_all.data() + k0, n, db * width, width, pt, kCellTile, n_rows,
-                       acc, v_stride, l, vs);
+        AccumulateTile(c, vhead, act_all.data() + k0, n, n_act_all - k0 - n, db * width, width,
+                       p0 + k0, s_stride, n_rows, acc, v_stride, nullptr, vs);
       }
       for (int64_t i = 0; i < n_rows; ++i) {
-        float* o = out + qrows[i] * hd + db * width;
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        const int64_t qrow = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
+        float* o = out + qrow * hd + db * width;
+        const float l = lsum[srow0 + i];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int64_t d = 0; d < width; ++d) o[d] = acc[i * v_stride + d] * inv;
       }
     });
@@ -665,8 +692,8 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
 
     // 1. Scores of every row over every cell of the task.
     for (int64_t k0 = 0; k0 < n_act; k0 += kCellTile) {
-      ScoreTile(c, g, qrows, n_rows, act.data() + k0, std::min(kCellTile, n_act - k0), ks, s + k0,
-                s_stride);
+      ScoreTile(c, g, qrows, n_rows, act.data() + k0, std::min(kCellTile, n_act - k0), n_act - k0,
+                ks, s + k0, s_stride);
     }
     // 2. Row maxima (exact, order-free) and weights exp(s - max).
     for (int64_t i = 0; i < n_rows; ++i) {
@@ -684,8 +711,9 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     // 3. acc_i = sum_k p_ik v_k and l_i = sum_k p_ik, in visiting order.
     const uint8_t* vhead = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
     for (int64_t k0 = 0; k0 < n_act; k0 += kCellTile) {
-      AccumulateTile(c, vhead, act.data() + k0, std::min(kCellTile, n_act - k0), 0, hd, s + k0,
-                     s_stride, n_rows, acc, hd_pad, l, vs);
+      const int64_t n = std::min(kCellTile, n_act - k0);
+      AccumulateTile(c, vhead, act.data() + k0, n, n_act - k0 - n, 0, hd, s + k0, s_stride,
+                     n_rows, acc, hd_pad, l, vs);
     }
     for (int64_t i = 0; i < n_rows; ++i) {
       float* o = out + qrows[i] * hd;

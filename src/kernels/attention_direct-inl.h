@@ -58,24 +58,24 @@ HWY_NOINLINE void FloatScores(const uint8_t* const* cells, int n_cells, int64_t 
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   hn::Vec<decltype(df)> acc[kQ][4];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
   }
   for (int64_t i = 0; i < hd; i += nf) {
     hn::Vec<decltype(df)> k[4];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) k[j] = Widen<kType>(cells[j], i);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < kQ; ++r) {
       const auto qv = hn::LoadU(df, qf[r] + i);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < 4; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
     }
   }
 #if HWY_TARGET != HWY_SCALAR
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
     float tmp[4];
     Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
@@ -99,26 +99,26 @@ HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
                            int64_t y_stride) {
   const DF32 df;
   hn::Vec<DF32> acc[kQ][kC];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < kC; ++j) acc[r][j] = hn::Zero(df);
   }
   for (int64_t b = 0; b < hd / 32; ++b) {
     __m256i w[kC], wabs[kC];
     float d[kC];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < kC; ++j) {
       const block_q8_0* blk = reinterpret_cast<const block_q8_0*>(cells[j]) + b;
       w[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
       wabs[j] = _mm256_sign_epi8(w[j], w[j]);
       d[j] = F16ToF32(blk->d);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < kQ; ++r) {
       const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8[r] + 32 * b));
       const float dxr = dx[r][8 * b];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < kC; ++j) {
         // DotQuads<true>: the sign trick, then maddubs + madd.
         const __m256i dot = _mm256_madd_epi16(
@@ -128,7 +128,7 @@ HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
       }
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
     float tmp[4];
     Reduce4(df, acc[r][0], acc[r][std::min(1, kC - 1)], acc[r][std::min(2, kC - 1)],
@@ -141,10 +141,18 @@ HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
 /// Query rows per pass of the direct kernels: their accumulators and the operands fit the
 /// register file (16 vector registers below AVX-512, 32 with it).
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-inline constexpr int kDirectRows = 4;
+inline constexpr int kDirectRows = 6;
 #else
 inline constexpr int kDirectRows = 3;
 #endif
+
+/// Rows per pass when n_rows rows are split into as few passes of at most kDirectRows as
+/// possible, as evenly as possible (6 rows: one pass of 6, not 4 + 2), so that each K or V row
+/// loaded serves as many query rows as the registers allow.
+inline int64_t RowsPerPass(int64_t n_rows) {
+  const int64_t n_pass = (n_rows + kDirectRows - 1) / kDirectRows;
+  return (n_rows + n_pass - 1) / std::max<int64_t>(1, n_pass);
+}
 
 template <GgmlType kType>
 void FloatScoresRows(const uint8_t* const* cells, int n_cells, int64_t hd, const float* const* qf,
@@ -157,8 +165,11 @@ void FloatScoresRows(const uint8_t* const* cells, int n_cells, int64_t hd, const
     case 3:
       return FloatScores<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
     default:
-      if constexpr (kDirectRows >= 4)
-        return FloatScores<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
+      if constexpr (kDirectRows >= 6) {
+        if (n_q == 4) return FloatScores<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
+        if (n_q == 5) return FloatScores<kType, 5>(cells, n_cells, hd, qf, y, y_stride);
+        if (n_q == 6) return FloatScores<kType, 6>(cells, n_cells, hd, qf, y, y_stride);
+      }
       CHECK(false) << "bad row count " << n_q;
   }
 }
@@ -173,13 +184,13 @@ HWY_INLINE void LoadV(const uint8_t* row, int64_t d, hn::Vec<hn::ScalableTag<flo
     const hn::Rebind<int32_t, decltype(df)> di;
     const hn::Rebind<int8_t, decltype(df)> d8;
     const block_q8_0* blocks = reinterpret_cast<const block_q8_0*>(row);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < kV; ++j) {
       const int64_t e = d + j * nf;
       v[j] = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, blocks[e / 32].qs + e % 32)));
     }
   } else {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < kV; ++j) v[j] = Widen<kType>(row, d + j * nf);
   }
 }
@@ -188,96 +199,105 @@ HWY_INLINE void LoadV(const uint8_t* row, int64_t d, hn::Vec<hn::ScalableTag<flo
 /// acc = fma(w, v_k, acc), v_k = dimensions [d, d + kV nf) of V row rows[k], w = p_r[k] (for
 /// Q8_0: w = p_r[k] * d_block and v_k the quants); and, when l is given, l[r] += p_r[k] in the
 /// same order. Every schedule accumulates V through this function (or, for the other V types,
-/// AccumulateV with the same operations).
-template <GgmlType kType, int kQ, int kV>
+/// AccumulateV with the same operations). Prefetch: while row k is read, bytes [pf0, pf1) of
+/// row k + 16 when k + 16 < n_pf (rows[] holds n_pf >= n rows; none when pf1 <= pf0).
+template <GgmlType kType, int kQ, int kV, bool kL>
 HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
-                       float* const* acc, float* l) {
+                       float* const* acc, float* l, int64_t n_pf, int64_t pf0, int64_t pf1) {
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   // Q8_0: whether the kV vectors lie in one 32-element block (one scale).
   constexpr bool kOneBlock = kV * static_cast<int64_t>(hn::MaxLanes(df)) <= 32;
   hn::Vec<decltype(df)> a[kQ][kV];
   float ls[kQ];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
-    ls[r] = l != nullptr ? l[r] : 0.0f;
-#pragma GCC unroll 4
+    ls[r] = kL ? l[r] : 0.0f;
+#pragma GCC unroll 8
     for (int j = 0; j < kV; ++j) a[r][j] = hn::LoadU(df, acc[r] + j * nf);
   }
-  // V rows are read at the cache-row stride: fetch the bytes of row k + kAhead's range ahead.
+  // V rows are read at the cache-row stride: fetch the caller's byte range of row k + kAhead.
   constexpr int64_t kAhead = 16;
-  const int64_t span0 = kType == GgmlType::Q8_0  ? d / 32 * 34
-                        : kType == GgmlType::F32 ? d * 4
-                                                 : d * 2;
-  const int64_t span1 = kType == GgmlType::Q8_0  ? ((d + kV * nf - 1) / 32 + 1) * 34
-                        : kType == GgmlType::F32 ? (d + kV * nf) * 4
-                                                 : (d + kV * nf) * 2;
   for (int64_t k = 0; k < n; ++k) {
-    if (k + kAhead < n) {
-      hwy::Prefetch(rows[k + kAhead] + span0);
-      hwy::Prefetch(rows[k + kAhead] + span1 - 1);
+    if (k + kAhead < n_pf && pf1 > pf0) {
+      const uint8_t* ahead = rows[k + kAhead];
+      for (int64_t b = pf0; b < pf1; b += 64) hwy::Prefetch(ahead + b);
+      hwy::Prefetch(ahead + pf1 - 1);
     }
     hn::Vec<decltype(df)> v[kV];
     LoadV<kType, kV>(rows[k], d, v);
     float sc[kV];
     if constexpr (kType == GgmlType::Q8_0) {
       const block_q8_0* blocks = reinterpret_cast<const block_q8_0*>(rows[k]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < kV; ++j) sc[j] = F16ToF32(blocks[(d + j * nf) / 32].d);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < kQ; ++r) {
       const float pk = p[r][k];
-      ls[r] += pk;
+      if constexpr (kL) ls[r] += pk;
       if constexpr (kType == GgmlType::Q8_0 && kOneBlock) {
         const auto w = hn::Set(df, pk * sc[0]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
       } else if constexpr (kType == GgmlType::Q8_0) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(hn::Set(df, pk * sc[j]), v[j], a[r][j]);
       } else {
         const auto w = hn::Set(df, pk);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < kV; ++j) a[r][j] = hn::MulAdd(w, v[j], a[r][j]);
       }
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
-    if (l != nullptr) l[r] = ls[r];
-#pragma GCC unroll 4
+    if constexpr (kL) l[r] = ls[r];
+#pragma GCC unroll 8
     for (int j = 0; j < kV; ++j) hn::StoreU(a[r][j], df, acc[r] + j * nf);
   }
 }
 
-template <GgmlType kType, int kQ>
-void VAccVecs(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
-              float* const* acc, float* l) {
+template <GgmlType kType, int kQ, bool kL>
+void VAccVecsL(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
+               float* const* acc, float* l, int64_t n_pf, int64_t pf0, int64_t pf1) {
   switch (n_vec) {
     case 1:
-      return VAcc<kType, kQ, 1>(rows, n, d, p, acc, l);
+      return VAcc<kType, kQ, 1, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
     case 2:
-      return VAcc<kType, kQ, 2>(rows, n, d, p, acc, l);
+      return VAcc<kType, kQ, 2, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
     case 3:
-      return VAcc<kType, kQ, 3>(rows, n, d, p, acc, l);
+      return VAcc<kType, kQ, 3, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
     default:
-      return VAcc<kType, kQ, 4>(rows, n, d, p, acc, l);
+      return VAcc<kType, kQ, 4, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
   }
+}
+
+/// VAcc with l summed (l given) or not (null).
+template <GgmlType kType, int kQ>
+void VAccVecs(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
+              float* const* acc, float* l, int64_t n_pf, int64_t pf0, int64_t pf1) {
+  if (l != nullptr) return VAccVecsL<kType, kQ, true>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+  return VAccVecsL<kType, kQ, false>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
 }
 
 template <GgmlType kType>
 void VAccRows(int n_q, int n_vec, const uint8_t* const* rows, int64_t n, int64_t d,
-              const float* const* p, float* const* acc, float* l) {
+              const float* const* p, float* const* acc, float* l, int64_t n_pf, int64_t pf0,
+              int64_t pf1) {
   switch (n_q) {
     case 1:
-      return VAccVecs<kType, 1>(n_vec, rows, n, d, p, acc, l);
+      return VAccVecs<kType, 1>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
     case 2:
-      return VAccVecs<kType, 2>(n_vec, rows, n, d, p, acc, l);
+      return VAccVecs<kType, 2>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
     case 3:
-      return VAccVecs<kType, 3>(n_vec, rows, n, d, p, acc, l);
+      return VAccVecs<kType, 3>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
     default:
-      if constexpr (kDirectRows >= 4) return VAccVecs<kType, 4>(n_vec, rows, n, d, p, acc, l);
+      if constexpr (kDirectRows >= 6) {
+        if (n_q == 4) return VAccVecs<kType, 4>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+        if (n_q == 5) return VAccVecs<kType, 5>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+        if (n_q == 6) return VAccVecs<kType, 6>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      }
       CHECK(false) << "bad row count " << n_q;
   }
 }
@@ -285,7 +305,7 @@ void VAccRows(int n_q, int n_vec, const uint8_t* const* rows, int64_t n, int64_t
 using FloatScoresFn = void (*)(const uint8_t* const*, int, int64_t, const float* const*, int,
                                float*, int64_t);
 using VAccFn = void (*)(int, int, const uint8_t* const*, int64_t, int64_t, const float* const*,
-                        float* const*, float*);
+                        float* const*, float*, int64_t, int64_t, int64_t);
 
 inline FloatScoresFn GetFloatScores(GgmlType t) {
   switch (t) {

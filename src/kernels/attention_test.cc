@@ -305,5 +305,58 @@ TEST(AttentionTest, RowsAreBatchInvariant) {
   }
 }
 
+// The two schedules (whole (head, token chunk) tasks for prompts; scores, weights and V in
+// separate phases for few tasks) give the same bits for a row: a prompt of 96 tokens (16 or
+// more tasks) against each of its last tokens alone and a 17-token verify batch (few tasks).
+// Shapes of Qwen2.5's 1.5B (6 heads per K/V head of 128) and 0.5B (7 per K/V head of 64).
+TEST(AttentionTest, PromptAndDecodeSchedulesAgree) {
+  std::mt19937 rng(46);
+  struct Shape {
+    int64_t n_head, n_head_kv, hd;
+  };
+  for (const Shape& sh : {Shape{12, 2, 128}, Shape{14, 2, 64}}) {
+    for (const auto& [kt, vt] : std::vector<std::pair<GgmlType, GgmlType>>{
+             {GgmlType::F16, GgmlType::F16}, {GgmlType::Q8_0, GgmlType::Q8_0}}) {
+      SCOPED_TRACE(std::string("K ") + std::string(type_name(kt)) + " V " +
+                   std::string(type_name(vt)) + " heads " + std::to_string(sh.n_head));
+      const int64_t n_kv = 400, n_tokens = 96;
+      const int64_t n_elems = sh.n_head_kv * sh.hd;
+      std::vector<float> kd, vd;
+      const std::vector<uint8_t> k = make_rows(kt, n_kv, n_elems, rng, kd);
+      const std::vector<uint8_t> v = make_rows(vt, n_kv, n_elems, rng, vd);
+      const KvView kv{kt, k.data(), row_size(kt, n_elems), vt, v.data(), row_size(vt, n_elems),
+                      n_kv};
+      const AttentionParams p{n_tokens, sh.n_head, sh.n_head_kv, sh.hd, 0.1f, 0.0f};
+      const std::vector<float> q = random_floats(rng, n_tokens * sh.n_head * sh.hd, 1.0f, 19);
+      std::vector<float> mask(n_tokens * n_kv, 0.0f);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t c = n_kv - n_tokens + t + 1; c < n_kv; ++c) mask[t * n_kv + c] = -INFINITY;
+      }
+      ThreadPool pool2(2);
+      const size_t row = sh.n_head * sh.hd;
+      for_each_target([&] {
+        std::vector<float> full(n_tokens * row, NAN);
+        attention(p, q.data(), kv, mask.data(), n_kv, full.data(), &pool2);
+        AttentionParams one = p;
+        one.n_tokens = 1;
+        for (int64_t t = n_tokens - 4; t < n_tokens; ++t) {
+          std::vector<float> o(row, NAN);
+          attention(one, q.data() + t * row, kv, mask.data() + t * n_kv, n_kv, o.data(), &pool2);
+          ASSERT_EQ(0, std::memcmp(o.data(), full.data() + t * row, row * sizeof(float)))
+              << "token " << t << " alone";
+        }
+        AttentionParams verify = p;
+        verify.n_tokens = 17;
+        const int64_t t0 = n_tokens - 17;
+        std::vector<float> o(17 * row, NAN);
+        attention(verify, q.data() + t0 * row, kv, mask.data() + t0 * n_kv, n_kv, o.data(),
+                  &pool2);
+        ASSERT_EQ(0, std::memcmp(o.data(), full.data() + t0 * row, o.size() * sizeof(float)))
+            << "17-token batch";
+      });
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mnemo::kernels
