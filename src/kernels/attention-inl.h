@@ -337,19 +337,26 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   const auto vscale = hn::Set(df, c.p.scale);
+  // Consecutive cells (the usual case) read the mask a vector at a time: the vectors whole
+  // inside the tile add it in the same pass (the same two roundings: product, then sum).
+  bool consecutive = c.mask != nullptr;
+  for (int64_t k = 1; k < n_act && consecutive; ++k) consecutive = act[k] == act[0] + k;
+  const int64_t n_vec_mask = consecutive ? n_act / nf * nf : 0;
   for (int64_t i = 0; i < n_rows; ++i) {
     float* si = s + i * s_stride;
+    const float* mrow =
+        c.mask != nullptr ? c.mask + (qrows[i] / c.p.n_head) * c.mask_stride : nullptr;
     for (int64_t k = 0; k < n_act; k += nf) {
       auto v = hn::Mul(hn::LoadU(df, si + k), vscale);
       if (c.p.softcap > 0.0f) {
         v = hn::Mul(hn::Set(df, c.p.softcap),
                     hn::Tanh(df, hn::Mul(v, hn::Set(df, 1.0f / c.p.softcap))));
       }
+      if (k < n_vec_mask) v = hn::Add(v, hn::LoadU(df, mrow + act[0] + k));
       hn::StoreU(v, df, si + k);
     }
-    if (c.mask != nullptr) {
-      const float* mrow = c.mask + (qrows[i] / c.p.n_head) * c.mask_stride;
-      for (int64_t k = 0; k < n_act; ++k) si[k] += mrow[act[k]];
+    if (mrow != nullptr) {
+      for (int64_t k = n_vec_mask; k < n_act; ++k) si[k] += mrow[act[k]];
     }
   }
 }
