@@ -18,8 +18,11 @@
 //   - tasks of one K/V head x a chunk of query tokens (prompts): the task lists the cells some
 //     token of the chunk sees, scores them all (K rows unpacked once per tile of kCellTile cells
 //     and shared by the chunk's rows), then accumulates V tile by tile;
-//   - for few such tasks (decoding) two phases: scores over ranges of cells into a call-wide
-//     matrix, then softmax and V over ranges of 32 output dimensions.
+//   - for few such tasks (decoding, a speculative verify batch) three phases: scores over
+//     ranges of cells, every K/V head of a range in one task (whole K rows, in memory order),
+//     into a call-wide matrix; each row's weights and their sum l (sequentially, in visiting
+//     order); V over whole head rows (split into output ranges only to give every thread a
+//     task).
 
 #if defined(MNEMO_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef MNEMO_KERNELS_ATTENTION_INL_H_

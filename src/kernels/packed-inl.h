@@ -365,7 +365,7 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void AmxRemainder(const uint8_t* b, int64_t b_strid
     for (int j = 0; j < kT; ++j) c[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int r = 0; r < kS / 4; ++r) {
-      const __m512i brow = _mm512_load_si512(bs + 64 * r);
+      const __m512i brow = _mm512_loadu_si512(bs + 64 * r);
 #pragma GCC unroll 8
       for (int j = 0; j < kT; ++j) {
         int32_t a4;
@@ -426,7 +426,7 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
   const char* pf = widen && next != nullptr ? reinterpret_cast<const char*>(next) : nullptr;
   const int64_t pf_step =
       internal::round_up(internal::ceil_div(L.group_bytes, (L.n_sub + 1) / 2), int64_t{64});
-  const char* const pf_end = pf + L.group_bytes;
+  const char* const pf_end = pf != nullptr ? pf + L.group_bytes : nullptr;
   const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);
   for (int64_t t = t0; t < t1; t += 16) {
     const int n_tok = static_cast<int>(std::min<int64_t>(16, t1 - t));
