@@ -207,8 +207,8 @@ void BM_AttentionDecode(benchmark::State& state) {
     kvs.push_back(KvView{type, k.back().data(), row_size(type, n), type, v.back().data(),
                          row_size(type, n), n_kv});
   }
-  const AttentionParams p{n_tokens, n_head, n_head_kv, hd,
-                          1.0f / std::sqrt(static_cast<float>(hd)), 0.0f};
+  const AttentionParams p{n_tokens, n_head, n_head_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
+                          0.0f};
   const std::vector<float> q = normal(n_tokens * n_head * hd, 1.0f, 4);
   std::vector<float> mask(n_tokens * n_kv, 0.0f), out(n_tokens * n_head * hd);
   for (int64_t t = 0; t < n_tokens; ++t) {

@@ -448,10 +448,8 @@ inline void AccumulateTile(const Call& c, const uint8_t* vhead, const int32_t* c
     // The first pass fetches the rows' bytes of [d0, d0 + width) ahead; the others find them
     // in the cache.
     const GgmlType vt = c.kv.v_type;
-    const int64_t pf0 = vt == GgmlType::Q8_0   ? d0 / 32 * 34
-                        : vt == GgmlType::F32 ? d0 * 4
-                                              : d0 * 2;
-    const int64_t pf1 = vt == GgmlType::Q8_0   ? ((d0 + width - 1) / 32 + 1) * 34
+    const int64_t pf0 = vt == GgmlType::Q8_0 ? d0 / 32 * 34 : vt == GgmlType::F32 ? d0 * 4 : d0 * 2;
+    const int64_t pf1 = vt == GgmlType::Q8_0  ? ((d0 + width - 1) / 32 + 1) * 34
                         : vt == GgmlType::F32 ? (d0 + width) * 4
                                               : (d0 + width) * 2;
     const int64_t per_pass = RowsPerPass(n_rows);
@@ -466,8 +464,8 @@ inline void AccumulateTile(const Call& c, const uint8_t* vhead, const int32_t* c
           ap[r] = acc + (i + r) * acc_stride + d;
         }
         const bool fetch = i == 0 && d == 0;
-        c.vacc(n_q, n_vec, rows, n, d0 + d, pp, ap, d == 0 && l != nullptr ? l + i : nullptr,
-               n_pf, fetch ? pf0 : 0, fetch ? pf1 : 0);
+        c.vacc(n_q, n_vec, rows, n, d0 + d, pp, ap, d == 0 && l != nullptr ? l + i : nullptr, n_pf,
+               fetch ? pf0 : 0, fetch ? pf1 : 0);
       }
     }
     return;
@@ -595,8 +593,8 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
             qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
           }
           float* s0 = scores.data() + (g * p.n_tokens + t0) * gqa * s_stride;
-          ScoreTile(c, g, qrows, n_rows, act_all.data() + k0, std::min(kCellTile, c1 - k0),
-                    c1 - k0, ks, s0 + k0, s_stride);
+          ScoreTile(c, g, qrows, n_rows, act_all.data() + k0, std::min(kCellTile, c1 - k0), c1 - k0,
+                    ks, s0 + k0, s_stride);
           if (k0 + kCellTile >= c1 && c1 == n_act_all) {
             for (int64_t i = 0; i < n_rows; ++i) {
               std::fill(s0 + i * s_stride + n_act_all, s0 + (i + 1) * s_stride, -INFINITY);
@@ -722,8 +720,8 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     const uint8_t* vhead = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
     for (int64_t k0 = 0; k0 < n_act; k0 += kCellTile) {
       const int64_t n = std::min(kCellTile, n_act - k0);
-      AccumulateTile(c, vhead, act.data() + k0, n, n_act - k0 - n, 0, hd, s + k0, s_stride,
-                     n_rows, acc, hd_pad, l, vs);
+      AccumulateTile(c, vhead, act.data() + k0, n, n_act - k0 - n, 0, hd, s + k0, s_stride, n_rows,
+                     acc, hd_pad, l, vs);
     }
     for (int64_t i = 0; i < n_rows; ++i) {
       float* o = out + qrows[i] * hd;

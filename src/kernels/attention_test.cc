@@ -324,7 +324,7 @@ TEST(AttentionTest, PromptAndDecodeSchedulesAgree) {
       std::vector<float> kd, vd;
       const std::vector<uint8_t> k = make_rows(kt, n_kv, n_elems, rng, kd);
       const std::vector<uint8_t> v = make_rows(vt, n_kv, n_elems, rng, vd);
-      const KvView kv{kt, k.data(), row_size(kt, n_elems), vt, v.data(), row_size(vt, n_elems),
+      const KvView kv{kt,  k.data(), row_size(kt, n_elems), vt, v.data(), row_size(vt, n_elems),
                       n_kv};
       const AttentionParams p{n_tokens, sh.n_head, sh.n_head_kv, sh.hd, 0.1f, 0.0f};
       const std::vector<float> q = random_floats(rng, n_tokens * sh.n_head * sh.hd, 1.0f, 19);
@@ -349,8 +349,7 @@ TEST(AttentionTest, PromptAndDecodeSchedulesAgree) {
         verify.n_tokens = 17;
         const int64_t t0 = n_tokens - 17;
         std::vector<float> o(17 * row, NAN);
-        attention(verify, q.data() + t0 * row, kv, mask.data() + t0 * n_kv, n_kv, o.data(),
-                  &pool2);
+        attention(verify, q.data() + t0 * row, kv, mask.data() + t0 * n_kv, n_kv, o.data(), &pool2);
         ASSERT_EQ(0, std::memcmp(o.data(), full.data() + t0 * row, o.size() * sizeof(float)))
             << "17-token batch";
       });

@@ -102,14 +102,14 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 /// Quants stay 4 / 5 / 6 / 8 bits wide, block scales are kept per row group: the same size as the
 /// GGUF rows for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (fp16 scales kept as they are); K-quants keep their
 /// 8-bit sub-block scales and fp16 super-block scales, multiplied when read: Q6_K within 1%,
-/// Q4_K / Q5_K within 3% (a byte per 6-bit scale). This is the idea of ggml's repacked CPU buffers (the AMX
-/// / "extra" buffer types). Packed matrices of 2 MiB or more live in transparent huge pages
-/// (MADV_HUGEPAGE): a decode streams every weight once per token. Other types (F32, F16, BF16,
-/// IQ4_NL) and targets (SSE4, scalar) keep just the source, which matmul() then reads. Use: pack
-/// each linear weight once when the model loads (hold the PackedMatrix next to the tensor) and call
-/// matmul(packed, ...) in the forward pass. Move-only; owns its packed bytes; `source` (non-owning)
-/// must outlive it. Packed data is read only under the target layout it was packed for; under
-/// another (MNEMO_SIMD, tests) matmul() reads the source.
+/// Q4_K / Q5_K within 3% (a byte per 6-bit scale). This is the idea of ggml's repacked CPU buffers
+/// (the AMX / "extra" buffer types). Packed matrices of 2 MiB or more live in transparent huge
+/// pages (MADV_HUGEPAGE): a decode streams every weight once per token. Other types (F32, F16,
+/// BF16, IQ4_NL) and targets (SSE4, scalar) keep just the source, which matmul() then reads. Use:
+/// pack each linear weight once when the model loads (hold the PackedMatrix next to the tensor) and
+/// call matmul(packed, ...) in the forward pass. Move-only; owns its packed bytes; `source`
+/// (non-owning) must outlive it. Packed data is read only under the target layout it was packed
+/// for; under another (MNEMO_SIMD, tests) matmul() reads the source.
 class PackedMatrix {
  public:
   PackedMatrix() = default;

@@ -351,9 +351,10 @@ HWY_INLINE void AmxEpilogue(const int32_t* cbuf, const uint8_t* group, const Pac
 /// integer sums, so equal to the tile's), from the same widened B rows (kS / 4 rows of 16
 /// output rows x 4 bytes), then AmxEpilogueRow's operations. y rows as in AmxGroup.
 template <int kT, int kS, bool kF16, int kOff>
-MNEMO_VNNI_ATTR HWY_NOINLINE void AmxRemainder(const uint8_t* b, int64_t b_stride, const uint8_t* group,
-                             const PackedLayout& L, const QuantRows& qr, int64_t t, float* y,
-                             int64_t y_stride, __mmask16 valid) {
+MNEMO_VNNI_ATTR HWY_NOINLINE void AmxRemainder(const uint8_t* b, int64_t b_stride,
+                                               const uint8_t* group, const PackedLayout& L,
+                                               const QuantRows& qr, int64_t t, float* y,
+                                               int64_t y_stride, __mmask16 valid) {
   const int64_t dx_stride = qr.n_pad / 4;
   __m512 acc[kT];
 #pragma GCC unroll 8
@@ -393,14 +394,14 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void AmxRemainder(const uint8_t* b, int64_t b_strid
 /// rows; `at`: the same quants in tile order, see PackedMatmul) x one 16-row group. bbuf: n_sub *
 /// 16 * kS bytes of scratch for U4 / U5 / U6 quants widened to bytes, which a call with `widen`
 /// fills first (a later call for other tokens of the same group reuses them); cbuf: 2 x 16 x 16
-/// int32 (one per tile set). `next`: the group the caller takes next (null: none); a call with
-/// `widen` fetches its L.group_bytes into the cache while its first 16 tokens compute, so that
+/// int32 (one per tile set). `next_group`: the group the caller takes next (null: none); a call
+/// with `widen` fetches its L.group_bytes into the cache while its first 16 tokens compute, so that
 /// the next widening reads the cache rather than waiting on memory.
 template <int kKind, int kS, bool kF16, int kOff>
 __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void AmxGroup(
     const uint8_t* group, const PackedLayout& L, const QuantRows& qr, const int8_t* at, int64_t t0,
     int64_t t1, float* y, int64_t y_stride, int n_valid, uint8_t* bbuf, int32_t* cbuf, bool widen,
-    const uint8_t* next) {
+    const uint8_t* next_group) {
   // B operands: U8 quants are tile-ready in place (U8 formats have fp16 scales: one span, the
   // quants contiguous); U4 / U5 / U6 are widened once per group.
   static_assert(kKind != internal::kPackU8 || kF16, "U8 in place needs one span");
@@ -423,7 +424,8 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
   }
   const int64_t dx_stride = qr.n_pad / 4;
   // Prefetch of the next group: a slice of it per pair of sub-blocks of the first token block.
-  const char* pf = widen && next != nullptr ? reinterpret_cast<const char*>(next) : nullptr;
+  const char* pf =
+      widen && next_group != nullptr ? reinterpret_cast<const char*>(next_group) : nullptr;
   const int64_t pf_step =
       internal::round_up(internal::ceil_div(L.group_bytes, (L.n_sub + 1) / 2), int64_t{64});
   const char* const pf_end = pf != nullptr ? pf + L.group_bytes : nullptr;
@@ -473,7 +475,7 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
     _tile_dpbsud(0, 1, 2);
     for (int64_t s = 0; s < L.n_sub; s += 2) {
       if (pf != nullptr) {
-        for (int64_t b = 0; b < pf_step && pf < pf_end; b += 64, pf += 64) {
+        for (int64_t off = 0; off < pf_step && pf < pf_end; off += 64, pf += 64) {
           _mm_prefetch(pf, _MM_HINT_T0);
         }
       }
