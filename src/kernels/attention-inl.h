@@ -201,11 +201,6 @@ inline std::vector<float>& LScratch() {
   thread_local std::vector<float> v;
   return v;
 }
-inline float* ScoreTileScratch(int64_t n) {
-  thread_local std::vector<float> v;
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
 
 /// Whether some token in [t0, t1) may attend to `cell`.
 HWY_INLINE bool VisibleToAny(const Call& c, int64_t t0, int64_t t1, int32_t cell) {
