@@ -37,8 +37,10 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -390,6 +392,23 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void AmxRemainder(const uint8_t* b, int64_t b_strid
   for (int j = 0; j < kT; ++j) _mm512_mask_storeu_ps(y + (t + j) * y_stride, valid, acc[j]);
 }
 
+using AmxRemainderFn = void (*)(const uint8_t*, int64_t, const uint8_t*, const PackedLayout&,
+                                const QuantRows&, int64_t, float*, int64_t, __mmask16);
+
+template <int kS, bool kF16, int kOff, int... kI>
+constexpr std::array<AmxRemainderFn, sizeof...(kI)> AmxRemainderTable(
+    std::integer_sequence<int, kI...>) {
+  return {&AmxRemainder<kI + 1, kS, kF16, kOff>...};
+}
+
+/// AmxRemainder for n_tok tokens, 1 <= n_tok <= kAmxRemainderVnni.
+template <int kS, bool kF16, int kOff>
+AmxRemainderFn AmxRemainderFor(int n_tok) {
+  static constexpr std::array<AmxRemainderFn, kAmxRemainderVnni> kTable =
+      AmxRemainderTable<kS, kF16, kOff>(std::make_integer_sequence<int, kAmxRemainderVnni>{});
+  return kTable[n_tok - 1];
+}
+
 /// Tokens [t0, t1) (16 at a time; the quantized rows are padded to a multiple of 16 with zero
 /// rows; `at`: the same quants in tile order, see PackedMatmul) x one 16-row group. bbuf: n_sub *
 /// 16 * kS bytes of scratch for U4 / U5 / U6 quants widened to bytes, which a call with `widen`
@@ -434,32 +453,7 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
     const int n_tok = static_cast<int>(std::min<int64_t>(16, t1 - t));
     if (n_tok <= kAmxRemainderVnni) {
       // A few tokens left: dots on the VNNI units from the widened rows.
-      switch (n_tok) {
-        case 1:
-          AmxRemainder<1, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
-          break;
-        case 2:
-          AmxRemainder<2, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
-          break;
-        case 3:
-          AmxRemainder<3, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
-          break;
-        case 4:
-          AmxRemainder<4, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
-          break;
-        case 5:
-          AmxRemainder<5, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
-          break;
-        case 6:
-          AmxRemainder<6, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
-          break;
-        case 7:
-          AmxRemainder<7, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
-          break;
-        default:
-          AmxRemainder<8, kS, kF16, kOff>(b, b_stride, group, L, qr, t, y, y_stride, valid);
-          break;
-      }
+      AmxRemainderFor<kS, kF16, kOff>(n_tok)(b, b_stride, group, L, qr, t, y, y_stride, valid);
       continue;
     }
     __m512 acc[16];
