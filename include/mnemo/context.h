@@ -92,6 +92,15 @@ class Context {
   /// Logits of output row i of the last decode: [n_vocab] floats. i < n_outputs().
   std::span<const float> logits(uint32_t i) const;
 
+  /// Scores part of the vocabulary from the next decode on (a draft model's head: its drafts
+  /// only need the likely tokens; the idea of Zhao et al. 2025, "FR-Spec"): logits(i) then holds
+  /// the logits of token ids [0, n_head) and of the ids in `extra`, bit for bit as with the whole
+  /// vocabulary, and -infinity for every other id. The output projection reads n_head + |extra|
+  /// rows instead of n_vocab. n_head 0 or >= n_vocab: the whole vocabulary (the default; extra
+  /// ignored). Ids of `extra` below n_head and duplicates are ignored. Errors: InvalidArgument
+  /// for an id outside [0, n_vocab), and nothing changes. Cost: O(|extra| * n_embd).
+  Status set_output_subset(uint32_t n_head, std::span<const int32_t> extra);
+
   /// Called between ubatches and between layers; returning true aborts the decode (rolled back).
   void set_abort_callback(AbortFn fn) { abort_ = std::move(fn); }
 

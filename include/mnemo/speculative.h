@@ -38,6 +38,10 @@ struct SpecParams {
   uint32_t draft_max = 16;     // --draft-max: most tokens drafted per step
   uint32_t draft_min = 0;      // --draft-min: a shorter draft is not verified (plain step)
   float draft_p_min = 0.75f;   // --draft-p-min: the draft model stops below this probability
+  /// --draft-vocab: the draft model scores only token ids [0, draft_vocab) (in a BPE vocabulary,
+  /// the earliest merges: the most frequent tokens) and the tokens its sequences hold
+  /// (DraftModel); 0: the whole vocabulary. Drafts only: the output stays exact either way.
+  uint32_t draft_vocab = 32768;
   /// InvalidArgument naming the flag (draft_max outside [1, 256], draft_min > draft_max,
   /// ngram_size_n outside [1, 16], draft_p_min outside [0, 1]).
   Status validate() const;
@@ -88,9 +92,12 @@ class DraftModel {
   /// `params` are the draft context's (n_seq_max as the target's). Errors: InvalidArgument when
   /// the vocabularies differ (size, or a token text among the first and last 1000), the
   /// Context's own errors.
+  /// n_head (SpecParams::draft_vocab): the draft scores token ids [0, n_head) and every token
+  /// of the histories it was given (Context::set_output_subset; 0 or >= n_vocab: every id).
   static Result<std::unique_ptr<DraftModel>> create(const Model& draft, const Tokenizer& draft_tok,
                                                     const Tokenizer& target_tok,
-                                                    const ContextParams& params);
+                                                    const ContextParams& params,
+                                                    uint32_t n_head = 0);
 
   /// Up to n_max greedy tokens continuing `history` (every token of target sequence `seq`, the
   /// next, undecoded one included), stopping early when the draft model's probability of its
@@ -110,7 +117,15 @@ class DraftModel {
   uint32_t n_decodes() const { return n_decodes_; }
 
  private:
+  /// Adds the ids >= n_head_ of `history` to the scored set (at most kMaxExtra: past that the
+  /// set restarts from `history`'s most recent ones). Errors: the Context's.
+  Status score_history(std::span<const TokenId> history);
+  static constexpr size_t kMaxExtra = 4096;
+
   uint32_t n_decodes_ = 0;
+  uint32_t n_head_ = 0;             // 0: the whole vocabulary is scored
+  std::vector<uint8_t> scored_;     // [n_vocab - n_head_] 1: the id is in extra_
+  std::vector<TokenId> extra_;      // ids >= n_head_ scored too
   explicit DraftModel(std::unique_ptr<Context> ctx);
   std::unique_ptr<Context> ctx_;
   std::vector<std::vector<TokenId>> held_;  // [n_seq_max] tokens each draft sequence holds

@@ -107,6 +107,20 @@ Status Context::reserve(size_t available_bytes) {
   return Status();
 }
 
+Status Context::set_output_subset(uint32_t n_head, std::span<const int32_t> extra) {
+  const uint32_t n_vocab = model_.hparams().n_vocab;
+  std::vector<int32_t> above;
+  for (int32_t id : extra) {
+    if (id < 0 || uint32_t(id) >= n_vocab) {
+      return Status::invalid_argument("output subset: token id " + std::to_string(id) +
+                                      " is outside [0, " + std::to_string(n_vocab) + ")");
+    }
+    if (uint32_t(id) >= n_head) above.push_back(id);
+  }
+  forward_->set_output_subset(n_head, above);
+  return Status();
+}
+
 std::span<const float> Context::logits(uint32_t i) const {
   CHECK_LT(i, n_outputs_);
   const size_t n_vocab = model_.hparams().n_vocab;

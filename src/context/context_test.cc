@@ -371,6 +371,83 @@ TEST(ContextTest, AbortRollsBackAndLaterDecodesAgree) {
   }
 }
 
+// Context::set_output_subset (a draft model's head): the scored ids get exactly the logits of the
+// whole vocabulary, every other id -infinity; 0 scores the whole vocabulary again. Heads of a
+// whole number of packed row groups (a view of the packed matrix) and of a part of one (the
+// source rows), with extra ids gathered and packed apart, on 1 and 13 rows (VNNI / AMX tiles).
+void check_output_subset(const Model& m, const std::vector<uint32_t>& heads) {
+  const uint32_t n_vocab = m.hparams().n_vocab;
+  const auto prompts = make_prompts(n_vocab, {13});
+  auto whole = make_context(m, 1, false, 512);
+  auto part = make_context(m, 1, false, 512);
+  auto decode = [&](Context& c, int rows) {
+    Batch b;
+    for (int i = 0; i < 13; ++i) b.add(prompts[0][i], i, {0}, i >= 13 - rows);
+    ASSERT_TRUE(c.memory().seq_rm(0, -1, -1).ok());
+    Status st = c.decode(b);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  };
+  for (uint32_t head : heads) {
+    // Extra ids: some above the head, unsorted, one repeated and one below the head (ignored).
+    const std::vector<int32_t> extra = {int32_t(n_vocab - 1), int32_t(head + 3), int32_t(head),
+                                        int32_t(n_vocab - 1), 1, int32_t((head + n_vocab) / 2)};
+    ASSERT_TRUE(part->set_output_subset(head, extra).ok());
+    std::vector<bool> scored(n_vocab, false);
+    for (uint32_t i = 0; i < head; ++i) scored[i] = true;
+    for (int32_t id : extra) scored[id] = true;
+    for (int rows : {1, 13}) {
+      SCOPED_TRACE(::testing::Message() << "head " << head << ", " << rows << " rows");
+      decode(*whole, rows);
+      decode(*part, rows);
+      for (int r = 0; r < rows; ++r) {
+        const auto w = whole->logits(uint32_t(r));
+        const auto p = part->logits(uint32_t(r));
+        size_t n_bad = 0;
+        for (uint32_t i = 0; i < n_vocab; ++i) {
+          const bool ok = scored[i] ? std::memcmp(&w[i], &p[i], sizeof(float)) == 0
+                                    : p[i] == -INFINITY;
+          n_bad += ok ? 0 : 1;
+        }
+        EXPECT_EQ(n_bad, 0u) << "row " << r;
+      }
+    }
+  }
+  // An id outside the vocabulary: refused, and the subset stays as it was.
+  EXPECT_EQ(part->set_output_subset(16, std::vector<int32_t>{int32_t(n_vocab)}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(part->set_output_subset(16, std::vector<int32_t>{-1}).code(),
+            StatusCode::kInvalidArgument);
+  decode(*part, 1);
+  EXPECT_EQ(part->logits(0)[heads.back() + 1], -INFINITY);  // still the last subset
+  ASSERT_TRUE(part->set_output_subset(0, {}).ok());
+  decode(*whole, 13);
+  decode(*part, 13);
+  for (uint32_t r = 0; r < 13; ++r) {
+    EXPECT_EQ(std::memcmp(whole->logits(r).data(), part->logits(r).data(), n_vocab * 4), 0);
+  }
+}
+
+TEST(ContextTest, OutputSubsetScoresExactlyItsIdsTinyLlama) {
+  auto model = Model::load(tiny_model_path("llama", false));
+  ASSERT_TRUE(model.ok());
+  const uint32_t n_vocab = (*model)->hparams().n_vocab;
+  ASSERT_GE(n_vocab, 64u);
+  check_output_subset(**model, {32, 20, n_vocab / 2 + 1});
+  ModelParams plain_params;  // the file's layout: every row read from the source
+  plain_params.repack = false;
+  auto plain = Model::load(tiny_model_path("llama", false), plain_params);
+  ASSERT_TRUE(plain.ok());
+  check_output_subset(**plain, {32, 20});
+}
+
+TEST(ContextTest, OutputSubsetScoresExactlyItsIdsRealSmolLM2) {
+  const std::string path = real_model_path();
+  if (path.empty()) GTEST_SKIP() << "models/SmolLM2-135M-Instruct-Q4_1.gguf not fetched";
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.ok());
+  check_output_subset(**model, {32768, 1000});
+}
+
 TEST(ContextTest, BadBatchesAreClearErrorsAndChangeNothing) {
   auto model = Model::load(tiny_model_path("llama", false));
   ASSERT_TRUE(model.ok());

@@ -129,6 +129,8 @@ class PackedMatrix {
   friend PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
   friend struct PackedImage packed_image(const PackedMatrix& m);
   friend PackedMatrix adopt_packed(const WeightMatrix& w, const struct PackedImage& img);
+  friend PackedMatrix packed_rows(const PackedMatrix& m, int64_t n_rows);
+  friend PackedMatrix pack_like(const PackedMatrix& m, const WeightMatrix& w, ThreadPool* pool);
   friend void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
                      float* y, int64_t y_stride, ThreadPool* pool);
   struct Free {
@@ -168,6 +170,20 @@ PackedImage packed_image(const PackedMatrix& m);
 /// when `img` is not exactly what pack_matrix(w) makes under the current target: another
 /// layout, format, group size or byte count. Cost: O(1), nothing is read.
 PackedMatrix adopt_packed(const WeightMatrix& w, const PackedImage& img);
+
+/// The first n_rows rows of `m` (0 <= n_rows <= m.source().n_out, CHECKed) as a matrix that
+/// reads m's bytes (m must outlive it and stay where it is): matmul() on it gives exactly the
+/// first n_rows outputs matmul(m) gives, bit for bit (every output row is computed alone). Packed
+/// when m is and n_rows is a whole number of m's row groups (16 or 8 rows); otherwise it reads
+/// the first n_rows rows of the source. Cost: O(1), nothing is read.
+PackedMatrix packed_rows(const PackedMatrix& m, int64_t n_rows);
+
+/// `w` packed the way `m` is: pack_matrix(w, pool) when m is packed under the current target's
+/// layout, else w as a source only (not packed). Either way matmul() reads w the way it reads
+/// m, so a row of w that is a row of m's source gives the same outputs bit for bit (the rows of
+/// a matrix that a model keeps apart, e.g. a part of its output projection). CHECKs as
+/// pack_matrix.
+PackedMatrix pack_like(const PackedMatrix& m, const WeightMatrix& w, ThreadPool* pool);
 
 /// matmul() on packed weights: the same contract and the same bound on the result (see the
 /// other overload); the float arithmetic differs, so results agree with matmul(source) to

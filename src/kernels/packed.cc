@@ -278,6 +278,33 @@ PackedMatrix adopt_packed(const WeightMatrix& w, const PackedImage& img) {
   return pm;
 }
 
+PackedMatrix packed_rows(const PackedMatrix& m, int64_t n_rows) {
+  CHECK(n_rows >= 0 && n_rows <= m.source_.n_out)
+      << "packed_rows: " << n_rows << " rows of " << m.source_.n_out;
+  PackedMatrix pm;
+  pm.source_ = m.source_;
+  pm.source_.n_out = n_rows;
+  if (!m.is_packed() || n_rows == 0) return pm;
+  size_t bytes = 0;
+  if (m.layout_ == static_cast<int>(internal::PackedLayoutKind::kRows16)) {
+    if (n_rows % 16 != 0) return pm;
+    bytes = static_cast<size_t>(n_rows / 16 * m.group_bytes_);
+  } else if (m.layout_ == static_cast<int>(internal::PackedLayoutKind::kRows8)) {
+    if (n_rows % 8 != 0) return pm;
+    bytes = static_cast<size_t>(internal::round_up(n_rows / 8 * m.group_bytes_, 64));
+  } else {
+    return pm;
+  }
+  // Groups are stored one after another from the start: the first n_rows / group rows' groups
+  // are a prefix of m's bytes (and of what pack_matrix of the first n_rows rows would make).
+  pm.data_ = std::unique_ptr<void, PackedMatrix::Free>(m.data_.get(), PackedMatrix::Free{false});
+  pm.bytes_ = std::min(bytes, m.bytes_);
+  pm.format_ = m.format_;
+  pm.group_bytes_ = m.group_bytes_;
+  pm.layout_ = m.layout_;
+  return pm;
+}
+
 namespace {
 
 /// Memory for packed bytes (freed with std::free), 64-byte aligned; a matrix of 2 MiB or more is
@@ -339,6 +366,13 @@ PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
     HWY_DYNAMIC_DISPATCH(Pack8All)(internal::matmul_args(w), static_cast<uint8_t*>(data), pool);
   }
   return pm;
+}
+
+PackedMatrix pack_like(const PackedMatrix& m, const WeightMatrix& w, ThreadPool* pool) {
+  if (m.is_packed() && static_cast<int>(internal::packed_layout_kind()) == m.layout_) {
+    return pack_matrix(w, pool);
+  }
+  return adopt_packed(w, PackedImage{});
 }
 
 void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,

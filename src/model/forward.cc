@@ -4,6 +4,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "memory/kv_cache.h"
@@ -220,7 +221,11 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
     kernels::rms_norm(normed.data(), model_.output_norm().f32(), hp_.rms_eps, n, n_embd,
                       normed.data());
     chunk_logits.resize(size_t(n) * n_vocab);
-    matmul(model_.output(), normed.data(), n, chunk_logits.data());
+    if (head_rows_ == 0) {
+      matmul(model_.output(), normed.data(), n, chunk_logits.data());
+    } else {
+      output_subset(normed.data(), n, chunk_logits.data());
+    }
     if (hp_.logit_scale != 1.0f) {  // granitehybrid
       kernels::scale(chunk_logits.data(), n * n_vocab, 1.0f / hp_.logit_scale);
     }
@@ -229,6 +234,58 @@ Status Forward::run(const MemoryContext& mctx, const Ubatch& ub, std::span<float
     }
   }
   return Status();
+}
+
+void Forward::set_output_subset(uint32_t n_head, std::span<const int32_t> extra) {
+  const Weight& out = model_.output();
+  const kernels::WeightMatrix w = matrix(out);
+  head_ = kernels::PackedMatrix();
+  extra_ = kernels::PackedMatrix();
+  extra_ids_.clear();
+  extra_src_.clear();
+  if (n_head == 0 || n_head >= hp_.n_vocab) {
+    head_rows_ = 0;
+    return;
+  }
+  head_rows_ = n_head;
+  // The whole matrix as run() multiplies it; the head viewed in it is a whole number of packed
+  // row groups (a part of a group would be read from the source rows, with other rounding), the
+  // rest of [0, n_head) joins the extra rows.
+  const kernels::PackedMatrix source_only = kernels::adopt_packed(w, kernels::PackedImage{});
+  const kernels::PackedMatrix& whole = out.packed != nullptr ? *out.packed : source_only;
+  const uint32_t n_view = n_head / 16 * 16;
+  head_ = kernels::packed_rows(whole, n_view);
+  std::vector<uint8_t> seen(hp_.n_vocab - n_view, 0);
+  auto add = [&](int32_t id) {
+    if (seen[id - n_view]++ == 0) extra_ids_.push_back(id);
+  };
+  for (uint32_t id = n_view; id < n_head; ++id) add(int32_t(id));
+  for (int32_t id : extra) {
+    CHECK(id >= int32_t(n_head) && uint32_t(id) < hp_.n_vocab) << "output subset id " << id;
+    add(id);
+  }
+  if (extra_ids_.empty()) return;
+  extra_src_.resize(extra_ids_.size() * out.row_bytes);
+  for (size_t j = 0; j < extra_ids_.size(); ++j) {
+    std::memcpy(&extra_src_[j * out.row_bytes], out.row(extra_ids_[j]), out.row_bytes);
+  }
+  const kernels::WeightMatrix rows{w.type, extra_src_.data(), int64_t(extra_ids_.size()), w.n_in};
+  extra_ = kernels::pack_like(whole, rows, pool_);
+}
+
+void Forward::output_subset(const float* x, int64_t n, float* y) {
+  const int64_t n_vocab = hp_.n_vocab;
+  std::fill(y, y + n * n_vocab, -INFINITY);
+  if (head_.source().n_out > 0) kernels::matmul(head_, x, hp_.n_embd, n, y, n_vocab, pool_);
+  const int64_t n_extra = int64_t(extra_ids_.size());
+  if (n_extra == 0) return;
+  extra_logits_.resize(size_t(n * n_extra));
+  kernels::matmul(extra_, x, n, extra_logits_.data(), pool_);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < n_extra; ++j) {
+      y[t * n_vocab + extra_ids_[j]] = extra_logits_[t * n_extra + j];
+    }
+  }
 }
 
 void Forward::apply_shifts(const MemoryContext& update) {

@@ -53,6 +53,15 @@ class Forward {
   Status run(const MemoryContext& mctx, const Ubatch& ub, std::span<float* const> out_rows,
              const AbortFn& abort);
 
+  /// Logits for part of the vocabulary (a draft model's head; the idea of Zhao et al. 2025,
+  /// "FR-Spec: Accelerating Large-Vocabulary Language Models via Frequency-Ranked Speculative
+  /// Sampling"): from the next run() on, token ids [0, n_head) and the ids in `extra` get their
+  /// logits, bit for bit those of the whole vocabulary, and every other id -infinity. n_head 0
+  /// or >= n_vocab: the whole vocabulary again (extra ignored). extra: ids in [n_head, n_vocab)
+  /// (CHECKed), duplicates ignored. Cost: gathers and packs the extra ids' rows of the output
+  /// matrix (O(|extra| * n_embd)).
+  void set_output_subset(uint32_t n_head, std::span<const int32_t> extra);
+
   /// Re-rotates the cached K rows an update context lists (after seq_add / seq_div), for every
   /// attention layer, before the context's apply() clears the shifts.
   void apply_shifts(const MemoryContext& update);
@@ -122,6 +131,15 @@ class Forward {
   std::vector<float> ssm_buf_;  // mamba2 / qwen35 mixer scratch, grown on demand
   std::vector<float> moe_buf_;  // moe_ffn scratch (src/model/blocks.cc), grown on demand
   std::vector<float> qg_, og_;  // gathered rows of one stream: [rows x n_head * hd]
+  // set_output_subset: head_rows_ 0 = the whole vocabulary; head_ views the output matrix's
+  // first head_rows_ rows; extra_ multiplies the gathered rows (extra_src_) of extra_ids_.
+  void output_subset(const float* x, int64_t n, float* y);
+  uint32_t head_rows_ = 0;
+  kernels::PackedMatrix head_;
+  std::vector<int32_t> extra_ids_;
+  std::vector<uint8_t> extra_src_;
+  kernels::PackedMatrix extra_;
+  std::vector<float> extra_logits_;  // [n x |extra_ids_|]
   std::vector<std::vector<float>> rope_tables_;  // [2] global / sliding-window layers
   std::vector<int32_t> rope_pos_;
 };

@@ -95,7 +95,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
   e->ctx_ = std::move(ctx).value();
   e->hparams_swa_ = model.hparams().n_swa > 0;
   if (params.draft_model != nullptr) {
-    auto d = DraftModel::create(*params.draft_model, *params.draft_tokenizer, tok, params.ctx);
+    auto d = DraftModel::create(*params.draft_model, *params.draft_tokenizer, tok, params.ctx,
+                                params.spec.draft_vocab);
     if (!d.ok()) return d.status().with_context("--model-draft");
     e->drafter_ = std::move(d).value();
   }

@@ -86,7 +86,8 @@ DraftModel::DraftModel(std::unique_ptr<Context> ctx)
 Result<std::unique_ptr<DraftModel>> DraftModel::create(const Model& draft,
                                                        const Tokenizer& draft_tok,
                                                        const Tokenizer& target_tok,
-                                                       const ContextParams& params) {
+                                                       const ContextParams& params,
+                                                       uint32_t n_head) {
   const size_t n = static_cast<size_t>(draft_tok.n_vocab());
   if (draft_tok.n_vocab() != target_tok.n_vocab()) {
     return Status::invalid_argument("the draft model's vocabulary has " + std::to_string(n) +
@@ -104,7 +105,40 @@ Result<std::unique_ptr<DraftModel>> DraftModel::create(const Model& draft,
     }
   }
   MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::create(draft, params));
-  return std::unique_ptr<DraftModel>(new DraftModel(std::move(ctx)));
+  std::unique_ptr<DraftModel> dm(new DraftModel(std::move(ctx)));
+  const uint32_t n_rows = draft.hparams().n_vocab;  // output rows (logits per token)
+  if (n_head > 0 && n_head < n_rows) {
+    dm->n_head_ = n_head;
+    dm->scored_.assign(n_rows - n_head, 0);
+    MNEMO_RETURN_IF_ERROR(dm->ctx_->set_output_subset(n_head, {}));
+  }
+  return dm;
+}
+
+Status DraftModel::score_history(std::span<const TokenId> history) {
+  if (n_head_ == 0) return Status();
+  const size_t n_before = extra_.size();
+  for (TokenId t : history) {
+    if (t < TokenId(n_head_) || uint32_t(t - n_head_) >= scored_.size()) continue;
+    if (scored_[t - n_head_] == 0) {
+      scored_[t - n_head_] = 1;
+      extra_.push_back(t);
+    }
+  }
+  if (extra_.size() == n_before) return Status();
+  if (extra_.size() > kMaxExtra) {  // restart from this history's most recent ids
+    for (TokenId t : extra_) scored_[t - n_head_] = 0;
+    extra_.clear();
+    for (size_t i = history.size(); i-- > 0 && extra_.size() < kMaxExtra;) {
+      const TokenId t = history[i];
+      if (t < TokenId(n_head_) || uint32_t(t - n_head_) >= scored_.size()) continue;
+      if (scored_[t - n_head_] == 0) {
+        scored_[t - n_head_] = 1;
+        extra_.push_back(t);
+      }
+    }
+  }
+  return ctx_->set_output_subset(n_head_, extra_);
 }
 
 float DraftModel::cost(const Model& target) const {
@@ -126,6 +160,7 @@ Result<std::vector<TokenId>> DraftModel::draft(SeqId seq, std::span<const TokenI
     return Status::invalid_argument("draft: seq_id " + std::to_string(seq) + " is out of range");
   }
   if (history.empty() || n_max == 0) return out;
+  MNEMO_RETURN_IF_ERROR(score_history(history));
   std::vector<TokenId>& held = held_[seq];
   const uint32_t n_ctx_seq = ctx_->n_ctx_seq();
   if (history.size() + n_max > n_ctx_seq) {

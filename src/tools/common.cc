@@ -70,6 +70,9 @@ void SpecFlags::add_to(CLI::App& app) {
                  "shorter drafts are not verified");
   app.add_option("--draft-p-min,--spec-draft-p-min", spec.draft_p_min,
                  "draft model: stop drafting when its pick's probability is below this");
+  app.add_option("--draft-vocab", spec.draft_vocab,
+                 "draft model: score only token ids below this (the most frequent in a BPE "
+                 "vocabulary) and the tokens of the sequences; 0: every token (default: 32768)");
 }
 
 Status SpecFlags::resolve() {

@@ -39,7 +39,7 @@ void add_sampling_flags(CLI::App& app, SamplingParams* p);
 /// --spec-type (none | ngram-simple | draft-simple), --spec-ngram-size-n
 /// (--spec-ngram-simple-size-n), -md / --model-draft (--spec-draft-model), --draft-max
 /// (--draft, --spec-draft-n-max), --draft-min (--spec-draft-n-min), --draft-p-min
-/// (--spec-draft-p-min).
+/// (--spec-draft-p-min), --draft-vocab.
 struct SpecFlags {
   SpecParams spec;
   std::string spec_type = "none";

@@ -76,7 +76,8 @@ int run_main(RunFlags& f) {
     auto d = load_draft_model(f.model, f.spec.model_draft);
     if (!d.ok()) return fail("mnemo run", d.status().message(), 1);
     draft_lm = std::move(d).value();
-    auto dm = DraftModel::create(*draft_lm.model, *draft_lm.tokenizer, tok, f.model.ctx);
+    auto dm = DraftModel::create(*draft_lm.model, *draft_lm.tokenizer, tok, f.model.ctx,
+                                  f.spec.spec.draft_vocab);
     if (!dm.ok()) return fail("mnemo run", "--model-draft: " + dm.status().to_string(), 1);
     drafter = std::move(dm).value();
   }

@@ -71,6 +71,16 @@ def test_run_ngram_and_draft_model_are_byte_identical(binary, smollm2_model, pro
     assert n > 0
     if sampling[1] == 0:
         assert acc > 0
+    # A draft head of 64 ids (--draft-vocab): the draft scores those and the sequence's tokens
+    # (gathered rows of the output matrix); still exact, and its greedy picks still hold where
+    # the target repeats tokens of the prompt.
+    head, err = run(binary, smollm2_model, prompt, *sampling, "-md", smollm2_model,
+                    "--draft-max", 5, "--draft-p-min", 0, "--draft-vocab", 64)
+    assert head == plain
+    n, acc = drafted(err)
+    assert n > 0
+    if sampling[1] == 0:
+        assert acc > 0
 
 
 def test_run_sliding_window_past_the_window_is_byte_identical(binary, models_dir):
@@ -110,7 +120,8 @@ def test_run_recurrent_rollback_is_exact(binary, tiny, arch):
     plain, _ = run(binary, tiny[arch], prompt, "--temp", 0, "-c", 512, n=96)
     for args in (["--spec-type", "ngram-simple"],
                  ["-md", tiny[arch + "-draft"], "--draft-p-min", 0],
-                 ["-md", tiny["qwen35-draft"], "--draft-p-min", 0, "--ubatch-size", 3]):
+                 ["-md", tiny["qwen35-draft"], "--draft-p-min", 0, "--ubatch-size", 3,
+                  "--draft-vocab", 16]):
         got, err = run(binary, tiny[arch], prompt, "--temp", 0, "-c", 512, *args, n=96)
         assert got == plain, args
         n, acc = drafted(err)
