@@ -123,9 +123,9 @@ class DraftModel {
   static constexpr size_t kMaxExtra = 4096;
 
   uint32_t n_decodes_ = 0;
-  uint32_t n_head_ = 0;             // 0: the whole vocabulary is scored
-  std::vector<uint8_t> scored_;     // [n_vocab - n_head_] 1: the id is in extra_
-  std::vector<TokenId> extra_;      // ids >= n_head_ scored too
+  uint32_t n_head_ = 0;          // 0: the whole vocabulary is scored
+  std::vector<uint8_t> scored_;  // [n_vocab - n_head_] 1: the id is in extra_
+  std::vector<TokenId> extra_;   // ids >= n_head_ scored too
   explicit DraftModel(std::unique_ptr<Context> ctx);
   std::unique_ptr<Context> ctx_;
   std::vector<std::vector<TokenId>> held_;  // [n_seq_max] tokens each draft sequence holds

@@ -389,8 +389,9 @@ void check_output_subset(const Model& m, const std::vector<uint32_t>& heads) {
   };
   for (uint32_t head : heads) {
     // Extra ids: some above the head, unsorted, one repeated and one below the head (ignored).
-    const std::vector<int32_t> extra = {int32_t(n_vocab - 1), int32_t(head + 3), int32_t(head),
-                                        int32_t(n_vocab - 1), 1, int32_t((head + n_vocab) / 2)};
+    const std::vector<int32_t> extra = {
+        int32_t(n_vocab - 1),         int32_t(head + 3), int32_t(head), int32_t(n_vocab - 1), 1,
+        int32_t((head + n_vocab) / 2)};
     ASSERT_TRUE(part->set_output_subset(head, extra).ok());
     std::vector<bool> scored(n_vocab, false);
     for (uint32_t i = 0; i < head; ++i) scored[i] = true;
@@ -404,8 +405,8 @@ void check_output_subset(const Model& m, const std::vector<uint32_t>& heads) {
         const auto p = part->logits(uint32_t(r));
         size_t n_bad = 0;
         for (uint32_t i = 0; i < n_vocab; ++i) {
-          const bool ok = scored[i] ? std::memcmp(&w[i], &p[i], sizeof(float)) == 0
-                                    : p[i] == -INFINITY;
+          const bool ok =
+              scored[i] ? std::memcmp(&w[i], &p[i], sizeof(float)) == 0 : p[i] == -INFINITY;
           n_bad += ok ? 0 : 1;
         }
         EXPECT_EQ(n_bad, 0u) << "row " << r;

@@ -139,7 +139,7 @@ class Forward {
   std::vector<int32_t> extra_ids_;
   std::vector<uint8_t> extra_src_;
   kernels::PackedMatrix extra_;
-  std::vector<float> extra_logits_;  // [n x |extra_ids_|]
+  std::vector<float> extra_logits_;              // [n x |extra_ids_|]
   std::vector<std::vector<float>> rope_tables_;  // [2] global / sliding-window layers
   std::vector<int32_t> rope_pos_;
 };

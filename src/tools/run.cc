@@ -77,7 +77,7 @@ int run_main(RunFlags& f) {
     if (!d.ok()) return fail("mnemo run", d.status().message(), 1);
     draft_lm = std::move(d).value();
     auto dm = DraftModel::create(*draft_lm.model, *draft_lm.tokenizer, tok, f.model.ctx,
-                                  f.spec.spec.draft_vocab);
+                                 f.spec.spec.draft_vocab);
     if (!dm.ok()) return fail("mnemo run", "--model-draft: " + dm.status().to_string(), 1);
     drafter = std::move(dm).value();
   }
