@@ -109,7 +109,8 @@ class DraftModel {
   /// Empties sequence `seq` of the draft model.
   void forget(SeqId seq);
   /// What drafting one token costs in decoding steps of `target`: the bytes of weights one
-  /// decoded token reads, the draft's over the target's (decoding is bound by them on a CPU).
+  /// decoded token reads, the draft's over the target's (decoding is bound by them on a CPU);
+  /// the draft's output rows it does not score (n_head) are not counted.
   float cost(const Model& target) const;
   Context& context() { return *ctx_; }
   /// Forward passes of the draft model in the last draft() call (the pending token's, then one

@@ -143,7 +143,16 @@ Status DraftModel::score_history(std::span<const TokenId> history) {
 
 float DraftModel::cost(const Model& target) const {
   const double t = double(target.n_decode_bytes());
-  return t > 0 ? float(double(ctx_->model().n_decode_bytes()) / t) : 1.0f;
+  if (t <= 0) return 1.0f;
+  double d = double(ctx_->model().n_decode_bytes());
+  const Weight& out = ctx_->model().output();
+  if (n_head_ > 0 && out.ne1 > 0) {  // the output rows that are not scored are not read
+    const double out_bytes = out.packed != nullptr ? double(out.packed->packed_bytes())
+                                                   : double(out.row_bytes) * double(out.ne1);
+    const double scored = std::min(1.0, double(n_head_ + extra_.size()) / double(out.ne1));
+    d -= out_bytes * (1.0 - scored);
+  }
+  return float(d / t);
 }
 
 void DraftModel::forget(SeqId seq) {
