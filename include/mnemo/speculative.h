@@ -40,7 +40,8 @@ struct SpecParams {
   float draft_p_min = 0.75f;   // --draft-p-min: the draft model stops below this probability
   /// --draft-vocab: the draft model scores only token ids [0, draft_vocab) (in a BPE vocabulary,
   /// the earliest merges: the most frequent tokens) and the tokens its sequences hold
-  /// (DraftModel); 0: the whole vocabulary. Drafts only: the output stays exact either way.
+  /// (DraftModel); 0: the whole vocabulary. Drafts only: the output stays exact either way
+  /// (--draft-p-min then judges a pick's probability among the scored ids).
   uint32_t draft_vocab = 32768;
   /// InvalidArgument naming the flag (draft_max outside [1, 256], draft_min > draft_max,
   /// ngram_size_n outside [1, 16], draft_p_min outside [0, 1]).
