@@ -291,6 +291,11 @@ HWY_INLINE __m256i HighPairs(__m256i m) {
   }
 }
 
+/// An empty statement that takes v in a vector register: GCC then keeps a running sum as a chain
+/// instead of reassociating it into a tree of products all held at once (integer adds are
+/// associative), which on AVX2's 16 registers spilled most of a tile's partial sums to the stack.
+HWY_INLINE void KeepInRegister(__m256i& v) { asm("" : "+x"(v)); }
+
 /// Unit j of a U4 / U5 / U6 record: the 8 rows' elements 8j..8j+3 (lo) and 8j+4..8j+7 (hi),
 /// bytes.
 template <int kKind, int kJ>
@@ -315,11 +320,18 @@ HWY_INLINE void NibbleUnits(const uint8_t* rec, __m256i fifth, const int8_t* con
   if constexpr (kJ < kJ1) {
     __m256i lo, hi;
     LoadNibbles<kKind, kJ>(rec, fifth, lo, hi);
+    // The low then the high elements for every token: one of them live at a time (the AVX2
+    // target has 16 vector registers). Int16 adds wrap and never overflow here, so their order
+    // does not change the sums.
 #pragma GCC unroll 8
     for (int c = 0; c < kC; ++c) {
-      const __m256i s0 = _mm256_maddubs_epi16(lo, Bcast4(a[c] + e0 + 8 * kJ));
-      const __m256i s1 = _mm256_maddubs_epi16(hi, Bcast4(a[c] + e0 + 8 * kJ + 4));
-      p16[c] = _mm256_add_epi16(p16[c], _mm256_add_epi16(s0, s1));
+      p16[c] = _mm256_add_epi16(p16[c], _mm256_maddubs_epi16(lo, Bcast4(a[c] + e0 + 8 * kJ)));
+      KeepInRegister(p16[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < kC; ++c) {
+      p16[c] = _mm256_add_epi16(p16[c], _mm256_maddubs_epi16(hi, Bcast4(a[c] + e0 + 8 * kJ + 4)));
+      KeepInRegister(p16[c]);
     }
     NibbleUnits<kKind, kJ + 1, kJ1, kC>(rec, fifth, a, e0, p16);
   }
@@ -416,6 +428,7 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
           const __m256i as = _mm256_sign_epi8(Bcast4(a[c] + e0 + 4 * u), v);
           isum[c] =
               _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(av, as), ones));
+          KeepInRegister(isum[c]);
         }
       }
     }
