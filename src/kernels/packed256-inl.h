@@ -320,9 +320,9 @@ HWY_INLINE void NibbleUnits(const uint8_t* rec, __m256i fifth, const int8_t* con
   if constexpr (kJ < kJ1) {
     __m256i lo, hi;
     LoadNibbles<kKind, kJ>(rec, fifth, lo, hi);
-    // The low then the high elements for every token: one of them live at a time (the AVX2
-    // target has 16 vector registers). Int16 adds wrap and never overflow here, so their order
-    // does not change the sums.
+    // Each token's sum takes the low elements' products, then the high ones', one add at a
+    // time (KeepInRegister). Int16 adds wrap and never overflow here, so their order does not
+    // change the sums.
 #pragma GCC unroll 8
     for (int c = 0; c < kC; ++c) {
       p16[c] = _mm256_add_epi16(p16[c], _mm256_maddubs_epi16(lo, Bcast4(a[c] + e0 + 8 * kJ)));
