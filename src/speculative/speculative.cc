@@ -117,26 +117,20 @@ Result<std::unique_ptr<DraftModel>> DraftModel::create(const Model& draft,
 
 Status DraftModel::score_history(std::span<const TokenId> history) {
   if (n_head_ == 0) return Status();
-  const size_t n_before = extra_.size();
-  for (TokenId t : history) {
-    if (t < TokenId(n_head_) || uint32_t(t - n_head_) >= scored_.size()) continue;
+  auto add = [&](TokenId t) {  // an id above the head, not yet scored, joins extra_
+    if (t < TokenId(n_head_) || uint32_t(t - n_head_) >= scored_.size()) return;
     if (scored_[t - n_head_] == 0) {
       scored_[t - n_head_] = 1;
       extra_.push_back(t);
     }
-  }
+  };
+  const size_t n_before = extra_.size();
+  for (TokenId t : history) add(t);
   if (extra_.size() == n_before) return Status();
   if (extra_.size() > kMaxExtra) {  // restart from this history's most recent ids
     for (TokenId t : extra_) scored_[t - n_head_] = 0;
     extra_.clear();
-    for (size_t i = history.size(); i-- > 0 && extra_.size() < kMaxExtra;) {
-      const TokenId t = history[i];
-      if (t < TokenId(n_head_) || uint32_t(t - n_head_) >= scored_.size()) continue;
-      if (scored_[t - n_head_] == 0) {
-        scored_[t - n_head_] = 1;
-        extra_.push_back(t);
-      }
-    }
+    for (size_t i = history.size(); i-- > 0 && extra_.size() < kMaxExtra;) add(history[i]);
   }
   return ctx_->set_output_subset(n_head_, extra_);
 }
