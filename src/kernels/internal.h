@@ -79,6 +79,26 @@ void parallel_for(ThreadPool* pool, int64_t n_tasks, F&& fn) {
 
 inline int n_threads_of(const ThreadPool* pool) { return pool ? pool->n_threads() : 1; }
 
+/// Guided self-scheduling (Polychronopoulos & Kuck, 1987) of n_items items over n_threads
+/// threads: task i covers items [bound[i], bound[i + 1]), each task a 1 / (2 n_threads) share of
+/// the items not yet handed out (at least one), the last of kMaxTasks taking what is left.
+/// Decoding's weight streams use it: large contiguous tasks first, one-item tasks at the end,
+/// so the threads finish within about one item of each other. n_items >= 0, n_threads >= 1.
+struct GuidedTasks {
+  static constexpr int64_t kMaxTasks = 256;
+  int64_t bound[kMaxTasks + 1];
+  int64_t n_tasks = 0;
+
+  GuidedTasks(int64_t n_items, int n_threads) {
+    bound[0] = 0;
+    for (int64_t i = 0; i < n_items;) {
+      const int64_t left = n_items - i;
+      i += n_tasks + 1 == kMaxTasks ? left : ceil_div(left, 2 * int64_t{n_threads});
+      bound[++n_tasks] = i;
+    }
+  }
+};
+
 /// One row of a RoPE table (kernels.h rope_table) for position `pos`: angles in double, cos and
 /// sin rounded to float once.
 void rope_table_row(const RopeParams& p, double pos, float* row);
