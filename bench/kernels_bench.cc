@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "base/buffer.h"
 #include "hwy/targets.h"
 #include "kernels/kernels.h"
 #include "mnemo/quant.h"
@@ -199,11 +200,22 @@ void BM_AttentionDecode(benchmark::State& state) {
   // Layers of K/V visited in turn, like a model's (together past the last-level cache, so that
   // the rows come from memory): 28 when the caches are deep.
   const int64_t n_layers = n_kv >= 4096 ? 28 : 1;
-  std::vector<std::vector<uint8_t>> k, v;
+  // In AlignedBuffers (transparent huge pages from 2 MiB on), as the model's K/V tensors are.
+  std::vector<AlignedBuffer> k, v;
   std::vector<KvView> kvs;
+  const auto mapped_rows = [&](std::vector<AlignedBuffer>* bufs) {
+    const std::vector<uint8_t> rows = make_rows(type, n_kv, n);
+    Result<AlignedBuffer> buf = AlignedBuffer::allocate(rows.size());
+    if (!buf.ok()) return false;
+    std::memcpy(buf->data(), rows.data(), rows.size());
+    bufs->push_back(std::move(*buf));
+    return true;
+  };
   for (int64_t i = 0; i < n_layers; ++i) {
-    k.push_back(make_rows(type, n_kv, n));
-    v.push_back(make_rows(type, n_kv, n));
+    if (!mapped_rows(&k) || !mapped_rows(&v)) {
+      state.SkipWithError("no memory for the K/V rows");
+      return;
+    }
     kvs.push_back(KvView{type, k.back().data(), row_size(type, n), type, v.back().data(),
                          row_size(type, n), n_kv});
   }

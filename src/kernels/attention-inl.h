@@ -20,9 +20,8 @@
 //     and shared by the chunk's rows), then accumulates V tile by tile;
 //   - for few such tasks (decoding, a speculative verify batch) three phases: scores over
 //     ranges of cells, every K/V head of a range in one task (whole K rows, in memory order),
-//     into a call-wide matrix; each row's weights and their sum l (sequentially, in visiting
-//     order); V over whole head rows (split into output ranges only to give every thread a
-//     task).
+//     into a call-wide matrix; each row's weights; V over whole head rows (split into output
+//     ranges only to give every thread a task), each task summing l for its rows as it goes.
 
 #if defined(MNEMO_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef MNEMO_KERNELS_ATTENTION_INL_H_
@@ -194,10 +193,6 @@ inline std::vector<int32_t>& TaskActScratch() {
   return v;
 }
 inline std::vector<float>& ScoreScratch() {
-  thread_local std::vector<float> v;
-  return v;
-}
-inline std::vector<float>& LScratch() {
   thread_local std::vector<float> v;
   return v;
 }
@@ -598,9 +593,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
         }
       }
     });
-    // ---- phase 2: per row, the weights exp(s - max) in place and l (in visiting order) ----
-    std::vector<float>& lsum = LScratch();
-    lsum.resize(static_cast<size_t>(n_rows_all));
+    // ---- phase 2: per row, the weights exp(s - max) in place ----
     internal::parallel_for(pool, n_rows_all, [&](int64_t r, int) {
       float* si = scores.data() + r * s_stride;
       const float m = RowMax(si, s_stride);
@@ -609,12 +602,10 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       } else {
         ExpShifted(si, m, s_stride, si);
       }
-      float l = 0.0f;
-      for (int64_t k = 0; k < n_act_all; ++k) l += si[k];
-      lsum[r] = l;
     });
     // ---- phase 3: V over ranges of output dimensions: as few as give every thread a task,
-    // so that a task reads whole head rows of V ----
+    // so that a task reads whole head rows of V. Each task also sums its rows' weights l (the
+    // same sequential chain in visiting order, inside the V loop where it costs nothing) ----
     int64_t n_dblocks = 1;
     while (base_tasks * n_dblocks < internal::n_threads_of(pool) &&
            (hd / (2 * n_dblocks)) % 32 == 0) {
@@ -630,10 +621,12 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       const int64_t t1 = std::min(p.n_tokens, t0 + tokens_per_task);
       const int64_t n_rows = (t1 - t0) * gqa;
       const int64_t task_bytes =
-          4 * (n_rows * v_stride + kCellTile * v_stride + 3 * v_stride) + 4 * 64;
+          4 * (n_rows * v_stride + kCellTile * v_stride + 3 * v_stride + n_rows) + 5 * 64;
       Carver ts(static_cast<uint8_t*>(
           internal::thread_scratch(internal::kSlotTask).get(static_cast<size_t>(task_bytes))));
       float* acc = ts.take<float>(n_rows * v_stride);
+      float* l = ts.take<float>(n_rows);
+      std::fill(l, l + n_rows, 0.0f);
       VScratch vs;
       vs.vbuf = ts.take<float>(kCellTile * v_stride);
       vs.v_stride = v_stride;
@@ -646,13 +639,12 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       for (int64_t k0 = 0; k0 < n_act_all; k0 += kCellTile) {
         const int64_t n = std::min(kCellTile, n_act_all - k0);
         AccumulateTile(c, vhead, act_all.data() + k0, n, n_act_all - k0 - n, db * width, width,
-                       p0 + k0, s_stride, n_rows, acc, v_stride, nullptr, vs);
+                       p0 + k0, s_stride, n_rows, acc, v_stride, l, vs);
       }
       for (int64_t i = 0; i < n_rows; ++i) {
         const int64_t qrow = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
         float* o = out + qrow * hd + db * width;
-        const float l = lsum[srow0 + i];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
         for (int64_t d = 0; d < width; ++d) o[d] = acc[i * v_stride + d] * inv;
       }
     });
