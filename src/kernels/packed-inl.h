@@ -675,9 +675,26 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
   qr.n_pad = n_pad;
   qr.n_off = n_off;
   qr.group = info.sub;
-  QuantizeRows(a.x, a.x_stride, n_tokens, a.n_in, qr);
-  if (info.offset > 0) {
-    for (int64_t i = 0; i < n_tokens * n_off; ++i) qr.sx[i] *= static_cast<float>(-info.offset);
+  // Rows are quantized independently: batches split them over the threads.
+  const auto quantize = [&](int64_t t0, int64_t t1) {
+    QuantRows part = qr;
+    part.q += t0 * n_pad;
+    part.dx += t0 * (n_pad / 4);
+    part.sx += t0 * n_off;
+    QuantizeRows(a.x + t0 * a.x_stride, a.x_stride, t1 - t0, a.n_in, part);
+    if (info.offset > 0) {
+      for (int64_t i = 0; i < (t1 - t0) * n_off; ++i) {
+        part.sx[i] *= static_cast<float>(-info.offset);
+      }
+    }
+  };
+  constexpr int64_t kQuantChunk = 8;
+  if (a.pool != nullptr && n_tokens >= 2 * kQuantChunk) {
+    internal::parallel_for(a.pool, ceil_div(n_tokens, kQuantChunk), [&](int64_t task, int) {
+      quantize(task * kQuantChunk, std::min(n_tokens, (task + 1) * kQuantChunk));
+    });
+  } else {
+    quantize(0, n_tokens);
   }
   if (n_rows_q > n_tokens) {
     const int64_t extra = n_rows_q - n_tokens;
