@@ -222,12 +222,17 @@ void softmax(float* x, int64_t n_rows, int64_t n);
 
 /// SiLU-gated linear unit (Shazeer 2020, "GLU Variants Improve Transformer"):
 ///   out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).  n elements; out may alias.
-void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+/// With a pool, long arrays are split over its threads in chunks of a multiple of every vector
+/// length, so each element takes the same path (and bits) as without one.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out,
+              ThreadPool* pool = nullptr);
 
 /// GELU-gated linear unit with the tanh approximation of GELU (Hendrycks & Gimpel 2016,
 /// "Gaussian Error Linear Units"), as ggml_gelu and Gemma's gelu_pytorch_tanh compute it:
 ///   gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); out[i] = gelu(gate[i]) * up[i].
-void gelu_mul(const float* gate, const float* up, int64_t n, float* out);
+/// A pool splits long arrays as silu_mul's does.
+void gelu_mul(const float* gate, const float* up, int64_t n, float* out,
+              ThreadPool* pool = nullptr);
 
 /// out[i] = silu(x[i]) / gelu(x[i]) (tanh approximation). n elements; out may alias x.
 void silu(const float* x, int64_t n, float* out);

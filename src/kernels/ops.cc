@@ -8,6 +8,7 @@
 #include "kernels/ops-inl.h"
 
 #if HWY_ONCE
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -41,11 +42,28 @@ void softmax(float* x, int64_t n_rows, int64_t n) {
   HWY_DYNAMIC_DISPATCH(Softmax)(x, n_rows, n);
 }
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
-  HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n, out);
+namespace {
+// Elementwise work over [0, n) in chunks of kChunk elements (a multiple of every vector length:
+// the vector bodies see the same elements, only the array's own tail takes the scalar path).
+template <class F>
+void elementwise_chunks(int64_t n, ThreadPool* pool, F&& fn) {
+  constexpr int64_t kChunk = 16384;
+  if (pool == nullptr || n < 2 * kChunk) return fn(int64_t{0}, n);
+  internal::parallel_for(pool, internal::ceil_div(n, kChunk), [&](int64_t task, int) {
+    fn(task * kChunk, std::min(n, (task + 1) * kChunk));
+  });
 }
-void gelu_mul(const float* gate, const float* up, int64_t n, float* out) {
-  HWY_DYNAMIC_DISPATCH(GeluMul)(gate, up, n, out);
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  elementwise_chunks(n, pool, [&](int64_t i0, int64_t i1) {
+    HWY_DYNAMIC_DISPATCH(SiluMul)(gate + i0, up + i0, i1 - i0, out + i0);
+  });
+}
+void gelu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  elementwise_chunks(n, pool, [&](int64_t i0, int64_t i1) {
+    HWY_DYNAMIC_DISPATCH(GeluMul)(gate + i0, up + i0, i1 - i0, out + i0);
+  });
 }
 void silu(const float* x, int64_t n, float* out) { HWY_DYNAMIC_DISPATCH(Silu)(x, n, out); }
 void gelu(const float* x, int64_t n, float* out) { HWY_DYNAMIC_DISPATCH(GeluOp)(x, n, out); }

@@ -117,6 +117,27 @@ TEST(OpsTest, GatesAndActivations) {
   }
 }
 
+// With a pool the gates split long arrays over the threads: every element keeps the bits of the
+// one-thread call (chunks are multiples of every vector length; the odd tail stays the array's).
+TEST(OpsTest, GatesWithPoolMatchOneThread) {
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  for (int64_t n : {int64_t{100}, int64_t{40000}, int64_t{65536 + 13}}) {
+    const std::vector<float> g = random_floats(rng, n, 4.0f, 5);
+    const std::vector<float> u = random_floats(rng, n, 1.0f);
+    for_each_target([&] {
+      std::vector<float> one(n), split(n);
+      silu_mul(g.data(), u.data(), n, one.data());
+      silu_mul(g.data(), u.data(), n, split.data(), &pool);
+      ASSERT_EQ(0, std::memcmp(one.data(), split.data(), n * sizeof(float))) << "silu_mul n=" << n;
+      gelu_mul(g.data(), u.data(), n, one.data());
+      split = g;  // in place, as the feed-forward calls it
+      gelu_mul(split.data(), u.data(), n, split.data(), &pool);
+      ASSERT_EQ(0, std::memcmp(one.data(), split.data(), n * sizeof(float))) << "gelu_mul n=" << n;
+    });
+  }
+}
+
 TEST(OpsTest, ElementwiseAreExact) {
   std::mt19937 rng(4);
   for (int64_t n : kSizes) {

@@ -44,9 +44,9 @@ void Forward::gated_ffn(uint32_t il, FfnAct act, const float* in, float* out) {
   matmul(L.ffn_gate, in, T, gate_.data());
   matmul(L.ffn_up, in, T, up_.data());
   if (act == FfnAct::kSilu) {
-    kernels::silu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data());
+    kernels::silu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data(), pool_);
   } else {
-    kernels::gelu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data());
+    kernels::gelu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data(), pool_);
   }
   matmul(L.ffn_down, gate_.data(), T, out);
 }
@@ -161,7 +161,7 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
     };
     mm(row_slice(L.ffn_gate_exps, j.expert * F, F), jx, jg);
     mm(row_slice(L.ffn_up_exps, j.expert * F, F), jx, ju);
-    kernels::silu_mul(jg, ju, j.n * F, jg);
+    kernels::silu_mul(jg, ju, j.n * F, jg, pool);
     mm(row_slice(L.ffn_down_exps, j.expert * D, D), jg, jy);
   };
   // When there are experts enough to share out (always in generation, and in prompts that
@@ -195,7 +195,7 @@ void Forward::moe_ffn(uint32_t il, const float* in, float* out) {
     matmul(L.ffn_gate_shexp, in, T, sg);
     matmul(L.ffn_up_shexp, in, T, su);
     matmul(L.ffn_gate_inp_shexp, in, T, sgate);
-    kernels::silu_mul(sg, su, T * Fs, sg);
+    kernels::silu_mul(sg, su, T * Fs, sg, pool_);
     matmul(L.ffn_down_shexp, sg, T, sy);
     for (int64_t t = 0; t < T; ++t) {
       const float gs = 1.0f / (1.0f + std::exp(-sgate[t]));
