@@ -209,8 +209,16 @@ void TileCols(int n_cols, const uint8_t* group, const PackedLayout& L, const int
   switch (n_cols) {
     case 8:
       return Tile<kKind, kS, kF16, kOff, 8>(group, L, a, dx, sx, y, y_stride, n_valid);
+    case 7:
+      return Tile<kKind, kS, kF16, kOff, 7>(group, L, a, dx, sx, y, y_stride, n_valid);
+    case 6:
+      return Tile<kKind, kS, kF16, kOff, 6>(group, L, a, dx, sx, y, y_stride, n_valid);
+    case 5:
+      return Tile<kKind, kS, kF16, kOff, 5>(group, L, a, dx, sx, y, y_stride, n_valid);
     case 4:
       return Tile<kKind, kS, kF16, kOff, 4>(group, L, a, dx, sx, y, y_stride, n_valid);
+    case 3:
+      return Tile<kKind, kS, kF16, kOff, 3>(group, L, a, dx, sx, y, y_stride, n_valid);
     case 2:
       return Tile<kKind, kS, kF16, kOff, 2>(group, L, a, dx, sx, y, y_stride, n_valid);
     case 1:
@@ -779,7 +787,7 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
       const uint8_t* group = data + g * L.group_bytes;
       for (int64_t t = t0; t < t1;) {
         const int64_t left = t1 - t;
-        const int nc = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        const int nc = static_cast<int>(std::min<int64_t>(8, left));
         const int8_t* ap[8];
         const float* dxp[8];
         const float* sxp[8];
