@@ -122,9 +122,12 @@ class DraftModel {
 
  private:
   /// Adds the ids >= n_head_ of `history` to the scored set (at most kMaxExtra: past that the
-  /// set restarts from `history`'s most recent ones). Errors: the Context's.
+  /// set restarts from `history`'s most recent kMaxExtra / 2 ids, which cover at least its last
+  /// kMaxExtra / 2 tokens, and from then on only those last tokens of a history are read).
+  /// Errors: the Context's.
   Status score_history(std::span<const TokenId> history);
   static constexpr size_t kMaxExtra = 4096;
+  bool overflowed_ = false;  // the scored set has restarted once
 
   uint32_t n_decodes_ = 0;
   uint32_t n_head_ = 0;          // 0: the whole vocabulary is scored

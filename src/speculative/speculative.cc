@@ -124,13 +124,19 @@ Status DraftModel::score_history(std::span<const TokenId> history) {
       extra_.push_back(t);
     }
   };
+  // Once the set has overflowed, only the most recent kMaxExtra / 2 tokens are read: the restart
+  // below scored all of their ids, so the next restart waits for as many new ones (reading the
+  // whole history again would bring the dropped ids back and restart at every call).
+  const size_t window = kMaxExtra / 2;
+  const size_t from = overflowed_ && history.size() > window ? history.size() - window : 0;
   const size_t n_before = extra_.size();
-  for (TokenId t : history) add(t);
+  for (size_t i = from; i < history.size(); ++i) add(history[i]);
   if (extra_.size() == n_before) return Status();
   if (extra_.size() > kMaxExtra) {  // restart from this history's most recent ids
+    overflowed_ = true;
     for (TokenId t : extra_) scored_[t - n_head_] = 0;
     extra_.clear();
-    for (size_t i = history.size(); i-- > 0 && extra_.size() < kMaxExtra;) add(history[i]);
+    for (size_t i = history.size(); i-- > 0 && extra_.size() < window;) add(history[i]);
   }
   return ctx_->set_output_subset(n_head_, extra_);
 }

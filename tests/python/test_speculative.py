@@ -232,6 +232,28 @@ def test_server_draft_model_stop_strings_and_grammar(binary, smollm2_model):
         plain.stop()
 
 
+def test_server_draft_head_restarts_its_scored_set(binary, smollm2_model):
+    """A prompt holding more distinct ids above the draft head (--draft-vocab 64) than the draft
+    model keeps scored (4,096 extra ids; 4,400 here): the set restarts from the history's
+    most recent ids, and the answer still equals a plain server's, with drafts accepted."""
+    prompt = list(range(1000, 5400)) + list(range(2000, 2008)) * 4
+    plain = Server(binary, smollm2_model, "-c", 8192, "--parallel", 1, threads=2, start_timeout=60)
+    spec = Server(binary, smollm2_model, "-c", 8192, "--parallel", 1, "-md", smollm2_model,
+                  "--draft-max", 5, "--draft-p-min", 0, "--draft-vocab", 64, threads=2,
+                  start_timeout=60)
+    try:
+        w = complete(plain, prompt, n=32)
+        g = complete(spec, prompt, n=32)
+        assert g["tokens"] == w["tokens"]
+        assert g["content"] == w["content"]
+        assert g["timings"]["draft_n"] >= g["timings"]["draft_n_accepted"] > 0
+        stop(spec)
+        stop(plain)
+    finally:
+        spec.stop()
+        plain.stop()
+
+
 def test_server_sliding_window_past_the_window(binary, models_dir):
     """Gemma 3 in the server past its 512-token window: two requests at once (the model then
     does not draft: a verify batch split among ubatches could not be rolled back exactly), then
