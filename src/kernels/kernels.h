@@ -92,7 +92,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 /// SIMD target that packs:
 ///   - AVX3_DL (AVX-512 VNNI): 16 rows per 512-bit register, dpbusd; on CPUs with AMX-INT8
 ///     (Xeon Sapphire Rapids and later; Linux grants the tile state on first use) prompts of
-///     11+ tokens multiply with AMX tiles, which read this same layout (a last block of up to
+///     9+ tokens multiply with AMX tiles, which read this same layout (a last block of up to
 ///     8 tokens takes dpbusd on the widened rows; MNEMO_NO_AMX=1 turns AMX off).
 ///     kernels/packed-inl.h.
 ///   - AVX2 and AVX3 (AVX-512 without VNNI): 8 rows per 256-bit register, maddubs + madd, 4-bit

@@ -663,11 +663,12 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
   const int64_t n_pad = round_up(a.n_in, internal::kPadElems);
   const int64_t n_off = OffsetLen(n_pad, info.sub);
   const int64_t n_tokens = a.n_tokens;
-  // Prompts (and batches of 11+ rows) on AMX CPUs take the tile path; its activation tiles read
+  // Prompts (and batches of 9+ rows) on AMX CPUs take the tile path; its activation tiles read
   // 16 token rows at a time, so the quantized rows are padded with zero rows to a multiple of 16.
-  // Below 11 rows the VNNI tiles were faster (1.5B Q4_K_M, Xeon, 2 threads: 8 rows 88 vs 75
-  // tok/s, 10 rows 92 vs 90, 12 rows 86 vs 106).
-  constexpr int64_t kAmxMinTokens = 11;
+  // Measured on the 1.5B Q4_K_M, Xeon, 2 threads, VNNI against AMX: 8 rows 88-90 vs 90 tok/s
+  // (even: the VNNI tile keeps them), 9 rows 89 vs 102, 10 rows 94-96 vs 110 (the VNNI tiles
+  // take 9 and 10 rows in two passes, 8 + 1 and 8 + 2).
+  constexpr int64_t kAmxMinTokens = 9;
   const bool use_amx = n_tokens >= kAmxMinTokens && internal::amx_available();
   const int64_t n_rows_q = use_amx ? round_up(n_tokens, 16) : n_tokens;
   // q, dx, sx, and for AMX the same q in tile order (below).
