@@ -3,6 +3,7 @@
 // dispatches the whole operation to the best Highway target once.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -97,6 +98,46 @@ struct GuidedTasks {
       bound[++n_tasks] = i;
     }
   }
+};
+
+/// The tasks of a packed matmul over row groups and token chunks. Decoding (at most 4 tokens on
+/// several threads) takes GuidedTasks over the groups, every token in each task; otherwise
+/// ceil(n_groups / groups_per_task) x n_token_tasks tasks of groups_per_task groups and
+/// tokens_per_task tokens, the group chunk varying fastest. All counts >= 1 (n_groups >= 0).
+class GroupTokenTasks {
+ public:
+  GroupTokenTasks(int64_t n_groups, int64_t n_tokens, int n_threads, int64_t groups_per_task,
+                  int64_t n_token_tasks, int64_t tokens_per_task)
+      : guided_(n_tokens <= 4 && n_threads > 1),
+        gt_(guided_ ? n_groups : 0, n_threads),
+        n_groups_(n_groups),
+        n_tokens_(n_tokens),
+        groups_per_task_(groups_per_task),
+        n_group_tasks_(ceil_div(n_groups, groups_per_task)),
+        tokens_per_task_(tokens_per_task),
+        n_tasks_(guided_ ? gt_.n_tasks : n_group_tasks_ * n_token_tasks) {}
+
+  int64_t n_tasks() const { return n_tasks_; }
+
+  /// Groups [*g0, *g1) and tokens [*t0, *t1) of task `task` < n_tasks().
+  void range(int64_t task, int64_t* g0, int64_t* g1, int64_t* t0, int64_t* t1) const {
+    if (guided_) {
+      *g0 = gt_.bound[task];
+      *g1 = gt_.bound[task + 1];
+      *t0 = 0;
+      *t1 = n_tokens_;
+      return;
+    }
+    *g0 = (task % n_group_tasks_) * groups_per_task_;
+    *g1 = std::min(n_groups_, *g0 + groups_per_task_);
+    *t0 = (task / n_group_tasks_) * tokens_per_task_;
+    *t1 = std::min(n_tokens_, *t0 + tokens_per_task_);
+  }
+
+ private:
+  bool guided_;
+  GuidedTasks gt_;
+  int64_t n_groups_, n_tokens_, groups_per_task_, n_group_tasks_, tokens_per_task_, n_tasks_;
 };
 
 /// One row of a RoPE table (kernels.h rope_table) for position `pos`: angles in double, cos and

@@ -201,31 +201,23 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout&
   for (int c = 0; c < kC; ++c) _mm512_mask_storeu_ps(y + c * y_stride, valid, accf[c]);
 }
 
-/// A format's tile for kC tokens.
+using TileColsFn = void (*)(const uint8_t*, const PackedLayout&, const int8_t* const*,
+                            const float* const*, const float* const*, float*, int64_t, int);
+
+template <int kKind, int kS, bool kF16, int kOff, int... kI>
+constexpr std::array<TileColsFn, sizeof...(kI)> TileTable(std::integer_sequence<int, kI...>) {
+  return {&Tile<kKind, kS, kF16, kOff, kI + 1>...};
+}
+
+/// A format's tile for n_cols tokens, 1 <= n_cols <= 8 (one tile per width).
 template <int kKind, int kS, bool kF16, int kOff>
 void TileCols(int n_cols, const uint8_t* group, const PackedLayout& L, const int8_t* const* a,
               const float* const* dx, const float* const* sx, float* y, int64_t y_stride,
               int n_valid) {
-  switch (n_cols) {
-    case 8:
-      return Tile<kKind, kS, kF16, kOff, 8>(group, L, a, dx, sx, y, y_stride, n_valid);
-    case 7:
-      return Tile<kKind, kS, kF16, kOff, 7>(group, L, a, dx, sx, y, y_stride, n_valid);
-    case 6:
-      return Tile<kKind, kS, kF16, kOff, 6>(group, L, a, dx, sx, y, y_stride, n_valid);
-    case 5:
-      return Tile<kKind, kS, kF16, kOff, 5>(group, L, a, dx, sx, y, y_stride, n_valid);
-    case 4:
-      return Tile<kKind, kS, kF16, kOff, 4>(group, L, a, dx, sx, y, y_stride, n_valid);
-    case 3:
-      return Tile<kKind, kS, kF16, kOff, 3>(group, L, a, dx, sx, y, y_stride, n_valid);
-    case 2:
-      return Tile<kKind, kS, kF16, kOff, 2>(group, L, a, dx, sx, y, y_stride, n_valid);
-    case 1:
-      return Tile<kKind, kS, kF16, kOff, 1>(group, L, a, dx, sx, y, y_stride, n_valid);
-    default:
-      CHECK(false) << "bad packed tile width " << n_cols;
-  }
+  static constexpr std::array<TileColsFn, 8> kTable =
+      TileTable<kKind, kS, kF16, kOff>(std::make_integer_sequence<int, 8>{});
+  CHECK(n_cols >= 1 && n_cols <= 8) << "bad packed tile width " << n_cols;
+  kTable[n_cols - 1](group, L, a, dx, sx, y, y_stride, n_valid);
 }
 
 using TileFn = void (*)(int, const uint8_t*, const PackedLayout&, const int8_t* const*,
@@ -746,14 +738,11 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
   const int64_t tokens_per_task = round_up(ceil_div(n_tokens, n_token_tasks), use_amx ? 16 : 8);
   // Decoding takes its groups in guided tasks (internal::GuidedTasks): large contiguous streams
   // first, one group at the end, so that the threads finish within about a group of each other.
-  const bool guided = n_tokens <= 4 && n_threads > 1;
-  const internal::GuidedTasks gt(guided ? n_groups : 0, n_threads);
-  const int64_t n_tasks = guided ? gt.n_tasks : n_group_tasks * n_token_tasks;
-  internal::parallel_for(a.pool, n_tasks, [&](int64_t task, int) {
-    const int64_t g0 = guided ? gt.bound[task] : (task % n_group_tasks) * groups_per_task;
-    const int64_t g1 = guided ? gt.bound[task + 1] : std::min(n_groups, g0 + groups_per_task);
-    const int64_t t0 = guided ? 0 : (task / n_group_tasks) * tokens_per_task;
-    const int64_t t1 = std::min(n_tokens, t0 + tokens_per_task);
+  const internal::GroupTokenTasks tasks(n_groups, n_tokens, n_threads, groups_per_task,
+                                        n_token_tasks, tokens_per_task);
+  internal::parallel_for(a.pool, tasks.n_tasks(), [&](int64_t task, int) {
+    int64_t g0, g1, t0, t1;
+    tasks.range(task, &g0, &g1, &t0, &t1);
     if (amx_group != nullptr) {
       // Every group of the task is widened once; then blocks of tokens whose activations stay
       // in L2 (about 512 KiB) pass over all of them, instead of each group streaming all the

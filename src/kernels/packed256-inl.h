@@ -554,14 +554,11 @@ inline void Matmul(const internal::MatmulArgs& a, const uint8_t* data) {
       std::clamp<int64_t>(want_token_tasks, 1, std::max<int64_t>(1, n_tokens / 32));
   const int64_t tokens_per_task = round_up(ceil_div(n_tokens, n_token_tasks), 4);
   // Decoding: guided tasks (internal::GuidedTasks), as the 16-row layout's PackedMatmul.
-  const bool guided = n_tokens <= 4 && n_threads > 1;
-  const internal::GuidedTasks gt(guided ? n_groups : 0, n_threads);
-  const int64_t n_tasks = guided ? gt.n_tasks : n_group_tasks * n_token_tasks;
-  internal::parallel_for(a.pool, n_tasks, [&](int64_t task, int) {
-    const int64_t g0 = guided ? gt.bound[task] : (task % n_group_tasks) * groups_per_task;
-    const int64_t g1 = guided ? gt.bound[task + 1] : std::min(n_groups, g0 + groups_per_task);
-    const int64_t t0 = guided ? 0 : (task / n_group_tasks) * tokens_per_task;
-    const int64_t t1 = std::min(n_tokens, t0 + tokens_per_task);
+  const internal::GroupTokenTasks tasks(n_groups, n_tokens, n_threads, groups_per_task,
+                                        n_token_tasks, tokens_per_task);
+  internal::parallel_for(a.pool, tasks.n_tasks(), [&](int64_t task, int) {
+    int64_t g0, g1, t0, t1;
+    tasks.range(task, &g0, &g1, &t0, &t1);
     for (int64_t g = g0; g < g1; ++g) {
       const int n_valid = static_cast<int>(std::min<int64_t>(8, a.n_out - 8 * g));
       const uint8_t* group = data + g * group_bytes;
