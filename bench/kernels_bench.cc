@@ -235,6 +235,12 @@ void BM_AttentionDecode(benchmark::State& state) {
   // Bytes of K and V read per step, as a rate.
   state.counters["KV_GB/s"] = benchmark::Counter(1e-9 * n_kv * 2.0 * row_size(type, n),
                                                  benchmark::Counter::kIsIterationInvariantRate);
+  // Multiply-adds per second (q . k and p * v, every query row over every cell it sees): the
+  // arithmetic roof when the call is compute-bound (many query rows per K / V row).
+  double macs = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) macs += 2.0 * n_head * hd * (depth + t + 1);
+  state.counters["GMAC/s"] =
+      benchmark::Counter(1e-9 * macs, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(type_name(type)) + " " + simd_target());
 }
 BENCHMARK(BM_AttentionDecode)
