@@ -267,6 +267,8 @@ BENCHMARK(BM_AttentionDecode)
                    {4096},
                    {2},
                    {1, 17}})
+    // Qwen2.5 0.5B's (14 heads over 2 K/V heads of 64), drafting for the 1.5B.
+    ->Args({static_cast<int64_t>(GgmlType::F16), 14, 2, 64, 4096, 2, 1})
     ->ArgNames({"type", "heads", "kv_heads", "head_dim", "depth", "threads", "tokens"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();

@@ -73,20 +73,24 @@ def main():
     ap.add_argument("--draft-max", type=int, default=16)
     ap.add_argument("--workloads", default="code,chat")
     ap.add_argument("--engines", default="mnemo,llama")
+    ap.add_argument("--configs", default="plain,ngram,draft,ngram+draft",
+                    help="which speculation settings to run (default: all)")
+    ap.add_argument("--mnemo-args", default="",
+                    help="more flags for mnemo's speculative runs, e.g. '--draft-vocab 8192'")
     args = ap.parse_args()
     m, md = args.model, args.model_draft
     common = f"-m {m} -c {args.ctx} -t {args.threads} --port {{port}} --host 127.0.0.1"
     mnemo = f"{ROOT}/build/mnemo serve {common} -np 1"
     llama = f"{ROOT}/scripts/peer llama-server {common} -np 1 --jinja -fa on"
     n = args.draft_max
+    spec = f"--draft-max {n} {args.mnemo_args}".strip()
     configs = []
     if "mnemo" in args.engines:
         configs += [("mnemo", "plain", mnemo),
-                    ("mnemo", "ngram", f"{mnemo} --spec-type ngram-simple --draft-max {n}")]
+                    ("mnemo", "ngram", f"{mnemo} --spec-type ngram-simple {spec}")]
         if md:
-            configs += [("mnemo", "draft", f"{mnemo} -md {md} --draft-max {n}"),
-                        ("mnemo", "ngram+draft",
-                         f"{mnemo} -md {md} --spec-type ngram-simple --draft-max {n}")]
+            configs += [("mnemo", "draft", f"{mnemo} -md {md} {spec}"),
+                        ("mnemo", "ngram+draft", f"{mnemo} -md {md} --spec-type ngram-simple {spec}")]
     if "llama" in args.engines:
         configs += [("llama.cpp", "plain", llama),
                     ("llama.cpp", "ngram",
@@ -94,6 +98,8 @@ def main():
         if md:
             configs += [("llama.cpp", "draft",
                          f"{llama} -md {md} --spec-type draft-simple --spec-draft-n-max {n}")]
+    wanted_configs = set(args.configs.split(","))
+    configs = [c for c in configs if c[1] in wanted_configs]
     workloads = {"code": code_prompt(), "chat": CHAT}
     wanted = [w for w in args.workloads.split(",") if w]
     results = {}  # (engine, config, workload) -> (tokens/s, draft_n, accepted, text)
@@ -114,7 +120,7 @@ def main():
             proc.wait(60)
     print(f"\nCPU: {cpu_name()}, {args.threads} threads; target {Path(m).name}"
           + (f", draft {Path(md).name}" if md else "") + f"; {args.n_predict} tokens, greedy, "
-          f"--draft-max {n}\n")
+          f"{spec}\n")
     print("| workload | engine | speculation | tokens/s | vs plain | drafted | accepted | "
           "same text as plain |")
     print("|---|---|---|---|---|---|---|---|")
@@ -123,7 +129,7 @@ def main():
             tps, dn, da, text, pn = results[(engine, name, w)]
             base = results.get((engine, "plain", w))
             ratio = tps / base[0] if base and base[0] > 0 else 0
-            same = "yes" if base and text == base[3] else "no"
+            same = "-" if not base else "yes" if text == base[3] else "no"
             acc = f"{da} ({100 * da / dn:.0f} %)" if dn else "0"
             print(f"| {w} | {engine} | {name} | {tps:.2f} | {ratio:.2f}x | {dn} | {acc} | "
                   f"{same} |")
