@@ -100,15 +100,18 @@ struct GuidedTasks {
   }
 };
 
-/// The tasks of a packed matmul over row groups and token chunks. Decoding (at most 4 tokens on
-/// several threads) takes GuidedTasks over the groups, every token in each task; otherwise
-/// ceil(n_groups / groups_per_task) x n_token_tasks tasks of groups_per_task groups and
-/// tokens_per_task tokens, the group chunk varying fastest. All counts >= 1 (n_groups >= 0).
+/// The tasks of a packed matmul over row groups and token chunks. On several threads, decoding
+/// (at most 4 tokens) and any call whose tokens are not split (n_token_tasks 1) take
+/// GuidedTasks over the groups, every token in each task: each thread streams long runs of
+/// consecutive groups, which the hardware prefetcher follows, instead of a few groups per task
+/// that start cold. Otherwise ceil(n_groups / groups_per_task) x n_token_tasks tasks of
+/// groups_per_task groups and tokens_per_task tokens, the group chunk varying fastest. All
+/// counts >= 1 (n_groups >= 0).
 class GroupTokenTasks {
  public:
   GroupTokenTasks(int64_t n_groups, int64_t n_tokens, int n_threads, int64_t groups_per_task,
                   int64_t n_token_tasks, int64_t tokens_per_task)
-      : guided_(n_tokens <= 4 && n_threads > 1),
+      : guided_(n_threads > 1 && (n_tokens <= 4 || n_token_tasks == 1)),
         gt_(guided_ ? n_groups : 0, n_threads),
         n_groups_(n_groups),
         n_tokens_(n_tokens),

@@ -86,10 +86,12 @@ struct Shape {
 std::vector<Shape> shapes_for(GgmlType type) {
   // 17 and 20 tokens: on AMX CPUs one tile block plus a remainder of 1 and 4 tokens (dots on
   // the VNNI units); 70: a remainder of 6 (a partly used tile block). Decoding batches of 1 to 8
-  // tokens take one VNNI tile of that width (3, 5 and 7 here).
+  // tokens take one VNNI tile of that width (3, 5 and 7 here). 389 x 4096 x 130: 25 row groups
+  // in guided tasks of up to 7 groups (AMX: chunks of 4 widened groups) and two token blocks
+  // of the AMX path (128 + 2 tokens: the activations of 4096-element rows in 512 KiB).
   if (block_size(type) == 256) {
     return {{13, 256, 1},  {6, 512, 2},   {37, 512, 3}, {70, 768, 70},
-            {37, 512, 17}, {24, 256, 20}, {19, 256, 7}};
+            {37, 512, 17}, {24, 256, 20}, {19, 256, 7}, {389, 4096, 130}};
   }
   return {{13, 64, 1}, {21, 128, 2},  {11, 192, 3}, {6, 64, 4},    {20, 64, 12}, {5, 96, 1},
           {37, 96, 3}, {70, 576, 70}, {9, 32, 5},   {21, 128, 17}, {20, 64, 20}, {19, 64, 7}};

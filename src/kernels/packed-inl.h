@@ -470,7 +470,7 @@ __attribute__((target(HWY_TARGET_STR ",amx-tile,amx-int8"))) HWY_NOINLINE void A
     for (int64_t s = 0; s < L.n_sub; s += 2) {
       if (pf != nullptr) {
         for (int64_t off = 0; off < pf_step && pf < pf_end; off += 64, pf += 64) {
-          _mm_prefetch(pf, _MM_HINT_T0);
+          _mm_prefetch(pf, _MM_HINT_T1);
         }
       }
       const bool next = s + 1 < L.n_sub;
@@ -747,26 +747,35 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
       // Every group of the task is widened once; then blocks of tokens whose activations stay
       // in L2 (about 512 KiB) pass over all of them, instead of each group streaming all the
       // task's activations (megabytes for a long row such as a 1.5B model's FFN down).
+      // A task (guided: possibly many groups) runs in chunks of kAmxChunk groups, each widened
+      // once and kept for every block of tokens; with one block of tokens a group is used once,
+      // so one buffer serves them all and stays in L1 beside the activation tiles.
+      constexpr int64_t kAmxChunk = 4;
       const int64_t group_scratch = round_up(L.n_sub * 16 * info.sub, 64);
-      uint8_t* bbuf = static_cast<uint8_t*>(
-          internal::thread_scratch(internal::kSlotRows).get((g1 - g0) * group_scratch + 64 * 33));
-      int32_t* cbuf = reinterpret_cast<int32_t*>(bbuf + (g1 - g0) * group_scratch);
       const int64_t block =
           std::max<int64_t>(16, (int64_t{512} << 10) / std::max<int64_t>(1, n_pad) / 16 * 16);
+      const int64_t n_slots = t1 - t0 <= block ? 1 : std::min(kAmxChunk, g1 - g0);
+      uint8_t* bbuf = static_cast<uint8_t*>(
+          internal::thread_scratch(internal::kSlotRows).get(n_slots * group_scratch + 64 * 33));
+      int32_t* cbuf = reinterpret_cast<int32_t*>(bbuf + n_slots * group_scratch);
       if (info.sub == 16) {
         packed::AmxConfigure<16>();
       } else {
         packed::AmxConfigure<32>();
       }
-      for (int64_t tb = t0; tb < t1; tb += block) {
-        const int64_t te = std::min(t1, tb + block);
-        for (int64_t g = g0; g < g1; ++g) {
-          const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
-          // The next group: this task's, or the one after the task (likely the next task's
-          // first, in memory right after).
-          const uint8_t* next = g + 1 < n_groups ? data + (g + 1) * L.group_bytes : nullptr;
-          amx_group(data + g * L.group_bytes, L, qr, at, tb, te, a.y + 16 * g, a.y_stride, n_valid,
-                    bbuf + (g - g0) * group_scratch, cbuf, tb == t0, next);
+      for (int64_t c0 = g0; c0 < g1; c0 += kAmxChunk) {
+        const int64_t c1 = std::min(g1, c0 + kAmxChunk);
+        for (int64_t tb = t0; tb < t1; tb += block) {
+          const int64_t te = std::min(t1, tb + block);
+          for (int64_t g = c0; g < c1; ++g) {
+            const int n_valid = static_cast<int>(std::min<int64_t>(16, a.n_out - 16 * g));
+            // The next group: this task's, or the one after the task (likely the next task's
+            // first, in memory right after).
+            const uint8_t* next = g + 1 < n_groups ? data + (g + 1) * L.group_bytes : nullptr;
+            amx_group(data + g * L.group_bytes, L, qr, at, tb, te, a.y + 16 * g, a.y_stride,
+                      n_valid, bbuf + (n_slots == 1 ? 0 : g - c0) * group_scratch, cbuf, tb == t0,
+                      next);
+          }
         }
       }
       packed::AmxRelease<0>();
