@@ -736,8 +736,9 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
   const int64_t n_token_tasks =
       std::clamp<int64_t>(want_token_tasks, 1, std::max<int64_t>(1, n_tokens / 32));
   const int64_t tokens_per_task = round_up(ceil_div(n_tokens, n_token_tasks), use_amx ? 16 : 8);
-  // Decoding takes its groups in guided tasks (internal::GuidedTasks): large contiguous streams
-  // first, one group at the end, so that the threads finish within about a group of each other.
+  // Decoding, and calls whose tokens are one task, take their groups in guided tasks
+  // (internal::GuidedTasks): large contiguous streams first, one group at the end, so that the
+  // threads finish within about a group of each other; the sizes above serve the other calls.
   const internal::GroupTokenTasks tasks(n_groups, n_tokens, n_threads, groups_per_task,
                                         n_token_tasks, tokens_per_task);
   internal::parallel_for(a.pool, tasks.n_tasks(), [&](int64_t task, int) {

@@ -553,7 +553,8 @@ inline void Matmul(const internal::MatmulArgs& a, const uint8_t* data) {
   const int64_t n_token_tasks =
       std::clamp<int64_t>(want_token_tasks, 1, std::max<int64_t>(1, n_tokens / 32));
   const int64_t tokens_per_task = round_up(ceil_div(n_tokens, n_token_tasks), 4);
-  // Decoding: guided tasks (internal::GuidedTasks), as the 16-row layout's PackedMatmul.
+  // Decoding and calls whose tokens are one task: guided tasks (internal::GuidedTasks), as the
+  // 16-row layout's PackedMatmul.
   const internal::GroupTokenTasks tasks(n_groups, n_tokens, n_threads, groups_per_task,
                                         n_token_tasks, tokens_per_task);
   internal::parallel_for(a.pool, tasks.n_tasks(), [&](int64_t task, int) {
