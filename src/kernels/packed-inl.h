@@ -745,12 +745,11 @@ inline void PackedMatmul(const internal::MatmulArgs& a, internal::PackedFormat f
     int64_t g0, g1, t0, t1;
     tasks.range(task, &g0, &g1, &t0, &t1);
     if (amx_group != nullptr) {
-      // Every group of the task is widened once; then blocks of tokens whose activations stay
-      // in L2 (about 512 KiB) pass over all of them, instead of each group streaming all the
-      // task's activations (megabytes for a long row such as a 1.5B model's FFN down).
-      // A task (guided: possibly many groups) runs in chunks of kAmxChunk groups, each widened
-      // once and kept for every block of tokens; with one block of tokens a group is used once,
-      // so one buffer serves them all and stays in L1 beside the activation tiles.
+      // A task (guided: possibly many groups) runs in chunks of kAmxChunk groups. Every group of
+      // a chunk is widened once; then blocks of tokens whose activations stay in L2 (about 512
+      // KiB) pass over all of them, instead of each group streaming all the task's activations
+      // (megabytes for a long row such as a 1.5B model's FFN down). With one block of tokens a
+      // group is used once, so one buffer serves them all and stays in L1 beside the tiles.
       constexpr int64_t kAmxChunk = 4;
       const int64_t group_scratch = round_up(L.n_sub * 16 * info.sub, 64);
       const int64_t block =
