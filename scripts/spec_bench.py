@@ -90,7 +90,8 @@ def main():
                     ("mnemo", "ngram", f"{mnemo} --spec-type ngram-simple {spec}")]
         if md:
             configs += [("mnemo", "draft", f"{mnemo} -md {md} {spec}"),
-                        ("mnemo", "ngram+draft", f"{mnemo} -md {md} --spec-type ngram-simple {spec}")]
+                        ("mnemo", "ngram+draft",
+                         f"{mnemo} -md {md} --spec-type ngram-simple {spec}")]
     if "llama" in args.engines:
         configs += [("llama.cpp", "plain", llama),
                     ("llama.cpp", "ngram",
