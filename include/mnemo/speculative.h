@@ -64,8 +64,9 @@ std::vector<TokenId> ngram_draft(std::span<const TokenId> history, uint32_t n_ma
 /// making the draft cost in target steps (0 for prompt lookup; a draft model: the decodes it
 /// ran, each DraftModel::cost, even when it drafted nothing) and kRowCost what one more row
 /// costs the verifying forward pass (measured: Qwen2.5-Coder 1.5B Q4_K_M, Intel Xeon with AMX,
-/// 2 threads: a forward pass of 2 / 3 / 5 / 9 / 17 rows costs 1.05 / 1.21 / 1.51 / 2.36 / 2.59
-/// one-row passes, 0.05 to 0.17 for each extra row; not measured on other CPUs); the pause
+/// 2 threads: a forward pass of 2 / 3 / 5 / 9 / 17 rows costs 1.09 / 1.27 / 1.55 / 1.90 / 2.39
+/// one-row passes, 0.09 to 0.14 for each extra row, earlier 1.05 / 1.21 / 1.51 / 2.36 / 2.59;
+/// not measured on other CPUs); the pause
 /// comes when the moving average of that gain (weight 1/4 for the newest; 1 at the start, 0
 /// after a pause, so that one losing step then pauses again) falls below 0; the pauses grow
 /// back to 4 steps once the average exceeds 0.5.
