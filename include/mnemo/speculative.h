@@ -137,7 +137,8 @@ class DraftModel {
   explicit DraftModel(std::unique_ptr<Context> ctx);
   std::unique_ptr<Context> ctx_;
   std::vector<std::vector<TokenId>> held_;  // [n_seq_max] tokens each draft sequence holds
-  std::vector<float> probs_;                // [n_vocab] scratch: the last logits' softmax
+  std::vector<float>
+      probs_;  // scratch: the scored logits (all n_vocab, or head + extra_), softmaxed
 };
 
 }  // namespace mnemo

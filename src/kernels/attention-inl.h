@@ -206,6 +206,9 @@ HWY_INLINE bool VisibleToAny(const Call& c, int64_t t0, int64_t t1, int32_t cell
   return false;
 }
 
+inline void ScaleMaskTile(const Call& c, const int64_t* qrows, int64_t n_rows, const int32_t* act,
+                          int64_t n_act, float* s, int64_t s_stride);
+
 /// Scores of the query rows qrows[0, n_rows) (row indexes into Q: token * n_head + head; all of
 /// K/V head g) against the cells act[0, n_act), n_act <= kCellTile:
 ///   s[i * s_stride + k] = softcap(scale * q_i . k_{act[k]}) + mask[token of i][act[k]]
@@ -286,24 +289,17 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
     }
 #endif
   } else if (c.fscore != nullptr) {
-    const size_t k_seg_bytes = row_size(c.kv.k_type, hd);
-    for (int64_t k = 0; k < n_act; k += 4) {
-      const uint8_t* cells[4];
-      const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
-      for (int j = 0; j < 4; ++j)
-        cells[j] = kbase + act[k + std::min(j, n_cells - 1)] * c.kv.k_stride;
-      // K rows are read at the cache-row stride, head segment by head segment: fetch ahead.
-      for (int64_t j = k + 16; j < std::min(n_pf, k + 20); ++j) {
-        const uint8_t* row = kbase + act[j] * c.kv.k_stride;
-        for (size_t b = 0; b < k_seg_bytes; b += 64) hwy::Prefetch(row + b);
-      }
-      const int64_t per_pass = RowsPerPass(n_rows);
-      for (int64_t i = 0; i < n_rows; i += per_pass) {
-        const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
-        const float* qp[kDirectRows];
-        for (int r = 0; r < n_q; ++r) qp[r] = c.qf + qrows[i + r] * hd_pad;
-        c.fscore(cells, n_cells, hd, qp, n_q, s + i * s_stride + k, s_stride);
-      }
+    // Pass by pass over the whole tile; the first fetches the K rows ahead, the others find
+    // the tile's rows in the cache.
+    const int64_t k_seg_bytes = static_cast<int64_t>(row_size(c.kv.k_type, hd));
+    const int64_t per_pass = RowsPerPass(n_rows);
+    for (int64_t i = 0; i < n_rows; i += per_pass) {
+      const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
+      const float* qp[kDirectRows];
+      for (int r = 0; r < n_q; ++r) qp[r] = c.qf + qrows[i + r] * hd_pad;
+      float* y = s + i * s_stride;
+      c.fscore(kbase, static_cast<int64_t>(c.kv.k_stride), 1, 0, act, n_act, i == 0 ? n_pf : 0,
+               k_seg_bytes, hd, qp, n_q, &y, s_stride);
     }
   } else {
     for (int64_t k = 0; k < n_act; ++k) {
@@ -326,7 +322,13 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
       }
     }
   }
-  // Scale, soft-cap, mask (elementwise).
+  ScaleMaskTile(c, qrows, n_rows, act, n_act, s, s_stride);
+}
+
+/// ScoreTile's elementwise part: s[i * s_stride + k] = softcap(scale * s[..]) + mask[token of
+/// row i][act[k]] for i < n_rows, k < n_act.
+inline void ScaleMaskTile(const Call& c, const int64_t* qrows, int64_t n_rows, const int32_t* act,
+                          int64_t n_act, float* s, int64_t s_stride) {
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   const auto vscale = hn::Set(df, c.p.scale);
@@ -572,19 +574,46 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       const int64_t n_rows = (t1 - t0) * gqa;
       Carver ts(static_cast<uint8_t*>(
           internal::thread_scratch(internal::kSlotTask)
-              .get(static_cast<size_t>(KScratchBytes(c) + 8 * n_rows + 2 * 64))));
+              .get(static_cast<size_t>(KScratchBytes(c) + 8 * n_rows +
+                                       8 * p.n_head_kv * (kDirectRows + 1) + 4 * 64))));
       const KScratch ks = TakeKScratch(c, ts);
       int64_t* qrows = ts.take<int64_t>(n_rows);
+      const float** qp = ts.take<const float*>(p.n_head_kv * kDirectRows);
+      float** yp = ts.take<float*>(p.n_head_kv);
       const int64_t c0 = range * cells_per_split;
       const int64_t c1 = std::min(n_act_all, c0 + cells_per_split);
       for (int64_t k0 = c0; k0 < c1; k0 += kCellTile) {
+        const int64_t n_tile = std::min(kCellTile, c1 - k0);
+        if (c.fscore != nullptr) {
+          // Every K/V head's dot products at once, group of cells by group: whole K rows, in
+          // memory order (head by head, each pass would read a strided part of every row).
+          const int64_t head_bytes = static_cast<int64_t>(row_size(kv.k_type, hd));
+          const int64_t per_pass = RowsPerPass(n_rows);
+          for (int64_t i = 0; i < n_rows; i += per_pass) {
+            const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
+            for (int64_t g = 0; g < p.n_head_kv; ++g) {
+              for (int r = 0; r < n_q; ++r) {
+                const int64_t ir = i + r;
+                qp[g * n_q + r] = c.qf + ((t0 + ir / gqa) * p.n_head + g * gqa + ir % gqa) * hd_pad;
+              }
+              yp[g] = scores.data() + ((g * p.n_tokens + t0) * gqa + i) * s_stride + k0;
+            }
+            c.fscore(static_cast<const uint8_t*>(kv.k), static_cast<int64_t>(kv.k_stride),
+                     p.n_head_kv, head_bytes, act_all.data() + k0, n_tile, i == 0 ? c1 - k0 : 0,
+                     p.n_head_kv * head_bytes, hd, qp, n_q, yp, s_stride);
+          }
+        }
         for (int64_t g = 0; g < p.n_head_kv; ++g) {
           for (int64_t i = 0; i < n_rows; ++i) {
             qrows[i] = (t0 + i / gqa) * p.n_head + g * gqa + i % gqa;
           }
           float* s0 = scores.data() + (g * p.n_tokens + t0) * gqa * s_stride;
-          ScoreTile(c, g, qrows, n_rows, act_all.data() + k0, std::min(kCellTile, c1 - k0), c1 - k0,
-                    ks, s0 + k0, s_stride);
+          if (c.fscore != nullptr) {
+            ScaleMaskTile(c, qrows, n_rows, act_all.data() + k0, n_tile, s0 + k0, s_stride);
+          } else {
+            ScoreTile(c, g, qrows, n_rows, act_all.data() + k0, n_tile, c1 - k0, ks, s0 + k0,
+                      s_stride);
+          }
           if (k0 + kCellTile >= c1 && c1 == n_act_all) {
             for (int64_t i = 0; i < n_rows; ++i) {
               std::fill(s0 + i * s_stride + n_act_all, s0 + (i + 1) * s_stride, -INFINITY);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -53,8 +54,8 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> Widen(const uint8_t* row, int64_t i) 
 /// operations as FloatTile over unpacked rows: lane chains acc = fma(k_i, q_i, acc) over i in
 /// vectors, then the Reduce4 tree. hd is a multiple of the vector length.
 template <GgmlType kType, int kQ>
-HWY_NOINLINE void FloatScores(const uint8_t* const* cells, int n_cells, int64_t hd,
-                              const float* const* qf, float* y, int64_t y_stride) {
+HWY_INLINE void FloatScores4(const uint8_t* const* cells, int n_cells, int64_t hd,
+                             const float* const* qf, float* y, int64_t y_stride) {
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   hn::Vec<decltype(df)> acc[kQ][4];
@@ -77,6 +78,12 @@ HWY_NOINLINE void FloatScores(const uint8_t* const* cells, int n_cells, int64_t 
 #if HWY_TARGET != HWY_SCALAR
 #pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
+    // Four cells (all but a tile's last group) store in place: a copy of n_cells floats would
+    // be a library call per row.
+    if (n_cells == 4) {
+      Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * y_stride);
+      continue;
+    }
     float tmp[4];
     Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
     for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
@@ -86,6 +93,36 @@ HWY_NOINLINE void FloatScores(const uint8_t* const* cells, int n_cells, int64_t 
     for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = ReduceSum(df, acc[r][j]);
   }
 #endif
+}
+
+/// FloatScores4 over the cells act[0, n_act) for n_heads K/V heads at once: head g's segment of
+/// cell j starts at kbase + j * k_stride + g * head_bytes, its kQ query rows are
+/// qf[g * kQ, (g + 1) * kQ) and its scores go to y[g][r * y_stride + k] (r < kQ, k < n_act).
+/// Cells go in groups of 4 (the last group repeats its last cell, dropped), every head per
+/// group, so that whole K rows are read in memory order; while group k is read, bytes
+/// [0, pf_bytes) of the cells act[k + 16, k + 20) below n_pf are fetched ahead (n_pf 0: none).
+template <GgmlType kType, int kQ>
+HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_t n_heads,
+                                  int64_t head_bytes, const int32_t* act, int64_t n_act,
+                                  int64_t n_pf, int64_t pf_bytes, int64_t hd,
+                                  const float* const* qf, float* const* y, int64_t y_stride) {
+  for (int64_t k = 0; k < n_act; k += 4) {
+    const uint8_t* rows[4];
+    const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) rows[j] = kbase + act[k + std::min(j, n_cells - 1)] * k_stride;
+    // K rows are read at the cache-row stride: fetch ahead.
+    for (int64_t j = k + 16; j < std::min(n_pf, k + 20); ++j) {
+      const uint8_t* row = kbase + act[j] * k_stride;
+      for (int64_t b = 0; b < pf_bytes; b += 64) hwy::Prefetch(row + b);
+    }
+    for (int64_t g = 0; g < n_heads; ++g) {
+      const uint8_t* cells[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) cells[j] = rows[j] + g * head_bytes;
+      FloatScores4<kType, kQ>(cells, n_cells, hd, qf + g * kQ, y[g] + k, y_stride);
+    }
+  }
 }
 
 #if HWY_TARGET == HWY_AVX2 && MNEMO_INT_DOT
@@ -133,6 +170,10 @@ HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
     float tmp[4];
     Reduce4(df, acc[r][0], acc[r][std::min(1, kC - 1)], acc[r][std::min(2, kC - 1)],
             acc[r][std::min(3, kC - 1)], tmp);
+    if (n_cells == 4) {
+      std::memcpy(y + r * y_stride, tmp, sizeof(tmp));
+      continue;
+    }
     for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
   }
 }
@@ -155,23 +196,28 @@ inline int64_t RowsPerPass(int64_t n_rows) {
 }
 
 template <GgmlType kType>
-void FloatScoresRows(const uint8_t* const* cells, int n_cells, int64_t hd, const float* const* qf,
-                     int n_q, float* y, int64_t y_stride) {
+void FloatScoresRows(const uint8_t* kbase, int64_t k_stride, int64_t n_heads, int64_t head_bytes,
+                     const int32_t* act, int64_t n_act, int64_t n_pf, int64_t pf_bytes, int64_t hd,
+                     const float* const* qf, int n_q, float* const* y, int64_t y_stride) {
+#define MNEMO_SCORES_SPAN(Q)                                                                      \
+  FloatScoresSpan<kType, Q>(kbase, k_stride, n_heads, head_bytes, act, n_act, n_pf, pf_bytes, hd, \
+                            qf, y, y_stride)
   switch (n_q) {
     case 1:
-      return FloatScores<kType, 1>(cells, n_cells, hd, qf, y, y_stride);
+      return MNEMO_SCORES_SPAN(1);
     case 2:
-      return FloatScores<kType, 2>(cells, n_cells, hd, qf, y, y_stride);
+      return MNEMO_SCORES_SPAN(2);
     case 3:
-      return FloatScores<kType, 3>(cells, n_cells, hd, qf, y, y_stride);
+      return MNEMO_SCORES_SPAN(3);
     default:
       if constexpr (kDirectRows >= 6) {
-        if (n_q == 4) return FloatScores<kType, 4>(cells, n_cells, hd, qf, y, y_stride);
-        if (n_q == 5) return FloatScores<kType, 5>(cells, n_cells, hd, qf, y, y_stride);
-        if (n_q == 6) return FloatScores<kType, 6>(cells, n_cells, hd, qf, y, y_stride);
+        if (n_q == 4) return MNEMO_SCORES_SPAN(4);
+        if (n_q == 5) return MNEMO_SCORES_SPAN(5);
+        if (n_q == 6) return MNEMO_SCORES_SPAN(6);
       }
       CHECK(false) << "bad row count " << n_q;
   }
+#undef MNEMO_SCORES_SPAN
 }
 
 /// kV vectors of dimensions [d, d + kV nf) of a V row, as float: F32 / F16 / BF16 widened; for
@@ -302,8 +348,9 @@ void VAccRows(int n_q, int n_vec, const uint8_t* const* rows, int64_t n, int64_t
   }
 }
 
-using FloatScoresFn = void (*)(const uint8_t* const*, int, int64_t, const float* const*, int,
-                               float*, int64_t);
+using FloatScoresFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, const int32_t*, int64_t,
+                               int64_t, int64_t, int64_t, const float* const*, int, float* const*,
+                               int64_t);
 using VAccFn = void (*)(int, int, const uint8_t* const*, int64_t, int64_t, const float* const*,
                         float* const*, float*, int64_t, int64_t, int64_t);
 

@@ -203,14 +203,37 @@ Result<std::vector<TokenId>> DraftModel::draft(SeqId seq, std::span<const TokenI
   }
   for (uint32_t k = 0; k < n_max; ++k) {
     const std::span<const float> logits = ctx_->logits(0);
-    const int32_t best = sampling::argmax(logits);
-    if (p_min > 0.0f) {
-      // The pick's probability, by the SIMD softmax (a scalar double exp over a 150k vocabulary
-      // takes about 1 ms per drafted token). It only decides where the draft stops.
-      probs_.assign(logits.begin(), logits.end());
-      kernels::softmax(probs_.data(), 1, static_cast<int64_t>(probs_.size()));
-      if (probs_[best] < p_min) break;
+    int32_t best = 0;
+    float p_best = 1.0f;
+    if (n_head_ == 0) {
+      best = sampling::argmax(logits);
+      if (p_min > 0.0f) {
+        // The pick's probability, by the SIMD softmax (a scalar double exp over a 150k
+        // vocabulary takes about 1 ms per drafted token). It only decides where the draft stops.
+        probs_.assign(logits.begin(), logits.end());
+        kernels::softmax(probs_.data(), 1, static_cast<int64_t>(probs_.size()));
+        p_best = probs_[best];
+      }
+    } else {
+      // Only the scored ids are finite: the pick and its probability come from them alone
+      // (the other ids' exp is 0), the head then extra_ gathered into probs_.
+      probs_.assign(logits.begin(), logits.begin() + n_head_);
+      for (TokenId t : extra_) probs_.push_back(logits[static_cast<size_t>(t)]);
+      size_t at = static_cast<size_t>(sampling::argmax(std::span<const float>(probs_)));
+      // Ties go to the lowest id, as argmax over the whole row.
+      for (size_t j = n_head_; j < probs_.size(); ++j) {
+        if (probs_[j] == probs_[at] && at >= n_head_ &&
+            extra_[j - n_head_] < extra_[at - n_head_]) {
+          at = j;
+        }
+      }
+      best = at < n_head_ ? static_cast<int32_t>(at) : extra_[at - n_head_];
+      if (p_min > 0.0f) {
+        kernels::softmax(probs_.data(), 1, static_cast<int64_t>(probs_.size()));
+        p_best = probs_[at];
+      }
     }
+    if (p_best < p_min) break;
     out.push_back(best);
     if (k + 1 == n_max) break;
     batch.clear();
