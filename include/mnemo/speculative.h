@@ -137,8 +137,8 @@ class DraftModel {
   explicit DraftModel(std::unique_ptr<Context> ctx);
   std::unique_ptr<Context> ctx_;
   std::vector<std::vector<TokenId>> held_;  // [n_seq_max] tokens each draft sequence holds
-  std::vector<float>
-      probs_;  // scratch: the scored logits (all n_vocab, or head + extra_), softmaxed
+  // Scratch: the scored logits (all n_vocab, or the head then extra_'s), then their softmax.
+  std::vector<float> probs_;
 };
 
 }  // namespace mnemo
