@@ -66,10 +66,9 @@ std::vector<TokenId> ngram_draft(std::span<const TokenId> history, uint32_t n_ma
 /// costs the verifying forward pass (measured: Qwen2.5-Coder 1.5B Q4_K_M, Intel Xeon with AMX,
 /// 2 threads: a forward pass of 2 / 3 / 5 / 9 / 17 rows costs 1.09 / 1.27 / 1.55 / 1.90 / 2.39
 /// one-row passes, 0.09 to 0.14 for each extra row, earlier 1.05 / 1.21 / 1.51 / 2.36 / 2.59;
-/// not measured on other CPUs); the pause
-/// comes when the moving average of that gain (weight 1/4 for the newest; 1 at the start, 0
-/// after a pause, so that one losing step then pauses again) falls below 0; the pauses grow
-/// back to 4 steps once the average exceeds 0.5.
+/// not measured on other CPUs); the pause comes when the moving average of that gain (weight
+/// 1/4 for the newest; 1 at the start, 0 after a pause, so that one losing step then pauses
+/// again) falls below 0; the pauses grow back to 4 steps once the average exceeds 0.5.
 class DraftLength {
  public:
   static constexpr float kRowCost = 0.15f;
@@ -105,7 +104,8 @@ class DraftModel {
 
   /// Up to n_max greedy tokens continuing `history` (every token of target sequence `seq`, the
   /// next, undecoded one included), stopping early when the draft model's probability of its
-  /// pick is below p_min. Each call decodes max(1, tokens drafted) times (n_decodes()). The draft sequence is first brought to `history`: its longest common
+  /// pick (among the scored ids) is below p_min. Each call decodes max(1, tokens drafted) times
+  /// (n_decodes()). The draft sequence is first brought to `history`: its longest common
   /// prefix is kept, the rest decoded. Errors: the draft Context's (the draft sequence is then
   /// emptied and the next call decodes it again).
   Result<std::vector<TokenId>> draft(SeqId seq, std::span<const TokenId> history, uint32_t n_max,

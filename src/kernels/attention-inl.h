@@ -206,8 +206,36 @@ HWY_INLINE bool VisibleToAny(const Call& c, int64_t t0, int64_t t1, int32_t cell
   return false;
 }
 
+/// The elementwise part of a tile's scores: s[i * s_stride + k] = softcap(scale * s[..]) +
+/// mask[token of row i][act[k]] for i < n_rows, k < n_act.
 inline void ScaleMaskTile(const Call& c, const int64_t* qrows, int64_t n_rows, const int32_t* act,
-                          int64_t n_act, float* s, int64_t s_stride);
+                          int64_t n_act, float* s, int64_t s_stride) {
+  const hn::ScalableTag<float> df;
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  const auto vscale = hn::Set(df, c.p.scale);
+  // Consecutive cells (the usual case) read the mask a vector at a time: the vectors whole
+  // inside the tile add it in the same pass (the same two roundings: product, then sum).
+  bool consecutive = c.mask != nullptr;
+  for (int64_t k = 1; k < n_act && consecutive; ++k) consecutive = act[k] == act[0] + k;
+  const int64_t n_vec_mask = consecutive ? n_act / nf * nf : 0;
+  for (int64_t i = 0; i < n_rows; ++i) {
+    float* si = s + i * s_stride;
+    const float* mrow =
+        c.mask != nullptr ? c.mask + (qrows[i] / c.p.n_head) * c.mask_stride : nullptr;
+    for (int64_t k = 0; k < n_act; k += nf) {
+      auto v = hn::Mul(hn::LoadU(df, si + k), vscale);
+      if (c.p.softcap > 0.0f) {
+        v = hn::Mul(hn::Set(df, c.p.softcap),
+                    hn::Tanh(df, hn::Mul(v, hn::Set(df, 1.0f / c.p.softcap))));
+      }
+      if (k < n_vec_mask) v = hn::Add(v, hn::LoadU(df, mrow + act[0] + k));
+      hn::StoreU(v, df, si + k);
+    }
+    if (mrow != nullptr) {
+      for (int64_t k = n_vec_mask; k < n_act; ++k) si[k] += mrow[act[k]];
+    }
+  }
+}
 
 /// Scores of the query rows qrows[0, n_rows) (row indexes into Q: token * n_head + head; all of
 /// K/V head g) against the cells act[0, n_act), n_act <= kCellTile:
@@ -323,37 +351,6 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
     }
   }
   ScaleMaskTile(c, qrows, n_rows, act, n_act, s, s_stride);
-}
-
-/// ScoreTile's elementwise part: s[i * s_stride + k] = softcap(scale * s[..]) + mask[token of
-/// row i][act[k]] for i < n_rows, k < n_act.
-inline void ScaleMaskTile(const Call& c, const int64_t* qrows, int64_t n_rows, const int32_t* act,
-                          int64_t n_act, float* s, int64_t s_stride) {
-  const hn::ScalableTag<float> df;
-  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
-  const auto vscale = hn::Set(df, c.p.scale);
-  // Consecutive cells (the usual case) read the mask a vector at a time: the vectors whole
-  // inside the tile add it in the same pass (the same two roundings: product, then sum).
-  bool consecutive = c.mask != nullptr;
-  for (int64_t k = 1; k < n_act && consecutive; ++k) consecutive = act[k] == act[0] + k;
-  const int64_t n_vec_mask = consecutive ? n_act / nf * nf : 0;
-  for (int64_t i = 0; i < n_rows; ++i) {
-    float* si = s + i * s_stride;
-    const float* mrow =
-        c.mask != nullptr ? c.mask + (qrows[i] / c.p.n_head) * c.mask_stride : nullptr;
-    for (int64_t k = 0; k < n_act; k += nf) {
-      auto v = hn::Mul(hn::LoadU(df, si + k), vscale);
-      if (c.p.softcap > 0.0f) {
-        v = hn::Mul(hn::Set(df, c.p.softcap),
-                    hn::Tanh(df, hn::Mul(v, hn::Set(df, 1.0f / c.p.softcap))));
-      }
-      if (k < n_vec_mask) v = hn::Add(v, hn::LoadU(df, mrow + act[0] + k));
-      hn::StoreU(v, df, si + k);
-    }
-    if (mrow != nullptr) {
-      for (int64_t k = n_vec_mask; k < n_act; ++k) si[k] += mrow[act[k]];
-    }
-  }
 }
 
 /// Row maximum of s[0, n) (n a multiple of the vector length; -inf when every entry is).
@@ -575,11 +572,24 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       Carver ts(static_cast<uint8_t*>(
           internal::thread_scratch(internal::kSlotTask)
               .get(static_cast<size_t>(KScratchBytes(c) + 8 * n_rows +
-                                       8 * p.n_head_kv * (kDirectRows + 1) + 4 * 64))));
+                                       8 * p.n_head_kv * (n_rows + 1) + 4 * 64))));
       const KScratch ks = TakeKScratch(c, ts);
       int64_t* qrows = ts.take<int64_t>(n_rows);
-      const float** qp = ts.take<const float*>(p.n_head_kv * kDirectRows);
+      // The direct kernel's query rows, pass by pass: the pass of rows [i, i + n_q) reads
+      // qp[i * n_head_kv + g * n_q + r] for K/V head g, row i + r.
+      const int64_t per_pass = RowsPerPass(n_rows);
+      const float** qp = ts.take<const float*>(p.n_head_kv * n_rows);
       float** yp = ts.take<float*>(p.n_head_kv);
+      for (int64_t i = 0; c.fscore != nullptr && i < n_rows; i += per_pass) {
+        const int64_t n_q = std::min<int64_t>(per_pass, n_rows - i);
+        for (int64_t g = 0; g < p.n_head_kv; ++g) {
+          for (int64_t r = 0; r < n_q; ++r) {
+            const int64_t ir = i + r;
+            qp[i * p.n_head_kv + g * n_q + r] =
+                c.qf + ((t0 + ir / gqa) * p.n_head + g * gqa + ir % gqa) * hd_pad;
+          }
+        }
+      }
       const int64_t c0 = range * cells_per_split;
       const int64_t c1 = std::min(n_act_all, c0 + cells_per_split);
       for (int64_t k0 = c0; k0 < c1; k0 += kCellTile) {
@@ -588,19 +598,14 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
           // Every K/V head's dot products at once, group of cells by group: whole K rows, in
           // memory order (head by head, each pass would read a strided part of every row).
           const int64_t head_bytes = static_cast<int64_t>(row_size(kv.k_type, hd));
-          const int64_t per_pass = RowsPerPass(n_rows);
           for (int64_t i = 0; i < n_rows; i += per_pass) {
             const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
             for (int64_t g = 0; g < p.n_head_kv; ++g) {
-              for (int r = 0; r < n_q; ++r) {
-                const int64_t ir = i + r;
-                qp[g * n_q + r] = c.qf + ((t0 + ir / gqa) * p.n_head + g * gqa + ir % gqa) * hd_pad;
-              }
               yp[g] = scores.data() + ((g * p.n_tokens + t0) * gqa + i) * s_stride + k0;
             }
             c.fscore(static_cast<const uint8_t*>(kv.k), static_cast<int64_t>(kv.k_stride),
                      p.n_head_kv, head_bytes, act_all.data() + k0, n_tile, i == 0 ? c1 - k0 : 0,
-                     p.n_head_kv * head_bytes, hd, qp, n_q, yp, s_stride);
+                     p.n_head_kv * head_bytes, hd, qp + i * p.n_head_kv, n_q, yp, s_stride);
           }
         }
         for (int64_t g = 0; g < p.n_head_kv; ++g) {
