@@ -5,6 +5,9 @@
 //           K-quants need n_in % 256 == 0, so they run the FFN-down shape.
 //   matmul, whole model: one decoding step's 210 matmuls of a SmolLM2-shaped model, every
 //           matrix in its own memory (weights stream from L3 / DRAM as in a real forward).
+//   matmul, streaming: one decoding matmul of a 1.5B model's shapes (Qwen2.5 1.5B: K/V
+//           projection 256, Q / O 1536, FFN 8960 rows of 1536) in q4_K and q6_K, weights from
+//           DRAM: the share of the read bandwidth one call of that size reaches (GB/s).
 //   attention: one decoding step at depth 2048 (SmolLM2: 9 heads / 3 KV heads x 64; Gemma 3
 //           270M: 4 / 1 x 256) with f16 and q8_0 K/V, 1 and 2 threads; a 512-token prompt
 //           at depth 0 and 2048.
@@ -185,6 +188,54 @@ BENCHMARK(BM_MatmulModelDecode)
                    {0, 1}})
     ->ArgNames({"type", "threads", "packed"})
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// One decoding step's matmul of one n_out x n_in matrix whose weights come from DRAM: copies of
+// the packed matrix totalling at least 512 MB, one after another in one huge-page mapping (as the
+// model keeps its packed weights), taken in turn. Reports the weight bytes read per second
+// (`GB/s`), to set against `mnemo bench --bandwidth`'s read bandwidth: how much of it one call
+// of that size reaches. Args: type id, n_out, n_in, n_threads.
+void BM_MatmulStream(benchmark::State& state) {
+  const GgmlType type = static_cast<GgmlType>(state.range(0));
+  const int64_t n_out = state.range(1), n_in = state.range(2);
+  ThreadPool* pool = pool_for(static_cast<int>(state.range(3)));
+  const std::vector<uint8_t> rows = make_rows(type, n_out, n_in);
+  const WeightMatrix w{type, rows.data(), n_out, n_in};
+  const size_t stride = (packed_size(w) + 63) / 64 * 64;
+  if (stride == 0) {
+    state.SkipWithError("not packed under this target");
+    return;
+  }
+  const double bytes = double(packed_size(w));
+  const int64_t n_copies = std::max<int64_t>(2, int64_t(512e6 / bytes));
+  Result<AlignedBuffer> arena = AlignedBuffer::allocate(stride * size_t(n_copies));
+  if (!arena.ok()) {
+    state.SkipWithError("cannot map the copies");
+    return;
+  }
+  std::vector<PackedMatrix> packed;
+  for (int64_t i = 0; i < n_copies; ++i) {
+    packed.push_back(pack_matrix_into(w, arena->data() + stride * size_t(i), pool));
+  }
+  const std::vector<float> x = normal(n_in, 1.0f, 3);
+  std::vector<float> y(n_out);
+  int64_t i = 0;
+  for (auto _ : state) {
+    const PackedMatrix& m = packed[size_t(i++ % n_copies)];
+    matmul(m, x.data(), n_in, 1, y.data(), n_out, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(1e-9 * bytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(type_name(type)) + " " + simd_target());
+}
+BENCHMARK(BM_MatmulStream)
+    ->ArgsProduct({{static_cast<int64_t>(GgmlType::Q4_K), static_cast<int64_t>(GgmlType::Q6_K)},
+                   {256, 1536, 8960},
+                   {1536},
+                   {1, 2}})
+    ->ArgNames({"type", "n_out", "n_in", "threads"})
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 // Args: cache type id, n_head, n_head_kv, head_dim, depth, n_threads, n_tokens. n_tokens > 1 is a

@@ -21,7 +21,7 @@
 
 namespace mnemo {
 class RepackCacheFile;  // src/model/repack_cache.h
-
+class AlignedBuffer;    // src/base/buffer.h
 
 namespace kernels {
 class PackedMatrix;  // src/kernels/kernels.h: a weight matrix repacked for the integer kernels
@@ -255,6 +255,9 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<kernels::PackedMatrix>> packed_;  // owners of Weight::packed
   std::unique_ptr<RepackCacheFile> repack_file_;  // the mapped cache the packed weights read
+  // The packed weights when packed at load: one mapping in transparent huge pages, the matrices
+  // one after another in the order repack_weights lists them (the order a forward pass reads).
+  std::unique_ptr<AlignedBuffer> packed_arena_;
   std::string repack_note_;
 };
 

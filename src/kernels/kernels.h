@@ -104,12 +104,14 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 /// 8-bit sub-block scales and fp16 super-block scales, multiplied when read: Q6_K within 1%,
 /// Q4_K / Q5_K within 3% (a byte per 6-bit scale). This is the idea of ggml's repacked CPU buffers
 /// (the AMX / "extra" buffer types). Packed matrices of 2 MiB or more live in transparent huge
-/// pages (MADV_HUGEPAGE): a decode streams every weight once per token. Other types (F32, F16,
-/// BF16, IQ4_NL) and targets (SSE4, scalar) keep just the source, which matmul() then reads. Use:
-/// pack each linear weight once when the model loads (hold the PackedMatrix next to the tensor) and
-/// call matmul(packed, ...) in the forward pass. Move-only; owns its packed bytes; `source`
-/// (non-owning) must outlive it. Packed data is read only under the target layout it was packed
-/// for; under another (MNEMO_SIMD, tests) matmul() reads the source.
+/// pages (MADV_HUGEPAGE): a decode streams every weight once per token (pack_matrix_into packs
+/// into the caller's memory, so that smaller ones can share a huge-page mapping). Other types (F32,
+/// F16, BF16, IQ4_NL) and targets (SSE4, scalar) keep just the source, which matmul() then reads.
+/// Use: pack each linear weight once when the model loads (hold the PackedMatrix next to the
+/// tensor) and call matmul(packed, ...) in the forward pass. Move-only; owns its packed bytes
+/// unless they are someone else's (adopt_packed, packed_rows, pack_matrix_into); `source`
+/// (non-owning) must outlive it. Packed data is read only under the target layout it was
+/// packed for; under another (MNEMO_SIMD, tests) matmul() reads the source.
 class PackedMatrix {
  public:
   PackedMatrix() = default;
@@ -127,6 +129,7 @@ class PackedMatrix {
 
  private:
   friend PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
+  friend PackedMatrix pack_matrix_into(const WeightMatrix& w, void* dst, ThreadPool* pool);
   friend struct PackedImage packed_image(const PackedMatrix& m);
   friend PackedMatrix adopt_packed(const WeightMatrix& w, const struct PackedImage& img);
   friend PackedMatrix packed_rows(const PackedMatrix& m, int64_t n_rows);
@@ -149,6 +152,17 @@ class PackedMatrix {
 
 /// Packs `w` (see PackedMatrix); threads split the row groups. Cost: one pass over the weights.
 PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool);
+
+/// Bytes pack_matrix(w) packs `w` into under the current target; 0 when it would not pack w (a
+/// type or target without a packed layout, an empty matrix, or one matmul does not take).
+size_t packed_size(const WeightMatrix& w);
+
+/// pack_matrix(w, pool), but into the caller's memory: `dst` holds packed_size(w) bytes, is
+/// 64-byte aligned (CHECKed), and stays alive and unchanged while the result is used; the result
+/// does not free it. So many matrices can share one mapping (the model keeps its weights in one
+/// huge-page arena, in the order a forward pass reads them). Not packed (dst untouched) when
+/// packed_size(w) == 0.
+PackedMatrix pack_matrix_into(const WeightMatrix& w, void* dst, ThreadPool* pool);
 
 /// The bytes of a packed matrix and what reading them needs, to keep them outside the process
 /// (the model's repack cache, src/model/repack_cache.h). format / layout / group_bytes are this

@@ -175,6 +175,29 @@ void check_matmul(GgmlType type, const Shape& s, std::mt19937& rng) {
                 growth * row_size(type, s.n_in) * 16 * n_groups + 64 * n_groups)
           << type_name(type);  // + each group rounded up to 64 bytes
     }
+    // Packed into the caller's memory (the model's arena): packed_size() bytes, the very bytes
+    // pack_matrix makes, and the same results; dst untouched where nothing is packed.
+    const size_t n_into = packed_size(w);
+    EXPECT_EQ(n_into, packed.packed_bytes());
+    {
+      std::vector<uint8_t> arena(n_into + 128, 0xA5);
+      uint8_t* dst = arena.data() + (64 - reinterpret_cast<uintptr_t>(arena.data()) % 64);
+      const PackedMatrix into = pack_matrix_into(w, dst, &pool3);
+      EXPECT_EQ(into.is_packed(), packed.is_packed());
+      EXPECT_EQ(into.packed_bytes(), n_into);
+      const PackedImage a = packed_image(packed), b = packed_image(into);
+      if (packed.is_packed()) {
+        EXPECT_EQ(b.data, dst);
+        EXPECT_EQ(0, std::memcmp(a.data, b.data, n_into));
+        std::vector<float> ya(s.n_tokens * s.n_out), yb(s.n_tokens * s.n_out);
+        matmul(packed, x.data(), s.n_in, s.n_tokens, ya.data(), s.n_out, &pool2);
+        matmul(into, x.data(), s.n_in, s.n_tokens, yb.data(), s.n_out, &pool2);
+        EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float)));
+      }
+      for (size_t i = size_t(dst - arena.data()) + n_into; i < arena.size(); ++i) {
+        ASSERT_EQ(arena[i], 0xA5) << "written past packed_size at " << i;
+      }
+    }
     // On AMX CPUs prompts take the tile path; the last pass covers the AVX-512 one instead.
     struct Run {
       ThreadPool* pool;

@@ -88,6 +88,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -239,42 +240,54 @@ PackedImage packed_image(const PackedMatrix& m) {
   return img;
 }
 
-PackedMatrix adopt_packed(const WeightMatrix& w, const PackedImage& img) {
-  PackedMatrix pm;
-  pm.source_ = w;
-  if (img.data == nullptr || w.n_out == 0 || !matmul_supports(w.type) ||
-      reinterpret_cast<uintptr_t>(img.data) % 64 != 0 || w.n_in <= 0 ||
-      w.n_in % block_size(w.type) != 0) {
-    return pm;
+namespace {
+
+/// What pack_matrix(w) makes under the current target, without its bytes (data null): format,
+/// layout, group size and byte count; bytes == 0 when w is not packed there.
+PackedImage packed_shape(const WeightMatrix& w) {
+  PackedImage img;
+  if (w.n_out == 0 || !matmul_supports(w.type) || w.n_in <= 0 || w.n_in % block_size(w.type) != 0) {
+    return img;
   }
-  // What pack_matrix(w) would make under the current target.
   const internal::PackedLayoutKind kind = internal::packed_layout_kind();
-  if (img.layout != static_cast<int>(kind)) return pm;
-  int format = 0;
-  int64_t group_bytes = 0;
-  size_t bytes = 0;
   if (kind == internal::PackedLayoutKind::kRows16) {
     const auto f =
         static_cast<internal::PackedFormat>(HWY_DYNAMIC_DISPATCH(PackFormatForTarget)(w.type));
-    if (f == internal::PackedFormat::kNone) return pm;
-    format = static_cast<int>(f);
-    group_bytes = internal::packed_layout(f, w.n_in).group_bytes;
-    bytes = static_cast<size_t>(internal::ceil_div(w.n_out, 16) * group_bytes);
+    if (f == internal::PackedFormat::kNone) return img;
+    img.format = static_cast<int>(f);
+    img.group_bytes = internal::packed_layout(f, w.n_in).group_bytes;
+    img.bytes = static_cast<size_t>(internal::ceil_div(w.n_out, 16) * img.group_bytes);
   } else if (kind == internal::PackedLayoutKind::kRows8) {
-    group_bytes = HWY_DYNAMIC_DISPATCH(Pack8GroupBytes)(w.type, w.n_in);
-    if (group_bytes == 0) return pm;
-    bytes =
-        static_cast<size_t>(internal::round_up(internal::ceil_div(w.n_out, 8) * group_bytes, 64));
+    img.group_bytes = HWY_DYNAMIC_DISPATCH(Pack8GroupBytes)(w.type, w.n_in);
+    if (img.group_bytes == 0) return img;
+    img.bytes = static_cast<size_t>(
+        internal::round_up(internal::ceil_div(w.n_out, 8) * img.group_bytes, 64));
   } else {
+    return img;
+  }
+  img.layout = static_cast<int>(kind);
+  return img;
+}
+
+}  // namespace
+
+size_t packed_size(const WeightMatrix& w) { return packed_shape(w).bytes; }
+
+PackedMatrix adopt_packed(const WeightMatrix& w, const PackedImage& img) {
+  PackedMatrix pm;
+  pm.source_ = w;
+  if (img.data == nullptr || reinterpret_cast<uintptr_t>(img.data) % 64 != 0) return pm;
+  const PackedImage want = packed_shape(w);
+  if (want.bytes == 0 || img.layout != want.layout || img.format != want.format ||
+      img.group_bytes != want.group_bytes || img.bytes != want.bytes) {
     return pm;
   }
-  if (img.format != format || img.group_bytes != group_bytes || img.bytes != bytes) return pm;
   pm.data_ = std::unique_ptr<void, PackedMatrix::Free>(const_cast<void*>(img.data),
                                                        PackedMatrix::Free{false});
-  pm.bytes_ = bytes;
-  pm.format_ = format;
-  pm.group_bytes_ = group_bytes;
-  pm.layout_ = img.layout;
+  pm.bytes_ = want.bytes;
+  pm.format_ = want.format;
+  pm.group_bytes_ = want.group_bytes;
+  pm.layout_ = want.layout;
   return pm;
 }
 
@@ -332,38 +345,35 @@ void* alloc_packed(size_t bytes) {
 PackedMatrix pack_matrix(const WeightMatrix& w, ThreadPool* pool) {
   CHECK(matmul_supports(w.type)) << "pack_matrix: unsupported type " << type_name(w.type);
   CHECK(w.n_in > 0 && w.n_in % block_size(w.type) == 0) << "pack_matrix: bad n_in " << w.n_in;
-  PackedMatrix pm;
-  pm.source_ = w;
-  if (w.n_out == 0) return pm;
-  const internal::PackedLayoutKind kind = internal::packed_layout_kind();
-  if (kind == internal::PackedLayoutKind::kRows16) {
-    const auto format =
-        static_cast<internal::PackedFormat>(HWY_DYNAMIC_DISPATCH(PackFormatForTarget)(w.type));
-    if (format == internal::PackedFormat::kNone) return pm;
-    const internal::PackedLayout layout = internal::packed_layout(format, w.n_in);
-    const int64_t n_groups = internal::ceil_div(w.n_out, 16);
-    const size_t bytes = static_cast<size_t>(n_groups * layout.group_bytes);
-    void* data = alloc_packed(bytes);
-    CHECK(data != nullptr) << "pack_matrix: out of memory for " << bytes << " bytes";
-    pm.data_.reset(data);
-    pm.bytes_ = bytes;
-    pm.format_ = static_cast<int>(format);
-    pm.group_bytes_ = layout.group_bytes;
-    pm.layout_ = static_cast<int>(kind);
+  const size_t bytes = packed_shape(w).bytes;
+  if (bytes == 0) return adopt_packed(w, PackedImage{});
+  void* data = alloc_packed(bytes);
+  CHECK(data != nullptr) << "pack_matrix: out of memory for " << bytes << " bytes";
+  PackedMatrix pm = pack_matrix_into(w, data, pool);
+  pm.data_.get_deleter().owned = true;
+  return pm;
+}
+
+PackedMatrix pack_matrix_into(const WeightMatrix& w, void* dst, ThreadPool* pool) {
+  CHECK(matmul_supports(w.type)) << "pack_matrix_into: unsupported type " << type_name(w.type);
+  CHECK(w.n_in > 0 && w.n_in % block_size(w.type) == 0) << "pack_matrix_into: bad n_in " << w.n_in;
+  const PackedImage shape = packed_shape(w);
+  if (shape.bytes == 0) return adopt_packed(w, PackedImage{});
+  CHECK(dst != nullptr && reinterpret_cast<uintptr_t>(dst) % 64 == 0)
+      << "pack_matrix_into: dst not 64-byte aligned";
+  PackedMatrix pm =
+      adopt_packed(w, PackedImage{dst, shape.bytes, shape.format, shape.layout, shape.group_bytes});
+  uint8_t* data = static_cast<uint8_t*>(dst);
+  if (shape.layout == static_cast<int>(internal::PackedLayoutKind::kRows16)) {
+    const auto format = static_cast<internal::PackedFormat>(shape.format);
     HWY_DYNAMIC_DISPATCH(PackAll)
-    (internal::matmul_args(w), static_cast<int>(format), layout, static_cast<uint8_t*>(data), pool);
-  } else if (kind == internal::PackedLayoutKind::kRows8) {
-    const int64_t group_bytes = HWY_DYNAMIC_DISPATCH(Pack8GroupBytes)(w.type, w.n_in);
-    if (group_bytes == 0) return pm;
-    const int64_t n_groups = internal::ceil_div(w.n_out, 8);
-    const size_t bytes = static_cast<size_t>(internal::round_up(n_groups * group_bytes, 64));
-    void* data = alloc_packed(bytes);
-    CHECK(data != nullptr) << "pack_matrix: out of memory for " << bytes << " bytes";
-    pm.data_.reset(data);
-    pm.bytes_ = bytes;
-    pm.group_bytes_ = group_bytes;
-    pm.layout_ = static_cast<int>(kind);
-    HWY_DYNAMIC_DISPATCH(Pack8All)(internal::matmul_args(w), static_cast<uint8_t*>(data), pool);
+    (internal::matmul_args(w), shape.format, internal::packed_layout(format, w.n_in), data, pool);
+  } else {
+    HWY_DYNAMIC_DISPATCH(Pack8All)(internal::matmul_args(w), data, pool);
+    // The groups end before the rounded-up size: the tail is zeroed, so that the bytes (and the
+    // repack cache's checksums of them) do not depend on what the memory held.
+    const size_t used = static_cast<size_t>(internal::ceil_div(w.n_out, 8) * shape.group_bytes);
+    std::memset(data + used, 0, shape.bytes - used);
   }
   return pm;
 }
