@@ -231,7 +231,7 @@ void BM_MatmulStream(benchmark::State& state) {
 }
 BENCHMARK(BM_MatmulStream)
     ->ArgsProduct({{static_cast<int64_t>(GgmlType::Q4_K), static_cast<int64_t>(GgmlType::Q6_K)},
-                   {256, 1536, 8960},
+                   {256, 1536, 2048, 8960, 17920},
                    {1536},
                    {1, 2}})
     ->ArgNames({"type", "n_out", "n_in", "threads"})

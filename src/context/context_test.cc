@@ -274,7 +274,7 @@ TEST(ContextTest, RepackedAndPlainWeightsAgreeRealSmolLM2) {
 }
 
 // The repack cache (ModelParams::repack_cache_dir): the first load packs and writes the
-// cache, the next maps it, and both give exactly the logits of a load without the cache. A
+// cache, the next reads it, and both give exactly the logits of a load without the cache. A
 // damaged or truncated entry is noticed (every entry's checksum) and replaced; a directory that
 // cannot be written only costs the saving.
 TEST(ContextTest, RepackCacheMapsTheSamePackingRealSmolLM2) {
@@ -298,7 +298,7 @@ TEST(ContextTest, RepackCacheMapsTheSamePackingRealSmolLM2) {
     EXPECT_EQ(run_separately(**m, prompts), want) << (*m)->repack_note();
   };
   load("written to the repack cache");
-  load("mapped from the repack cache");
+  load("read from the repack cache");
   ASSERT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
   const std::filesystem::path entry = std::filesystem::directory_iterator(dir)->path();
   if ((*fresh)->n_packed() > 0) {
@@ -313,11 +313,11 @@ TEST(ContextTest, RepackCacheMapsTheSamePackingRealSmolLM2) {
       std::fclose(f);
     }
     load("damaged weights");
-    load("mapped from the repack cache");
+    load("read from the repack cache");
     // Truncated.
     std::filesystem::resize_file(entry, std::filesystem::file_size(entry) / 2);
     load("written to the repack cache");
-    load("mapped from the repack cache");
+    load("read from the repack cache");
   }
   // A cache "directory" that is a file: nothing saved, the model still loads and agrees.
   std::filesystem::remove_all(dir);

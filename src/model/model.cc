@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <thread>
@@ -80,6 +81,57 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelP
   return m;
 }
 
+namespace {
+
+// Bytes a packed matrix of `bytes` bytes takes in the arena: rounded up to 64, so that every
+// matrix starts 64-byte aligned.
+size_t arena_span(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+}  // namespace
+
+void Model::copy_packed_to_arena(std::vector<kernels::PackedMatrix>& made, ThreadPool* pool) {
+  std::vector<size_t> offset(made.size() + 1, 0);
+  for (size_t i = 0; i < made.size(); ++i) {
+    offset[i + 1] = offset[i] + arena_span(made[i].packed_bytes());
+  }
+  if (offset.back() == 0) {  // nothing packed (a target without packed layouts)
+    repack_file_.reset();
+    repack_note_ = "read from the repack cache";
+    return;
+  }
+  Result<AlignedBuffer> arena = AlignedBuffer::allocate(offset.back());
+  if (!arena.ok()) return;  // keep reading the mapping
+  std::vector<kernels::PackedImage> images(made.size());
+  for (size_t i = 0; i < made.size(); ++i) {
+    images[i] = kernels::packed_image(made[i]);
+    if (images[i].data == nullptr) continue;
+    images[i].data = arena->data() + offset[i];
+  }
+  // Chunks of about 8 MiB, so that the threads share the copy of a large matrix too.
+  struct Chunk {
+    size_t i, begin, end;
+  };
+  std::vector<Chunk> chunks;
+  constexpr size_t kChunk = size_t{8} << 20;
+  for (size_t i = 0; i < made.size(); ++i) {
+    for (size_t b = 0; b < made[i].packed_bytes(); b += kChunk) {
+      chunks.push_back({i, b, std::min(made[i].packed_bytes(), b + kChunk)});
+    }
+  }
+  pool->parallel_for(int64_t(chunks.size()), [&](int64_t c, int) {
+    const Chunk& k = chunks[size_t(c)];
+    const auto* src = static_cast<const uint8_t*>(kernels::packed_image(made[k.i]).data);
+    std::memcpy(arena->data() + offset[k.i] + k.begin, src + k.begin, k.end - k.begin);
+  });
+  for (size_t i = 0; i < made.size(); ++i) {
+    if (images[i].data == nullptr) continue;
+    made[i] = kernels::adopt_packed(made[i].source(), images[i]);
+  }
+  packed_arena_ = std::make_unique<AlignedBuffer>(std::move(arena).value());
+  repack_file_.reset();
+  repack_note_ = "read from the repack cache";
+}
+
 void Model::repack_weights(int n_threads, const std::string& cache_dir, int64_t mtime_ns) {
   if (n_threads <= 0) n_threads = std::max(1, int(std::thread::hardware_concurrency()));
   ThreadPool pool(n_threads);
@@ -136,6 +188,7 @@ void Model::repack_weights(int n_threads, const std::string& cache_dir, int64_t 
       if (from_cache) {
         repack_file_ = std::move(f).value();
         repack_note_ = "mapped from the repack cache";
+        copy_packed_to_arena(made, &pool);
       } else {
         repack_note_ = "the repack cache entry does not fit this build: packing again";
       }
@@ -152,8 +205,7 @@ void Model::repack_weights(int n_threads, const std::string& cache_dir, int64_t 
     // one after another as the forward pass reads them.
     std::vector<size_t> offset(jobs.size() + 1, 0);
     for (size_t i = 0; i < jobs.size(); ++i) {
-      const size_t bytes = kernels::packed_size(jobs[i].src);
-      offset[i + 1] = offset[i] + (bytes + 63) / 64 * 64;
+      offset[i + 1] = offset[i] + arena_span(kernels::packed_size(jobs[i].src));
     }
     Result<AlignedBuffer> arena = AlignedBuffer::allocate(offset.back());
     if (arena.ok() && offset.back() > 0) {
