@@ -178,6 +178,13 @@ struct LayerWeights {
   // Shared expert (qwen35moe; HParams::n_ff_shexp > 0).
   Weight ffn_gate_inp_shexp;                            // [n_embd -> 1] gate of the shared expert
   Weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // SwiGLU of width n_ff_shexp
+  // The packed wq | wk | wv rows (wq | wk when !qkv_stack_has_v) and ffn_gate | ffn_up rows
+  // read as one matrix each (kernels::packed_stack), owned by the Model: one matmul instead of
+  // three / two for the few rows of a decoding step. Null where the weights are not packed
+  // one after another in the same form.
+  const kernels::PackedMatrix* qkv_stack = nullptr;
+  bool qkv_stack_has_v = false;
+  const kernels::PackedMatrix* gate_up_stack = nullptr;
 };
 
 /// How a model is loaded.
@@ -262,6 +269,8 @@ class Model {
   Weight token_embd_, output_norm_, output_;
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<kernels::PackedMatrix>> packed_;  // owners of Weight::packed
+  // Owners of LayerWeights::qkv_stack / gate_up_stack (views of packed_'s bytes).
+  std::vector<std::unique_ptr<kernels::PackedMatrix>> stacked_;
   std::unique_ptr<RepackCacheFile> repack_file_;  // the mapped cache the packed weights read
   // The packed weights when packed at load: one mapping in transparent huge pages, the matrices
   // one after another in the order repack_weights lists them (the order a forward pass reads).

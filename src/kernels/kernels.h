@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "mnemo/quant.h"
@@ -133,6 +134,8 @@ class PackedMatrix {
   friend struct PackedImage packed_image(const PackedMatrix& m);
   friend PackedMatrix adopt_packed(const WeightMatrix& w, const struct PackedImage& img);
   friend PackedMatrix packed_rows(const PackedMatrix& m, int64_t n_rows);
+  friend PackedMatrix packed_stack(std::span<const PackedMatrix* const> parts);
+  friend bool reads_packed(const PackedMatrix& m);
   friend PackedMatrix pack_like(const PackedMatrix& m, const WeightMatrix& w, ThreadPool* pool);
   friend void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
                      float* y, int64_t y_stride, ThreadPool* pool);
@@ -191,6 +194,22 @@ PackedMatrix adopt_packed(const WeightMatrix& w, const PackedImage& img);
 /// when m is and n_rows is a whole number of m's row groups (16 or 8 rows); otherwise it reads
 /// the first n_rows rows of the source. Cost: O(1), nothing is read.
 PackedMatrix packed_rows(const PackedMatrix& m, int64_t n_rows);
+
+/// The matrices `parts` (at least one) as one matrix of their rows stacked in order, so that
+/// one matmul() call does the work of several on the same input (a layer's q, k and v
+/// projections; its FFN gate and up): fewer calls, each a longer stream of weights. Packed (a
+/// view of the parts' bytes: they must outlive it, no copy) only when every part is packed the
+/// same way under the current target (type, n_in, format, layout), every part but the last
+/// holds whole row groups (16 or 8 rows), and the parts' bytes lie one after another (packed
+/// with pack_matrix_into at consecutive offsets). Otherwise the result is not packed, and
+/// matmul() must not be called on it (it has no source rows: CHECKed); test with
+/// reads_packed(). matmul() on it gives every row bit for bit what matmul() on its part gives
+/// (each output row is computed alone). Cost: O(parts), nothing is read.
+PackedMatrix packed_stack(std::span<const PackedMatrix* const> parts);
+
+/// Whether matmul(m, ...) reads m's packed bytes under the current target (false: it reads the
+/// source, e.g. after MNEMO_SIMD / set_simd_cap chose another layout, or when m is not packed).
+bool reads_packed(const PackedMatrix& m);
 
 /// `w` packed the way `m` is: pack_matrix(w, pool) when m is packed under the current target's
 /// layout, else w as a source only (not packed). Either way matmul() reads w the way it reads

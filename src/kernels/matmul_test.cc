@@ -304,6 +304,83 @@ TEST(GetRowsTest, EqualsDequantizeRow) {
   }
 }
 
+// packed_stack: parts packed one after another into one buffer read as one matrix give every row
+// exactly what each part gives alone (the model's q | k | v and gate | up); parts that are not
+// contiguous, of another type, or not whole row groups are refused (not packed).
+TEST(MatmulTest, StackedPartsGiveEachPartsRows) {
+  std::mt19937 rng(77);
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_1}) {
+    SCOPED_TRACE(type_name(type));
+    const int64_t n_in = 512;
+    const int64_t rows[3] = {48, 16, 32};
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<WeightMatrix> ws;
+    for (int64_t r : rows) {
+      data.push_back(random_weights(type, r, n_in, rng));
+      ws.push_back({type, data.back().data(), r, n_in});
+    }
+    const std::vector<float> x = random_floats(rng, 3 * n_in, 1.0f, 5);
+    for_each_target([&] {
+      size_t total = 0;
+      for (const WeightMatrix& w : ws) total += packed_size(w);
+      std::vector<uint8_t> buf(total + 64 + 64);
+      uint8_t* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64);
+      std::vector<PackedMatrix> parts;
+      size_t off = 0;
+      for (const WeightMatrix& w : ws) {
+        parts.push_back(pack_matrix_into(w, base + off, &pool));
+        off += packed_size(w);
+      }
+      const PackedMatrix* ptrs[3] = {&parts[0], &parts[1], &parts[2]};
+      const PackedMatrix stacked = packed_stack(ptrs);
+      EXPECT_EQ(stacked.source().n_out, 96);
+      if (!parts[0].is_packed()) {  // a target without packed layouts
+        EXPECT_FALSE(stacked.is_packed());
+        return;
+      }
+      ASSERT_TRUE(stacked.is_packed());
+      EXPECT_TRUE(reads_packed(stacked));
+      for (int64_t n_tokens : {1, 3}) {
+        std::vector<float> y(n_tokens * 96, NAN), yp(n_tokens * 48, NAN);
+        matmul(stacked, x.data(), n_tokens, y.data(), &pool);
+        int64_t first = 0;
+        for (int p = 0; p < 3; ++p) {
+          yp.assign(size_t(n_tokens * rows[p]), NAN);
+          matmul(parts[size_t(p)], x.data(), n_tokens, yp.data(), nullptr);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            ASSERT_EQ(0, std::memcmp(y.data() + t * 96 + first, yp.data() + t * rows[p],
+                                     size_t(rows[p]) * sizeof(float)))
+                << "part " << p << " token " << t << " of " << n_tokens;
+          }
+          first += rows[p];
+        }
+      }
+      // Not one after another: refused.
+      const PackedMatrix* gap[2] = {&parts[0], &parts[2]};
+      EXPECT_FALSE(packed_stack(gap).is_packed());
+      // A part that is not whole row groups before the end: refused.
+      const WeightMatrix odd{type, data[0].data(), 40, n_in};
+      std::vector<uint8_t> buf2(packed_size(odd) + packed_size(ws[1]) + 128);
+      uint8_t* b2 = buf2.data() + (64 - reinterpret_cast<uintptr_t>(buf2.data()) % 64);
+      const PackedMatrix o0 = pack_matrix_into(odd, b2, &pool);
+      const PackedMatrix o1 = pack_matrix_into(ws[1], b2 + packed_size(odd), &pool);
+      const PackedMatrix* oddp[2] = {&o0, &o1};
+      EXPECT_FALSE(packed_stack(oddp).is_packed());
+    });
+  }
+  // Parts of two types, one after another: refused.
+  const std::vector<uint8_t> a = random_weights(GgmlType::Q4_K, 16, 256, rng);
+  const std::vector<uint8_t> b = random_weights(GgmlType::Q6_K, 16, 256, rng);
+  const WeightMatrix wa{GgmlType::Q4_K, a.data(), 16, 256}, wb{GgmlType::Q6_K, b.data(), 16, 256};
+  std::vector<uint8_t> buf(packed_size(wa) + packed_size(wb) + 128);
+  uint8_t* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64);
+  const PackedMatrix pa = pack_matrix_into(wa, base, &pool);
+  const PackedMatrix pb = pack_matrix_into(wb, base + packed_size(wa), &pool);
+  const PackedMatrix* mixed[2] = {&pa, &pb};
+  EXPECT_FALSE(packed_stack(mixed).is_packed());
+}
+
 TEST(MatmulTest, SupportsTheModelTypes) {
   for (GgmlType type : kAllTypes) EXPECT_TRUE(matmul_supports(type)) << type_name(type);
   EXPECT_FALSE(matmul_supports(GgmlType::Q2_K));

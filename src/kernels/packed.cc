@@ -378,6 +378,45 @@ PackedMatrix pack_matrix_into(const WeightMatrix& w, void* dst, ThreadPool* pool
   return pm;
 }
 
+PackedMatrix packed_stack(std::span<const PackedMatrix* const> parts) {
+  PackedMatrix pm;
+  CHECK(!parts.empty()) << "packed_stack: no parts";
+  const PackedMatrix& first = *parts[0];
+  pm.source_ = WeightMatrix{first.source_.type, nullptr, 0, first.source_.n_in};
+  for (const PackedMatrix* p : parts) pm.source_.n_out += p->source_.n_out;
+  const int layout = static_cast<int>(internal::packed_layout_kind());
+  const int64_t group_rows = layout == static_cast<int>(internal::PackedLayoutKind::kRows16)  ? 16
+                             : layout == static_cast<int>(internal::PackedLayoutKind::kRows8) ? 8
+                                                                                              : 0;
+  if (group_rows == 0) return pm;
+  const uint8_t* next = static_cast<const uint8_t*>(first.data_.get());
+  size_t bytes = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PackedMatrix& p = *parts[i];
+    const bool last = i + 1 == parts.size();
+    if (!p.is_packed() || p.layout_ != layout || p.format_ != first.format_ ||
+        p.group_bytes_ != first.group_bytes_ || p.source_.type != first.source_.type ||
+        p.source_.n_in != first.source_.n_in || p.data_.get() != next ||
+        (!last && (p.source_.n_out % group_rows != 0 ||
+                   p.bytes_ != size_t(p.source_.n_out / group_rows * p.group_bytes_)))) {
+      return pm;
+    }
+    next += p.bytes_;
+    bytes += p.bytes_;
+  }
+  pm.data_ =
+      std::unique_ptr<void, PackedMatrix::Free>(first.data_.get(), PackedMatrix::Free{false});
+  pm.bytes_ = bytes;
+  pm.format_ = first.format_;
+  pm.group_bytes_ = first.group_bytes_;
+  pm.layout_ = layout;
+  return pm;
+}
+
+bool reads_packed(const PackedMatrix& m) {
+  return m.is_packed() && static_cast<int>(internal::packed_layout_kind()) == m.layout_;
+}
+
 PackedMatrix pack_like(const PackedMatrix& m, const WeightMatrix& w, ThreadPool* pool) {
   if (m.is_packed() && static_cast<int>(internal::packed_layout_kind()) == m.layout_) {
     return pack_matrix(w, pool);
@@ -389,7 +428,9 @@ void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_t
             int64_t y_stride, ThreadPool* pool) {
   // Packed data is read only by the kernels of the layout it was packed for (the dispatch
   // target can change after packing: MNEMO_SIMD, tests); otherwise the source is used.
-  if (!w.is_packed() || static_cast<int>(internal::packed_layout_kind()) != w.layout_) {
+  if (!reads_packed(w)) {
+    CHECK(w.source_.data != nullptr || w.source_.n_out == 0)
+        << "matmul: a stacked matrix (packed_stack) read under a target it was not packed for";
     return matmul(w.source_, x, x_stride, n_tokens, y, y_stride, pool);
   }
   const WeightMatrix& s = w.source_;

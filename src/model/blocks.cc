@@ -17,9 +17,25 @@ void Forward::attention_sublayer(uint32_t il, const KvCacheContext& kv, const Ub
   const int64_t T = n_tokens_;
   const int64_t hd = hp_.head_dim_k;
   const float eps = hp_.rms_eps;
-  matmul(L.wq, in, T, q_.data());
-  matmul(L.wk, in, T, k_.data());
-  matmul(L.wv, in, T, v_.data());
+  if (L.qkv_stack != nullptr && T <= kStackMaxTokens && kernels::reads_packed(*L.qkv_stack)) {
+    // One call for q | k (| v), then each token's row split into q_, k_, v_ (the same bits as
+    // three calls: every output row is computed alone).
+    const int64_t nq = L.wq.ne1, nk = L.wk.ne1, nv = L.qkv_stack_has_v ? L.wv.ne1 : 0;
+    const int64_t n = nq + nk + nv;
+    if (stack_.size() < size_t(T * n)) stack_.resize(size_t(T * n));
+    kernels::matmul(*L.qkv_stack, in, T, stack_.data(), pool_);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = stack_.data() + t * n;
+      std::copy(row, row + nq, q_.data() + t * nq);
+      std::copy(row + nq, row + nq + nk, k_.data() + t * nk);
+      std::copy(row + nq + nk, row + n, v_.data() + t * nv);
+    }
+    if (!L.qkv_stack_has_v) matmul(L.wv, in, T, v_.data());
+  } else {
+    matmul(L.wq, in, T, q_.data());
+    matmul(L.wk, in, T, k_.data());
+    matmul(L.wv, in, T, v_.data());
+  }
   add_bias(L.bq, q_.data(), T);
   add_bias(L.bk, k_.data(), T);
   add_bias(L.bv, v_.data(), T);
@@ -41,12 +57,30 @@ void Forward::attention_sublayer(uint32_t il, const KvCacheContext& kv, const Ub
 void Forward::gated_ffn(uint32_t il, FfnAct act, const float* in, float* out) {
   const LayerWeights& L = model_.layers()[il];
   const int64_t T = n_tokens_;
-  matmul(L.ffn_gate, in, T, gate_.data());
-  matmul(L.ffn_up, in, T, up_.data());
-  if (act == FfnAct::kSilu) {
-    kernels::silu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data(), pool_);
+  const auto act_mul = [&](const float* gate, const float* up, int64_t n, float* y) {
+    if (act == FfnAct::kSilu) {
+      kernels::silu_mul(gate, up, n, y, pool_);
+    } else {
+      kernels::gelu_mul(gate, up, n, y, pool_);
+    }
+  };
+  // The activation runs per token on the stacked rows: where n_ff is a multiple of every vector
+  // length (16 floats), each element takes the same (vector) arithmetic as in one call over the
+  // T * n_ff elements, whose scalar tail would otherwise fall elsewhere.
+  const int64_t nf = L.ffn_gate.ne1;
+  if (L.gate_up_stack != nullptr && T <= kStackMaxTokens && nf % 16 == 0 &&
+      kernels::reads_packed(*L.gate_up_stack)) {
+    // One call for gate | up; each token's row holds its gate, then its up.
+    if (stack_.size() < size_t(T * 2 * nf)) stack_.resize(size_t(T * 2 * nf));
+    kernels::matmul(*L.gate_up_stack, in, T, stack_.data(), pool_);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = stack_.data() + t * 2 * nf;
+      act_mul(row, row + nf, nf, gate_.data() + t * nf);
+    }
   } else {
-    kernels::gelu_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data(), pool_);
+    matmul(L.ffn_gate, in, T, gate_.data());
+    matmul(L.ffn_up, in, T, up_.data());
+    act_mul(gate_.data(), up_.data(), T * hp_.n_ff, gate_.data());
   }
   matmul(L.ffn_down, gate_.data(), T, out);
 }

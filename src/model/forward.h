@@ -130,6 +130,13 @@ class Forward {
   std::vector<float> up_;       // [T x n_ff]
   std::vector<float> ssm_buf_;  // mamba2 / qwen35 mixer scratch, grown on demand
   std::vector<float> moe_buf_;  // moe_ffn scratch (src/model/blocks.cc), grown on demand
+  // Output of a stacked projection (LayerWeights::qkv_stack / gate_up_stack), [T x rows] for
+  // T <= kStackMaxTokens, grown on demand.
+  std::vector<float> stack_;
+  // Ubatches of at most this many rows (decoding, speculative verification, small server steps)
+  // multiply with the stacked projections: bound by reading the weights, they gain from fewer,
+  // longer calls; larger ones are bound by arithmetic and skip the copy out of stack_.
+  static constexpr int64_t kStackMaxTokens = 8;
   std::vector<float> qg_, og_;  // gathered rows of one stream: [rows x n_head * hd]
   // set_output_subset: head_rows_ 0 = the whole vocabulary; head_ views the output matrix's
   // first head_rows_ rows; extra_ multiplies the gathered rows (extra_src_) of extra_ids_.

@@ -258,6 +258,27 @@ void Model::repack_weights(int n_threads, const std::string& cache_dir, int64_t 
     }
     ++i;
   }
+
+  // Projections of the same input, packed one after another, read as one matrix
+  // (kernels::packed_stack): q | k | v (q | k when v is of another type) and gate | up.
+  for (LayerWeights& l : layers_) {
+    const auto stack =
+        [&](std::initializer_list<const Weight*> ws) -> const kernels::PackedMatrix* {
+      std::vector<const kernels::PackedMatrix*> parts;
+      for (const Weight* w : ws) {
+        if (w->packed == nullptr) return nullptr;
+        parts.push_back(w->packed);
+      }
+      kernels::PackedMatrix m = kernels::packed_stack(parts);
+      if (!m.is_packed()) return nullptr;
+      stacked_.push_back(std::make_unique<kernels::PackedMatrix>(std::move(m)));
+      return stacked_.back().get();
+    };
+    l.qkv_stack = stack({&l.wq, &l.wk, &l.wv});
+    l.qkv_stack_has_v = l.qkv_stack != nullptr;
+    if (l.qkv_stack == nullptr) l.qkv_stack = stack({&l.wq, &l.wk});
+    l.gate_up_stack = stack({&l.ffn_gate, &l.ffn_up});
+  }
 }
 
 uint64_t Model::n_decode_bytes() const {
