@@ -6,8 +6,9 @@
 //   matmul, whole model: one decoding step's 210 matmuls of a SmolLM2-shaped model, every
 //           matrix in its own memory (weights stream from L3 / DRAM as in a real forward).
 //   matmul, streaming: one decoding matmul of a 1.5B model's shapes (Qwen2.5 1.5B: K/V
-//           projection 256, Q / O 1536, FFN 8960 rows of 1536) in q4_K and q6_K, weights from
-//           DRAM: the share of the read bandwidth one call of that size reaches (GB/s).
+//           projection 256, Q / O 1536, FFN 8960 rows of 1536; stacked q | k | v 2048 and
+//           gate | up 17920) in q4_K and q6_K, weights from DRAM: the share of the read
+//           bandwidth one call of that size reaches (GB/s).
 //   attention: one decoding step at depth 2048 (SmolLM2: 9 heads / 3 KV heads x 64; Gemma 3
 //           270M: 4 / 1 x 256) with f16 and q8_0 K/V, 1 and 2 threads; a 512-token prompt
 //           at depth 0 and 2048.

@@ -360,7 +360,7 @@ TEST(MatmulTest, StackedPartsGiveEachPartsRows) {
       const PackedMatrix* gap[2] = {&parts[0], &parts[2]};
       EXPECT_FALSE(packed_stack(gap).is_packed());
       // A part that is not whole row groups before the end: refused.
-      const WeightMatrix odd{type, data[0].data(), 40, n_in};
+      const WeightMatrix odd{type, data[0].data(), 36, n_in};
       std::vector<uint8_t> buf2(packed_size(odd) + packed_size(ws[1]) + 128);
       uint8_t* b2 = buf2.data() + (64 - reinterpret_cast<uintptr_t>(buf2.data()) % 64);
       const PackedMatrix o0 = pack_matrix_into(odd, b2, &pool);
