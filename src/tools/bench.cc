@@ -9,7 +9,10 @@
 // --bandwidth also measures how close generation comes to the machine's memory bandwidth: the
 // bytes one generated token reads (the weights of every matmul, repacked copies where there are
 // some, plus the K/V rows attention reads at that depth) times tokens/s, next to the read
-// bandwidth of the same number of threads streaming a buffer far larger than the caches.
+// bandwidth of the same number of threads streaming a buffer far larger than the caches,
+// measured after each repetition of the test (the best of 3 passes each time; the test's share
+// is against the mean of its measurements, so that a shared host's drift during a long run
+// moves both figures alike).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -46,6 +49,11 @@ struct TestResult {
   std::vector<double> samples_ns;
   std::vector<double> samples_ts;
   double avg_ns = 0, stddev_ns = 0, avg_ts = 0, stddev_ts = 0;
+  // --bandwidth, generation tests: the read bandwidth (bytes / s) measured right after each
+  // repetition, and their mean, the yardstick of this test (the machine's bandwidth drifts
+  // during a long run on a shared host).
+  std::vector<double> read_bw_samples;
+  double read_bw = 0;
 };
 
 void mean_std(const std::vector<double>& v, double* mean, double* sd) {
@@ -190,7 +198,8 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
       if (f.bandwidth && r.n_gen > 0 && r.n_prompt == 0) {
         out.back()["bytes_per_token"] = token_bytes(r);
         out.back()["read_bytes_per_s"] = token_bytes(r) * r.avg_ts;
-        out.back()["bandwidth_bytes_per_s"] = read_bw;
+        out.back()["bandwidth_bytes_per_s"] = r.read_bw;
+        out.back()["bandwidth_samples"] = r.read_bw_samples;
       }
     }
     fmt::print("{}\n", out.dump(2));
@@ -211,16 +220,19 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
     if (f.bandwidth && read_bw <= 0) {
       fmt::print("\nread bandwidth: not measured (no memory for its 1 GiB buffer)\n");
     } else if (f.bandwidth) {
-      fmt::print("\nread bandwidth, {} threads: {:.2f} GB/s\n", n_threads, read_bw / 1e9);
+      fmt::print(
+          "\nread bandwidth, {} threads: {:.2f} GB/s (mean of the measurements after each "
+          "generation run)\n",
+          n_threads, read_bw / 1e9);
       for (const TestResult& r : results) {
-        if (r.n_gen == 0 || r.n_prompt > 0) continue;
+        if (r.n_gen == 0 || r.n_prompt > 0 || r.read_bw <= 0) continue;
         const double b = token_bytes(r);
         fmt::print(
             "{}: {:.1f} MB per token (weights {:.1f}, K/V {:.1f}) x {:.2f} t/s = {:.2f} "
-            "GB/s, {:.0f}% of the read bandwidth\n",
+            "GB/s, {:.0f}% of the read bandwidth beside it ({:.2f} GB/s)\n",
             test_name(r), b / 1e6, model.n_decode_bytes() / 1e6,
             (b - double(model.n_decode_bytes())) / 1e6, r.avg_ts, b * r.avg_ts / 1e9,
-            100.0 * b * r.avg_ts / read_bw);
+            100.0 * b * r.avg_ts / r.read_bw, r.read_bw / 1e9);
       }
     }
   }
@@ -273,11 +285,18 @@ int bench_main(BenchFlags& f) {
         !w.ok()) {
       return fail("mnemo bench", w.status().to_string(), 1);
     }
+    const bool beside = f.bandwidth && r.n_gen > 0 && r.n_prompt == 0;
     for (int i = 0; i < f.reps; ++i) {
       auto ns = run_once(ctx, rng, r.n_prompt, r.n_gen, r.n_depth);
       if (!ns.ok()) return fail("mnemo bench", ns.status().to_string(), 1);
       r.samples_ns.push_back(*ns);
       r.samples_ts.push_back((r.n_prompt + r.n_gen) * 1e9 / *ns);
+      const double bw = beside ? measure_read_bandwidth(ctx.params().n_threads) : 0;
+      if (bw > 0) r.read_bw_samples.push_back(bw);
+    }
+    if (beside) {
+      double sd = 0;
+      mean_std(r.read_bw_samples, &r.read_bw, &sd);
     }
     mean_std(r.samples_ns, &r.avg_ns, &r.stddev_ns);
     mean_std(r.samples_ts, &r.avg_ts, &r.stddev_ts);
@@ -285,8 +304,18 @@ int bench_main(BenchFlags& f) {
                r.stddev_ts);
   }
 
-  // The machine's read bandwidth (--bandwidth), for the bytes per generated token.
-  const double read_bw = f.bandwidth ? measure_read_bandwidth(ctx.params().n_threads) : 0;
+  // The machine's read bandwidth (--bandwidth): the mean of the measurements beside the
+  // generation tests, or one measurement when there are none.
+  double read_bw = 0;
+  if (f.bandwidth) {
+    std::vector<double> all;
+    for (const TestResult& r : results) {
+      all.insert(all.end(), r.read_bw_samples.begin(), r.read_bw_samples.end());
+    }
+    if (all.empty()) all.push_back(measure_read_bandwidth(ctx.params().n_threads));  // 0: no memory
+    double sd = 0;
+    mean_std(all, &read_bw, &sd);
+  }
   print_results(f, model, cp, ctx.params().n_threads, results, read_bw);
   return 0;
 }
