@@ -202,9 +202,9 @@ struct ModelParams {
   /// Repack cache directory ("" = none; `--repack-cache DIR`): the repacked weights are kept
   /// there in one file per model file, SIMD target and packed-layout version, and a later load
   /// maps that file (checked: every entry's XXH3) and copies it into huge pages instead of
-  /// packing again. A missing, stale or
-  /// damaged file is (re)written after packing; a directory that cannot be written only costs
-  /// the saving (Model::repack_note says why). Format: src/model/repack_cache.h.
+  /// packing again. A missing, stale or damaged file is (re)written after packing; a directory
+  /// that cannot be written only costs the saving (Model::repack_note says why). Format:
+  /// src/model/repack_cache.h.
   std::string repack_cache_dir;
 };
 
@@ -260,7 +260,7 @@ class Model {
   void repack_weights(int n_threads, const std::string& cache_dir, int64_t mtime_ns);
   /// Copies the packed matrices `made` (read from the mapped repack cache) into packed_arena_,
   /// one after another, and points them there; then unmaps the cache file. The page cache maps
-  /// a file's pages mostly 4 KiB at a time, and a decode read them 15% slower than the arena's
+  /// a file's pages mostly 4 KiB at a time, and a decode read them 20% slower than the arena's
   /// huge pages. Leaves everything as it is when the arena cannot be mapped.
   void copy_packed_to_arena(std::vector<kernels::PackedMatrix>& made, ThreadPool* pool);
 
