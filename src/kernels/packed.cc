@@ -418,9 +418,7 @@ bool reads_packed(const PackedMatrix& m) {
 }
 
 PackedMatrix pack_like(const PackedMatrix& m, const WeightMatrix& w, ThreadPool* pool) {
-  if (m.is_packed() && static_cast<int>(internal::packed_layout_kind()) == m.layout_) {
-    return pack_matrix(w, pool);
-  }
+  if (reads_packed(m)) return pack_matrix(w, pool);
   return adopt_packed(w, PackedImage{});
 }
 

@@ -83,17 +83,20 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelP
 
 namespace {
 
-// Bytes a packed matrix of `bytes` bytes takes in the arena: rounded up to 64, so that every
-// matrix starts 64-byte aligned.
-size_t arena_span(size_t bytes) { return (bytes + 63) / 64 * 64; }
+// Where n matrices of size_of(i) packed bytes start in the arena, one after another, each rounded
+// up to 64 bytes so that every matrix starts 64-byte aligned; the last entry is the total.
+template <class SizeOf>
+std::vector<size_t> arena_offsets(size_t n, SizeOf size_of) {
+  std::vector<size_t> offset(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + (size_of(i) + 63) / 64 * 64;
+  return offset;
+}
 
 }  // namespace
 
 void Model::copy_packed_to_arena(std::vector<kernels::PackedMatrix>& made, ThreadPool* pool) {
-  std::vector<size_t> offset(made.size() + 1, 0);
-  for (size_t i = 0; i < made.size(); ++i) {
-    offset[i + 1] = offset[i] + arena_span(made[i].packed_bytes());
-  }
+  const std::vector<size_t> offset =
+      arena_offsets(made.size(), [&](size_t i) { return made[i].packed_bytes(); });
   if (offset.back() == 0) {  // nothing packed (a target without packed layouts)
     repack_file_.reset();
     repack_note_ = "read from the repack cache";
@@ -203,10 +206,8 @@ void Model::repack_weights(int n_threads, const std::string& cache_dir, int64_t 
     // matrix alone gets them only from 2 MiB on, and a decode's smaller projections lost a
     // quarter of their read speed to TLB misses in 4 KiB pages), and one layer's matrices lie
     // one after another as the forward pass reads them.
-    std::vector<size_t> offset(jobs.size() + 1, 0);
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      offset[i + 1] = offset[i] + arena_span(kernels::packed_size(jobs[i].src));
-    }
+    const std::vector<size_t> offset =
+        arena_offsets(jobs.size(), [&](size_t i) { return kernels::packed_size(jobs[i].src); });
     Result<AlignedBuffer> arena = AlignedBuffer::allocate(offset.back());
     if (arena.ok() && offset.back() > 0) {
       packed_arena_ = std::make_unique<AlignedBuffer>(std::move(arena).value());
