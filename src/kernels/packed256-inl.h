@@ -337,10 +337,13 @@ HWY_INLINE void NibbleUnits(const uint8_t* rec, __m256i fifth, const int8_t* con
   }
 }
 
-/// How far ahead of the record being read Tile() prefetches (bytes): 2-3 KiB was best for
-/// generation on a 1.5B Q4_K_M model (AVX2 on a Xeon, 1 and 2 threads); 1 KiB and 8 KiB were
-/// slower.
-inline constexpr int64_t kPrefetchAhead = 2048;
+/// How far ahead of the record being read Tile() prefetches, in bytes: into L1 (T0) at
+/// kPrefetchL1 and into L2 (T2) at kPrefetchL2, as the 16-row layout does (packed-inl.h, which
+/// says why). Measured (`MNEMO_SIMD=AVX2 kernels_bench` BM_MatmulStream, Xeon, 2 threads)
+/// against one T0 prefetch 2 KiB ahead: q4_K 1536 x 1536 20.6 -> 25.2 GB/s, 17920 x 1536
+/// 20.8 -> 26.5; q6_K 23.0 -> 31.5 and 24.2 -> 30.6, beside a plain read of 28-33 GB/s.
+inline constexpr int64_t kPrefetchL1 = 1024;
+inline constexpr int64_t kPrefetchL2 = 4096;
 
 /// One 8-row group x kC tokens: y[c * y_stride + r] for r < n_valid, c < kC.
 template <int kKind, int kS, bool kF16, int kOff, int kC>
@@ -358,10 +361,11 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
   __m256 dsup = _mm256_setzero_ps(), msup = _mm256_setzero_ps();  // K-quant span scales
   const uint8_t* rec = group;
   for (int64_t s = 0; s < n_sub; ++s, rec += kRec) {
-    // Software prefetch kPrefetchAhead bytes ahead: the hardware prefetchers stop at 4 KiB
-    // pages, and a decode streams each group from memory once (measured: 1.4x tg on a 1.5B model).
+    // Software prefetch: the hardware prefetchers stop at 4 KiB pages, and a decode streams
+    // each group from memory once (measured: 1.4x tg on a 1.5B model with the first, T0 only).
     for (int64_t b = 0; b < kRec; b += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchAhead + b, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchL1 + b, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchL2 + b, _MM_HINT_T2);
     }
     if constexpr (!kF16) {
       if (s % kPerSpan == 0) {  // a span header: the 8 rows' super-block d (and -dmin)
