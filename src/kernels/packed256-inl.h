@@ -364,7 +364,7 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
     // Software prefetch: the hardware prefetchers stop at 4 KiB pages, and a decode streams
     // each group from memory once (measured: 1.4x tg on a 1.5B model with the first, T0 only).
     // Full tiles of 8 tokens (prompts: compute-bound, a group read once per 8 tokens) skip the
-    // far one, which cost them 1.5-3% of pp512.
+    // far one: with it pp512 measured 1.5-3% slower, close to this host's noise.
     for (int64_t b = 0; b < kRec; b += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchL1 + b, _MM_HINT_T0);
       if constexpr (kC < 8) {
