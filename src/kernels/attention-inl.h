@@ -319,15 +319,14 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
   } else if (c.fscore != nullptr) {
     // Pass by pass over the whole tile; the first fetches the K rows ahead, the others find
     // the tile's rows in the cache.
-    const int64_t k_seg_bytes = static_cast<int64_t>(row_size(c.kv.k_type, hd));
     const int64_t per_pass = RowsPerPass(n_rows);
     for (int64_t i = 0; i < n_rows; i += per_pass) {
       const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
       const float* qp[kDirectRows];
       for (int r = 0; r < n_q; ++r) qp[r] = c.qf + qrows[i + r] * hd_pad;
       float* y = s + i * s_stride;
-      c.fscore(kbase, static_cast<int64_t>(c.kv.k_stride), 1, 0, act, n_act, i == 0 ? n_pf : 0,
-               k_seg_bytes, hd, qp, n_q, &y, s_stride);
+      c.fscore(kbase, static_cast<int64_t>(c.kv.k_stride), 1, 0, act, n_act, i == 0 ? n_pf : 0, hd,
+               qp, n_q, &y, s_stride);
     }
   } else {
     for (int64_t k = 0; k < n_act; ++k) {
@@ -446,8 +445,8 @@ inline void AccumulateTile(const Call& c, const uint8_t* vhead, const int32_t* c
       const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
       const float* pp[kDirectRows];
       float* ap[kDirectRows];
-      for (int64_t d = 0; d < width; d += 4 * nf) {
-        const int n_vec = static_cast<int>(std::min<int64_t>(4, (width - d) / nf));
+      for (int64_t d = 0; d < width; d += kVVecs * nf) {
+        const int n_vec = static_cast<int>(std::min<int64_t>(kVVecs, (width - d) / nf));
         for (int r = 0; r < n_q; ++r) {
           pp[r] = p + (i + r) * p_stride;
           ap[r] = acc + (i + r) * acc_stride + d;
@@ -604,8 +603,8 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
               yp[g] = scores.data() + ((g * p.n_tokens + t0) * gqa + i) * s_stride + k0;
             }
             c.fscore(static_cast<const uint8_t*>(kv.k), static_cast<int64_t>(kv.k_stride),
-                     p.n_head_kv, head_bytes, act_all.data() + k0, n_tile, i == 0 ? c1 - k0 : 0,
-                     p.n_head_kv * head_bytes, hd, qp + i * p.n_head_kv, n_q, yp, s_stride);
+                     p.n_head_kv, head_bytes, act_all.data() + k0, n_tile, i == 0 ? c1 - k0 : 0, hd,
+                     qp + i * p.n_head_kv, n_q, yp, s_stride);
           }
         }
         for (int64_t g = 0; g < p.n_head_kv; ++g) {

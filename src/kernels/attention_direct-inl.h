@@ -49,43 +49,67 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> Widen(const uint8_t* row, int64_t i) 
   }
 }
 
-/// Scores of kQ query rows qf[r] (float, hd elements) against 4 float-type K rows (cells;
+/// Cells ahead of the group being scored whose K lines are fetched into L1 (T0) and into L2
+/// (T2), one line of each at a time between the group's vectors (a burst of whole rows would
+/// hold the core's fill buffers and stall it). One core's reads are bound by its lines in
+/// flight; the far fetch keeps more of them in flight (docs/benchmarks.md).
+inline constexpr int64_t kScoreAheadL1 = 4;
+inline constexpr int64_t kScoreAheadL2 = 16;
+
+/// Scores of kQ query rows qf[r] (float, hd elements) against kC float-type K rows (cells;
 /// repeats past n_cells are computed and dropped): y[r * y_stride + j]. Per (row, cell) the same
 /// operations as FloatTile over unpacked rows: lane chains acc = fma(k_i, q_i, acc) over i in
-/// vectors, then the Reduce4 tree. hd is a multiple of the vector length.
-template <GgmlType kType, int kQ>
-HWY_INLINE void FloatScores4(const uint8_t* const* cells, int n_cells, int64_t hd,
-                             const float* const* qf, float* y, int64_t y_stride) {
+/// vectors, then the Reduce4 tree (kC = 2 reduces each accumulator once, with the tree of
+/// four). hd is a multiple of the vector length. pf0 / pf2 (null: none): kC rows whose bytes
+/// read here (the same offsets) are fetched into L1 / L2, a line per row at each line start.
+template <GgmlType kType, int kQ, int kC>
+HWY_INLINE void FloatScoresGroup(const uint8_t* const* cells, int n_cells, int64_t hd,
+                                 const float* const* qf, float* y, int64_t y_stride,
+                                 const uint8_t* const* pf0, const uint8_t* const* pf2) {
+  static_assert(kC == 2 || kC == 4);
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
-  hn::Vec<decltype(df)> acc[kQ][4];
+  constexpr int64_t kElem = kType == GgmlType::F32 ? 4 : 2;
+  hn::Vec<decltype(df)> acc[kQ][kC];
 #pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
 #pragma GCC unroll 8
-    for (int j = 0; j < 4; ++j) acc[r][j] = hn::Zero(df);
+    for (int j = 0; j < kC; ++j) acc[r][j] = hn::Zero(df);
   }
   for (int64_t i = 0; i < hd; i += nf) {
-    hn::Vec<decltype(df)> k[4];
+    if (((i * kElem) & 63) == 0) {
+      if (pf0 != nullptr) {
+#pragma GCC unroll 4
+        for (int j = 0; j < kC; ++j) hwy::Prefetch(pf0[j] + i * kElem);
+      }
+      if (pf2 != nullptr) {
+#pragma GCC unroll 4
+        for (int j = 0; j < kC; ++j) {
+          _mm_prefetch(reinterpret_cast<const char*>(pf2[j] + i * kElem), _MM_HINT_T2);
+        }
+      }
+    }
+    hn::Vec<decltype(df)> k[kC];
 #pragma GCC unroll 8
-    for (int j = 0; j < 4; ++j) k[j] = Widen<kType>(cells[j], i);
+    for (int j = 0; j < kC; ++j) k[j] = Widen<kType>(cells[j], i);
 #pragma GCC unroll 8
     for (int r = 0; r < kQ; ++r) {
       const auto qv = hn::LoadU(df, qf[r] + i);
 #pragma GCC unroll 8
-      for (int j = 0; j < 4; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
+      for (int j = 0; j < kC; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
     }
   }
 #if HWY_TARGET != HWY_SCALAR
 #pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
-    // Four cells (all but a tile's last group) store in place: a copy of n_cells floats would
-    // be a library call per row.
-    if (n_cells == 4) {
-      Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * y_stride);
+    // A whole group of four stores in place: a copy of n_cells floats would be a library call
+    // per row.
+    if (kC == 4 && n_cells == 4) {
+      Reduce4(df, acc[r][0], acc[r][1], acc[r][kC - 2], acc[r][kC - 1], y + r * y_stride);
       continue;
     }
     float tmp[4];
-    Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
+    Reduce4(df, acc[r][0], acc[r][1], acc[r][kC - 2], acc[r][kC - 1], tmp);
     for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
   }
 #else
@@ -95,32 +119,54 @@ HWY_INLINE void FloatScores4(const uint8_t* const* cells, int n_cells, int64_t h
 #endif
 }
 
-/// FloatScores4 over the cells act[0, n_act) for n_heads K/V heads at once: head g's segment of
-/// cell j starts at kbase + j * k_stride + g * head_bytes, its kQ query rows are
+/// Cells scored side by side: kScoreCells x kScoreRows accumulators, the K vectors and a query
+/// vector fit the register file (AVX-512: 4 x 6 + 4 + 1 of 32; AVX2: 2 x 6 + 2 + 1 of 16).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_SCALAR
+inline constexpr int kScoreCells = 4;
+#else
+inline constexpr int kScoreCells = 2;
+#endif
+
+/// FloatScoresGroup over the cells act[0, n_act) for n_heads K/V heads at once: head g's
+/// segment of cell j starts at kbase + j * k_stride + g * head_bytes, its kQ query rows are
 /// qf[g * kQ, (g + 1) * kQ) and its scores go to y[g][r * y_stride + k] (r < kQ, k < n_act).
-/// Cells go in groups of 4 (the last group repeats its last cell, dropped), every head per
-/// group, so that whole K rows are read in memory order; while group k is read, bytes
-/// [0, pf_bytes) of the cells act[k + 16, k + 20) below n_pf are fetched ahead (n_pf 0: none).
+/// Cells go in groups of kScoreCells (the last group repeats its last cell, dropped), every
+/// head per group, so that whole K rows are read in memory order; the segments read of the
+/// cells kScoreAheadL1 and kScoreAheadL2 further on are fetched ahead while they are below
+/// n_pf (n_pf 0: none).
 template <GgmlType kType, int kQ>
 HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_t n_heads,
                                   int64_t head_bytes, const int32_t* act, int64_t n_act,
-                                  int64_t n_pf, int64_t pf_bytes, int64_t hd,
-                                  const float* const* qf, float* const* y, int64_t y_stride) {
-  for (int64_t k = 0; k < n_act; k += 4) {
-    const uint8_t* rows[4];
-    const int n_cells = static_cast<int>(std::min<int64_t>(4, n_act - k));
+                                  int64_t n_pf, int64_t hd, const float* const* qf, float* const* y,
+                                  int64_t y_stride) {
+  constexpr int kC = kScoreCells;
+  for (int64_t k = 0; k < n_act; k += kC) {
+    const uint8_t* rows[kC];
+    const uint8_t* ahead0[kC];
+    const uint8_t* ahead2[kC];
+    const int n_cells = static_cast<int>(std::min<int64_t>(kC, n_act - k));
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) rows[j] = kbase + act[k + std::min(j, n_cells - 1)] * k_stride;
-    // K rows are read at the cache-row stride: fetch ahead.
-    for (int64_t j = k + 16; j < std::min(n_pf, k + 20); ++j) {
-      const uint8_t* row = kbase + act[j] * k_stride;
-      for (int64_t b = 0; b < pf_bytes; b += 64) hwy::Prefetch(row + b);
+    for (int j = 0; j < kC; ++j) rows[j] = kbase + act[k + std::min(j, n_cells - 1)] * k_stride;
+    // K rows are read at the cache-row stride: fetch ahead, whole groups only.
+    const bool fetch0 = k + kScoreAheadL1 + kC <= n_pf;
+    const bool fetch2 = k + kScoreAheadL2 + kC <= n_pf;
+#pragma GCC unroll 4
+    for (int j = 0; j < kC; ++j) {
+      ahead0[j] = fetch0 ? kbase + act[k + kScoreAheadL1 + j] * k_stride : nullptr;
+      ahead2[j] = fetch2 ? kbase + act[k + kScoreAheadL2 + j] * k_stride : nullptr;
     }
     for (int64_t g = 0; g < n_heads; ++g) {
-      const uint8_t* cells[4];
+      const uint8_t* cells[kC];
+      const uint8_t* pf0[kC];
+      const uint8_t* pf2[kC];
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) cells[j] = rows[j] + g * head_bytes;
-      FloatScores4<kType, kQ>(cells, n_cells, hd, qf + g * kQ, y[g] + k, y_stride);
+      for (int j = 0; j < kC; ++j) {
+        cells[j] = rows[j] + g * head_bytes;
+        pf0[j] = ahead0[j] + g * head_bytes;
+        pf2[j] = ahead2[j] + g * head_bytes;
+      }
+      FloatScoresGroup<kType, kQ, kC>(cells, n_cells, hd, qf + g * kQ, y[g] + k, y_stride,
+                                      fetch0 ? pf0 : nullptr, fetch2 ? pf2 : nullptr);
     }
   }
 }
@@ -179,17 +225,23 @@ HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
 }
 #endif
 
-/// Query rows per pass of the direct kernels: their accumulators and the operands fit the
-/// register file (16 vector registers below AVX-512, 32 with it).
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+/// Query rows per pass of the direct kernels (one K/V head's rows of a token under GQA up to 6):
+/// with kScoreCells cells (scores) or kVVecs vectors (V) per step, their accumulators and the
+/// operands fit the register file (16 vector registers below AVX-512, 32 with it).
 inline constexpr int kDirectRows = 6;
+
+/// V accumulation: vectors of output dimensions per call, so that the kDirectRows x kVVecs
+/// accumulators, kVVecs V vectors and a broadcast weight fit the register file (AVX-512:
+/// 24 + 4 + 1 of 32; AVX2: 12 + 2 + 1 of 16).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_SCALAR
+inline constexpr int kVVecs = 4;
 #else
-inline constexpr int kDirectRows = 3;
+inline constexpr int kVVecs = 2;
 #endif
 
 /// Rows per pass when n_rows rows are split into as few passes of at most kDirectRows as
-/// possible, as evenly as possible (6 rows: one pass of 6, not 4 + 2), so that each K or V row
-/// loaded serves as many query rows as the registers allow.
+/// possible, as evenly as possible (7 rows: 4 + 3, not 6 + 1), so that each K or V row loaded
+/// serves as many query rows as the registers allow.
 inline int64_t RowsPerPass(int64_t n_rows) {
   const int64_t n_pass = (n_rows + kDirectRows - 1) / kDirectRows;
   return (n_rows + n_pass - 1) / std::max<int64_t>(1, n_pass);
@@ -197,11 +249,11 @@ inline int64_t RowsPerPass(int64_t n_rows) {
 
 template <GgmlType kType>
 void FloatScoresRows(const uint8_t* kbase, int64_t k_stride, int64_t n_heads, int64_t head_bytes,
-                     const int32_t* act, int64_t n_act, int64_t n_pf, int64_t pf_bytes, int64_t hd,
+                     const int32_t* act, int64_t n_act, int64_t n_pf, int64_t hd,
                      const float* const* qf, int n_q, float* const* y, int64_t y_stride) {
-#define MNEMO_SCORES_SPAN(Q)                                                                      \
-  FloatScoresSpan<kType, Q>(kbase, k_stride, n_heads, head_bytes, act, n_act, n_pf, pf_bytes, hd, \
-                            qf, y, y_stride)
+#define MNEMO_SCORES_SPAN(Q)                                                                   \
+  FloatScoresSpan<kType, Q>(kbase, k_stride, n_heads, head_bytes, act, n_act, n_pf, hd, qf, y, \
+                            y_stride)
   switch (n_q) {
     case 1:
       return MNEMO_SCORES_SPAN(1);
@@ -209,12 +261,13 @@ void FloatScoresRows(const uint8_t* kbase, int64_t k_stride, int64_t n_heads, in
       return MNEMO_SCORES_SPAN(2);
     case 3:
       return MNEMO_SCORES_SPAN(3);
+    case 4:
+      return MNEMO_SCORES_SPAN(4);
+    case 5:
+      return MNEMO_SCORES_SPAN(5);
+    case 6:
+      return MNEMO_SCORES_SPAN(6);
     default:
-      if constexpr (kDirectRows >= 6) {
-        if (n_q == 4) return MNEMO_SCORES_SPAN(4);
-        if (n_q == 5) return MNEMO_SCORES_SPAN(5);
-        if (n_q == 6) return MNEMO_SCORES_SPAN(6);
-      }
       CHECK(false) << "bad row count " << n_q;
   }
 #undef MNEMO_SCORES_SPAN
@@ -312,10 +365,12 @@ void VAccVecsL(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, cons
       return VAcc<kType, kQ, 1, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
     case 2:
       return VAcc<kType, kQ, 2, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
-    case 3:
-      return VAcc<kType, kQ, 3, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
     default:
-      return VAcc<kType, kQ, 4, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      if constexpr (kVVecs >= 4) {
+        if (n_vec == 3) return VAcc<kType, kQ, 3, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
+        return VAcc<kType, kQ, 4, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      }
+      CHECK(false) << "bad vector count " << n_vec;
   }
 }
 
@@ -338,19 +393,19 @@ void VAccRows(int n_q, int n_vec, const uint8_t* const* rows, int64_t n, int64_t
       return VAccVecs<kType, 2>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
     case 3:
       return VAccVecs<kType, 3>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+    case 4:
+      return VAccVecs<kType, 4>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+    case 5:
+      return VAccVecs<kType, 5>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+    case 6:
+      return VAccVecs<kType, 6>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
     default:
-      if constexpr (kDirectRows >= 6) {
-        if (n_q == 4) return VAccVecs<kType, 4>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
-        if (n_q == 5) return VAccVecs<kType, 5>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
-        if (n_q == 6) return VAccVecs<kType, 6>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
-      }
       CHECK(false) << "bad row count " << n_q;
   }
 }
 
 using FloatScoresFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, const int32_t*, int64_t,
-                               int64_t, int64_t, int64_t, const float* const*, int, float* const*,
-                               int64_t);
+                               int64_t, int64_t, const float* const*, int, float* const*, int64_t);
 using VAccFn = void (*)(int, int, const uint8_t* const*, int64_t, int64_t, const float* const*,
                         float* const*, float*, int64_t, int64_t, int64_t);
 
