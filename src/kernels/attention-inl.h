@@ -319,7 +319,7 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
   } else if (c.fscore != nullptr) {
     // Pass by pass over the whole tile; the first fetches the K rows ahead, the others find
     // the tile's rows in the cache.
-    const int64_t per_pass = RowsPerPass(n_rows);
+    const int64_t per_pass = RowsPerPass(n_rows, kScoreRowsMax);
     for (int64_t i = 0; i < n_rows; i += per_pass) {
       const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
       const float* qp[kDirectRows];
@@ -576,7 +576,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       int64_t* qrows = ts.take<int64_t>(n_rows);
       // The direct kernel's query rows, pass by pass: the pass of rows [i, i + n_q) reads
       // qp[i * n_head_kv + g * n_q + r] for K/V head g, row i + r.
-      const int64_t per_pass = RowsPerPass(n_rows);
+      const int64_t per_pass = RowsPerPass(n_rows, kScoreRowsMax);
       const float** qp = ts.take<const float*>(p.n_head_kv * n_rows);
       float** yp = ts.take<float*>(p.n_head_kv);
       for (int64_t i = 0; c.fscore != nullptr && i < n_rows; i += per_pass) {

@@ -56,17 +56,17 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> Widen(const uint8_t* row, int64_t i) 
 inline constexpr int64_t kScoreAheadL1 = 4;
 inline constexpr int64_t kScoreAheadL2 = 16;
 
-/// Scores of kQ query rows qf[r] (float, hd elements) against kC float-type K rows (cells;
+/// Scores of kQ query rows qf[r] (float, hd elements) against 4 float-type K rows (cells;
 /// repeats past n_cells are computed and dropped): y[r * y_stride + j]. Per (row, cell) the same
 /// operations as FloatTile over unpacked rows: lane chains acc = fma(k_i, q_i, acc) over i in
-/// vectors, then the Reduce4 tree (kC = 2 reduces each accumulator once, with the tree of
-/// four). hd is a multiple of the vector length. pf0 / pf2 (null: none): kC rows whose bytes
-/// read here (the same offsets) are fetched into L1 / L2, a line per row at each line start.
-template <GgmlType kType, int kQ, int kC>
-HWY_INLINE void FloatScoresGroup(const uint8_t* const* cells, int n_cells, int64_t hd,
-                                 const float* const* qf, float* y, int64_t y_stride,
-                                 const uint8_t* const* pf0, const uint8_t* const* pf2) {
-  static_assert(kC == 2 || kC == 4);
+/// vectors, then the Reduce4 tree. hd is a multiple of the vector length. pf0 / pf2 (null:
+/// none): 4 rows whose bytes read here (the same offsets) are fetched into L1 / L2, a line per
+/// row at each line start.
+template <GgmlType kType, int kQ>
+HWY_INLINE void FloatScores4(const uint8_t* const* cells, int n_cells, int64_t hd,
+                             const float* const* qf, float* y, int64_t y_stride,
+                             const uint8_t* const* pf0, const uint8_t* const* pf2) {
+  constexpr int kC = 4;
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t kElem = kType == GgmlType::F32 ? 4 : 2;
@@ -102,14 +102,14 @@ HWY_INLINE void FloatScoresGroup(const uint8_t* const* cells, int n_cells, int64
 #if HWY_TARGET != HWY_SCALAR
 #pragma GCC unroll 8
   for (int r = 0; r < kQ; ++r) {
-    // A whole group of four stores in place: a copy of n_cells floats would be a library call
-    // per row.
-    if (kC == 4 && n_cells == 4) {
-      Reduce4(df, acc[r][0], acc[r][1], acc[r][kC - 2], acc[r][kC - 1], y + r * y_stride);
+    // Four cells (all but a span's last group) store in place: a copy of n_cells floats would
+    // be a library call per row.
+    if (n_cells == 4) {
+      Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * y_stride);
       continue;
     }
     float tmp[4];
-    Reduce4(df, acc[r][0], acc[r][1], acc[r][kC - 2], acc[r][kC - 1], tmp);
+    Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
     for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
   }
 #else
@@ -119,27 +119,28 @@ HWY_INLINE void FloatScoresGroup(const uint8_t* const* cells, int n_cells, int64
 #endif
 }
 
-/// Cells scored side by side: kScoreCells x kScoreRows accumulators, the K vectors and a query
-/// vector fit the register file (AVX-512: 4 x 6 + 4 + 1 of 32; AVX2: 2 x 6 + 2 + 1 of 16).
+/// Query rows per pass of the score kernel: with 4 cells, its accumulators, the K vectors and a
+/// query vector fit the register file (AVX-512: 6 x 4 + 4 + 1 of 32; AVX2: 3 x 4 + 4 + 1, one
+/// over 16, which measured faster than 6 rows x 2 cells, whose reduction trees cost more).
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_SCALAR
-inline constexpr int kScoreCells = 4;
+inline constexpr int kScoreRowsMax = 6;
 #else
-inline constexpr int kScoreCells = 2;
+inline constexpr int kScoreRowsMax = 3;
 #endif
 
-/// FloatScoresGroup over the cells act[0, n_act) for n_heads K/V heads at once: head g's
-/// segment of cell j starts at kbase + j * k_stride + g * head_bytes, its kQ query rows are
+/// FloatScores4 over the cells act[0, n_act) for n_heads K/V heads at once: head g's segment of
+/// cell j starts at kbase + j * k_stride + g * head_bytes, its kQ query rows are
 /// qf[g * kQ, (g + 1) * kQ) and its scores go to y[g][r * y_stride + k] (r < kQ, k < n_act).
-/// Cells go in groups of kScoreCells (the last group repeats its last cell, dropped), every
-/// head per group, so that whole K rows are read in memory order; the segments read of the
-/// cells kScoreAheadL1 and kScoreAheadL2 further on are fetched ahead while they are below
-/// n_pf (n_pf 0: none).
+/// Cells go in groups of 4 (the last group repeats its last cell, dropped), every head per
+/// group, so that whole K rows are read in memory order; the segments read of the cells
+/// kScoreAheadL1 and kScoreAheadL2 further on are fetched ahead while they are below n_pf
+/// (n_pf 0: none).
 template <GgmlType kType, int kQ>
 HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_t n_heads,
                                   int64_t head_bytes, const int32_t* act, int64_t n_act,
                                   int64_t n_pf, int64_t hd, const float* const* qf, float* const* y,
                                   int64_t y_stride) {
-  constexpr int kC = kScoreCells;
+  constexpr int kC = 4;
   for (int64_t k = 0; k < n_act; k += kC) {
     const uint8_t* rows[kC];
     const uint8_t* ahead0[kC];
@@ -165,8 +166,8 @@ HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_
         pf0[j] = ahead0[j] + g * head_bytes;
         pf2[j] = ahead2[j] + g * head_bytes;
       }
-      FloatScoresGroup<kType, kQ, kC>(cells, n_cells, hd, qf + g * kQ, y[g] + k, y_stride,
-                                      fetch0 ? pf0 : nullptr, fetch2 ? pf2 : nullptr);
+      FloatScores4<kType, kQ>(cells, n_cells, hd, qf + g * kQ, y[g] + k, y_stride,
+                              fetch0 ? pf0 : nullptr, fetch2 ? pf2 : nullptr);
     }
   }
 }
@@ -225,9 +226,8 @@ HWY_NOINLINE void Q8Scores(const uint8_t* const* cells, int n_cells, int64_t hd,
 }
 #endif
 
-/// Query rows per pass of the direct kernels (one K/V head's rows of a token under GQA up to 6):
-/// with kScoreCells cells (scores) or kVVecs vectors (V) per step, their accumulators and the
-/// operands fit the register file (16 vector registers below AVX-512, 32 with it).
+/// Query rows per pass of the V kernel (and at most of the score kernel: kScoreRowsMax): one
+/// K/V head's rows of a token under GQA up to 6, so that each V row loaded serves all of them.
 inline constexpr int kDirectRows = 6;
 
 /// V accumulation: vectors of output dimensions per call, so that the kDirectRows x kVVecs
@@ -239,11 +239,11 @@ inline constexpr int kVVecs = 4;
 inline constexpr int kVVecs = 2;
 #endif
 
-/// Rows per pass when n_rows rows are split into as few passes of at most kDirectRows as
-/// possible, as evenly as possible (7 rows: 4 + 3, not 6 + 1), so that each K or V row loaded
-/// serves as many query rows as the registers allow.
-inline int64_t RowsPerPass(int64_t n_rows) {
-  const int64_t n_pass = (n_rows + kDirectRows - 1) / kDirectRows;
+/// Rows per pass when n_rows rows are split into as few passes of at most max_rows as possible,
+/// as evenly as possible (7 rows: 4 + 3, not 6 + 1), so that each K or V row loaded serves as
+/// many query rows as the registers allow.
+inline int64_t RowsPerPass(int64_t n_rows, int64_t max_rows = kDirectRows) {
+  const int64_t n_pass = (n_rows + max_rows - 1) / max_rows;
   return (n_rows + n_pass - 1) / std::max<int64_t>(1, n_pass);
 }
 
