@@ -261,13 +261,13 @@ void FloatScoresRows(const uint8_t* kbase, int64_t k_stride, int64_t n_heads, in
       return MNEMO_SCORES_SPAN(2);
     case 3:
       return MNEMO_SCORES_SPAN(3);
-    case 4:
-      return MNEMO_SCORES_SPAN(4);
-    case 5:
-      return MNEMO_SCORES_SPAN(5);
-    case 6:
-      return MNEMO_SCORES_SPAN(6);
     default:
+      // More rows per pass only where the registers hold them (no dead instantiations).
+      if constexpr (kScoreRowsMax >= 6) {
+        if (n_q == 4) return MNEMO_SCORES_SPAN(4);
+        if (n_q == 5) return MNEMO_SCORES_SPAN(5);
+        if (n_q == 6) return MNEMO_SCORES_SPAN(6);
+      }
       CHECK(false) << "bad row count " << n_q;
   }
 #undef MNEMO_SCORES_SPAN
