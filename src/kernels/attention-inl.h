@@ -61,8 +61,6 @@ using internal::round_up;
 inline constexpr int64_t kCellTile = 64;
 /// Query rows per task (tokens x heads of one group) in the prompt path.
 inline constexpr int64_t kRowsPerTask = 32;
-/// Rows of K / V fetched ahead of the one being read (their cache lines in flight).
-inline constexpr int64_t kPrefetchRows = 16;
 /// Cell ranges: calls with fewer (head, token-chunk) tasks than this (decoding) also split the
 /// cells into up to kMaxSplits ranges of at least kMinCellsPerSplit cells (128: a 1024-cell
 /// sliding-window cache still gives 8 ranges to balance over the threads).
@@ -317,16 +315,20 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
     }
 #endif
   } else if (c.fscore != nullptr) {
-    // Pass by pass over the whole tile; the first fetches the K rows ahead, the others find
-    // the tile's rows in the cache.
+    // The passes of whole rows go group of cells by group (each K row read once, fetched
+    // ahead); a shorter last pass goes over the tile again and finds its rows in the cache.
     const int64_t per_pass = RowsPerPass(n_rows, kScoreRowsMax);
-    for (int64_t i = 0; i < n_rows; i += per_pass) {
+    const int64_t n_full = n_rows / per_pass;
+    for (int64_t i = 0; i < n_rows;) {
       const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
-      const float* qp[kDirectRows];
-      for (int r = 0; r < n_q; ++r) qp[r] = c.qf + qrows[i + r] * hd_pad;
+      constexpr int64_t kMaxPtrs = 6 * kDirectRows;
+      const int n_pass = static_cast<int>(i == 0 ? std::min<int64_t>(n_full, kMaxPtrs / n_q) : 1);
+      const float* qp[kMaxPtrs];
+      for (int64_t r = 0; r < n_pass * n_q; ++r) qp[r] = c.qf + qrows[i + r] * hd_pad;
       float* y = s + i * s_stride;
       c.fscore(kbase, static_cast<int64_t>(c.kv.k_stride), 1, 0, act, n_act, i == 0 ? n_pf : 0, hd,
-               qp, n_q, &y, s_stride);
+               qp, n_q, n_pass, &y, s_stride);
+      i += n_pass * n_q;
     }
   } else {
     for (int64_t k = 0; k < n_act; ++k) {
@@ -429,31 +431,39 @@ inline void AccumulateTile(const Call& c, const uint8_t* vhead, const int32_t* c
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   if (c.vacc != nullptr) {
-    // The tile's rows and, for the prefetch, up to kPrefetchRows rows after it.
-    const uint8_t* rows[kCellTile + kPrefetchRows];
-    const int64_t n_pf = n + std::min(n_after, kPrefetchRows);
-    for (int64_t k = 0; k < n_pf; ++k) rows[k] = vhead + cells[k] * c.kv.v_stride;
-    // The first pass fetches the rows' bytes of [d0, d0 + width) ahead; the others find them
-    // in the cache.
+    // The tile's rows, then up to kCellTile rows of the next tile. Every call over this tile
+    // fetches its slice of the next tile's bytes of [d0, d0 + width) while it reads this one, so
+    // that those rows arrive while this tile is summed (the later passes over a tile find its
+    // rows in the cache and would leave the memory idle).
+    const uint8_t* rows[2 * kCellTile];
+    const int64_t n_next = std::min(n_after, kCellTile);
+    for (int64_t k = 0; k < n + n_next; ++k) rows[k] = vhead + cells[k] * c.kv.v_stride;
     const GgmlType vt = c.kv.v_type;
     const int64_t pf0 = vt == GgmlType::Q8_0 ? d0 / 32 * 34 : vt == GgmlType::F32 ? d0 * 4 : d0 * 2;
     const int64_t pf1 = vt == GgmlType::Q8_0  ? ((d0 + width - 1) / 32 + 1) * 34
                         : vt == GgmlType::F32 ? (d0 + width) * 4
                                               : (d0 + width) * 2;
     const int64_t per_pass = RowsPerPass(n_rows);
+    const int64_t n_calls = ceil_div(n_rows, per_pass) * ceil_div(width, kVVecs * nf);
+    // Call `call` fetches next-tile rows [call * per_call, (call + 1) * per_call), one every
+    // pf_every rows it reads.
+    const int64_t per_call = ceil_div(n_next, n_calls);
+    const int64_t pf_every = std::max<int64_t>(1, n / std::max<int64_t>(1, per_call));
+    int64_t call = 0;
     for (int64_t i = 0; i < n_rows; i += per_pass) {
       const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
       const float* pp[kDirectRows];
       float* ap[kDirectRows];
-      for (int64_t d = 0; d < width; d += kVVecs * nf) {
+      for (int64_t d = 0; d < width; d += kVVecs * nf, ++call) {
         const int n_vec = static_cast<int>(std::min<int64_t>(kVVecs, (width - d) / nf));
         for (int r = 0; r < n_q; ++r) {
           pp[r] = p + (i + r) * p_stride;
           ap[r] = acc + (i + r) * acc_stride + d;
         }
-        const bool fetch = i == 0 && d == 0;
-        c.vacc(n_q, n_vec, rows, n, d0 + d, pp, ap, d == 0 && l != nullptr ? l + i : nullptr, n_pf,
-               fetch ? pf0 : 0, fetch ? pf1 : 0);
+        const int64_t j0 = std::min(n_next, call * per_call);
+        const int64_t j1 = std::min(n_next, j0 + per_call);
+        c.vacc(n_q, n_vec, rows, n, d0 + d, pp, ap, d == 0 && l != nullptr ? l + i : nullptr,
+               rows + n + j0, j1 - j0, pf_every, pf0, pf1);
       }
     }
     return;
@@ -596,15 +606,19 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
         if (c.fscore != nullptr) {
           // Every K/V head's dot products at once, group of cells by group: whole K rows, in
           // memory order (head by head, each pass would read a strided part of every row).
+          // The passes of whole rows go group by group too; a shorter last pass goes over the
+          // tile again and finds its rows in the cache.
           const int64_t head_bytes = static_cast<int64_t>(row_size(kv.k_type, hd));
-          for (int64_t i = 0; i < n_rows; i += per_pass) {
+          for (int64_t i = 0; i < n_rows;) {
             const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
+            const int n_pass = i == 0 ? static_cast<int>(n_rows / per_pass) : 1;
             for (int64_t g = 0; g < p.n_head_kv; ++g) {
               yp[g] = scores.data() + ((g * p.n_tokens + t0) * gqa + i) * s_stride + k0;
             }
             c.fscore(static_cast<const uint8_t*>(kv.k), static_cast<int64_t>(kv.k_stride),
                      p.n_head_kv, head_bytes, act_all.data() + k0, n_tile, i == 0 ? c1 - k0 : 0, hd,
-                     qp + i * p.n_head_kv, n_q, yp, s_stride);
+                     qp + i * p.n_head_kv, n_q, n_pass, yp, s_stride);
+            i += n_pass * n_q;
           }
         }
         for (int64_t g = 0; g < p.n_head_kv; ++g) {

@@ -128,18 +128,18 @@ inline constexpr int kScoreRowsMax = 6;
 inline constexpr int kScoreRowsMax = 3;
 #endif
 
-/// FloatScores4 over the cells act[0, n_act) for n_heads K/V heads at once: head g's segment of
-/// cell j starts at kbase + j * k_stride + g * head_bytes, its kQ query rows are
-/// qf[g * kQ, (g + 1) * kQ) and its scores go to y[g][r * y_stride + k] (r < kQ, k < n_act).
-/// Cells go in groups of 4 (the last group repeats its last cell, dropped), every head per
-/// group, so that whole K rows are read in memory order; the segments read of the cells
-/// kScoreAheadL1 and kScoreAheadL2 further on are fetched ahead while they are below n_pf
-/// (n_pf 0: none).
+/// FloatScores4 over the cells act[0, n_act) for n_heads K/V heads at once, in n_pass passes of
+/// kQ query rows: head g's segment of cell j starts at kbase + j * k_stride + g * head_bytes,
+/// pass i's query rows of head g are qf[(i * n_heads + g) * kQ, ... + kQ) and its scores go to
+/// y[g][(i * kQ + r) * y_stride + k] (r < kQ, k < n_act). Cells go in groups of 4 (the last
+/// group repeats its last cell, dropped), every head and every pass per group, so that whole K
+/// rows are read once, in memory order; the segments read of the cells kScoreAheadL1 and
+/// kScoreAheadL2 further on are fetched ahead while they are below n_pf (n_pf 0: none).
 template <GgmlType kType, int kQ>
 HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_t n_heads,
                                   int64_t head_bytes, const int32_t* act, int64_t n_act,
-                                  int64_t n_pf, int64_t hd, const float* const* qf, float* const* y,
-                                  int64_t y_stride) {
+                                  int64_t n_pf, int64_t hd, const float* const* qf, int n_pass,
+                                  float* const* y, int64_t y_stride) {
   constexpr int kC = 4;
   for (int64_t k = 0; k < n_act; k += kC) {
     const uint8_t* rows[kC];
@@ -166,8 +166,12 @@ HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_
         pf0[j] = ahead0[j] + g * head_bytes;
         pf2[j] = ahead2[j] + g * head_bytes;
       }
-      FloatScores4<kType, kQ>(cells, n_cells, hd, qf + g * kQ, y[g] + k, y_stride,
-                              fetch0 ? pf0 : nullptr, fetch2 ? pf2 : nullptr);
+      for (int i = 0; i < n_pass; ++i) {
+        // The later passes find the group's rows in L1.
+        FloatScores4<kType, kQ>(cells, n_cells, hd, qf + (i * n_heads + g) * kQ,
+                                y[g] + i * kQ * y_stride + k, y_stride,
+                                fetch0 && i == 0 ? pf0 : nullptr, fetch2 && i == 0 ? pf2 : nullptr);
+      }
     }
   }
 }
@@ -247,13 +251,15 @@ inline int64_t RowsPerPass(int64_t n_rows, int64_t max_rows = kDirectRows) {
   return (n_rows + n_pass - 1) / std::max<int64_t>(1, n_pass);
 }
 
+/// FloatScoresSpan for n_q (at most kScoreRowsMax) rows per pass.
 template <GgmlType kType>
 void FloatScoresRows(const uint8_t* kbase, int64_t k_stride, int64_t n_heads, int64_t head_bytes,
                      const int32_t* act, int64_t n_act, int64_t n_pf, int64_t hd,
-                     const float* const* qf, int n_q, float* const* y, int64_t y_stride) {
-#define MNEMO_SCORES_SPAN(Q)                                                                   \
-  FloatScoresSpan<kType, Q>(kbase, k_stride, n_heads, head_bytes, act, n_act, n_pf, hd, qf, y, \
-                            y_stride)
+                     const float* const* qf, int n_q, int n_pass, float* const* y,
+                     int64_t y_stride) {
+#define MNEMO_SCORES_SPAN(Q)                                                                \
+  FloatScoresSpan<kType, Q>(kbase, k_stride, n_heads, head_bytes, act, n_act, n_pf, hd, qf, \
+                            n_pass, y, y_stride)
   switch (n_q) {
     case 1:
       return MNEMO_SCORES_SPAN(1);
@@ -298,11 +304,13 @@ HWY_INLINE void LoadV(const uint8_t* row, int64_t d, hn::Vec<hn::ScalableTag<flo
 /// acc = fma(w, v_k, acc), v_k = dimensions [d, d + kV nf) of V row rows[k], w = p_r[k] (for
 /// Q8_0: w = p_r[k] * d_block and v_k the quants); and, when l is given, l[r] += p_r[k] in the
 /// same order. Every schedule accumulates V through this function (or, for the other V types,
-/// AccumulateV with the same operations). Prefetch: while row k is read, bytes [pf0, pf1) of
-/// row k + 16 when k + 16 < n_pf (rows[] holds n_pf >= n rows; none when pf1 <= pf0).
+/// AccumulateV with the same operations). Prefetch: bytes [pf0, pf1) of pf_rows[j], j < n_pf,
+/// row j while row j * pf_every is read (none when pf1 <= pf0): the caller points pf_rows at
+/// rows it reads later and spreads them over its calls.
 template <GgmlType kType, int kQ, int kV, bool kL>
 HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
-                       float* const* acc, float* l, int64_t n_pf, int64_t pf0, int64_t pf1) {
+                       float* const* acc, float* l, const uint8_t* const* pf_rows, int64_t n_pf,
+                       int64_t pf_every, int64_t pf0, int64_t pf1) {
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   // Q8_0: whether the kV vectors lie in one 32-element block (one scale).
@@ -315,13 +323,16 @@ HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const f
 #pragma GCC unroll 8
     for (int j = 0; j < kV; ++j) a[r][j] = hn::LoadU(df, acc[r] + j * nf);
   }
-  // V rows are read at the cache-row stride: fetch the caller's byte range of row k + kAhead.
-  constexpr int64_t kAhead = 16;
-  for (int64_t k = 0; k < n; ++k) {
-    if (k + kAhead < n_pf && pf1 > pf0) {
-      const uint8_t* ahead = rows[k + kAhead];
-      for (int64_t b = pf0; b < pf1; b += 64) hwy::Prefetch(ahead + b);
-      hwy::Prefetch(ahead + pf1 - 1);
+  // V rows are read at the cache-row stride: fetch the caller's byte range of its later rows.
+  if (pf1 <= pf0) n_pf = 0;
+  for (int64_t k = 0, j = 0, next = 0; k < n; ++k) {
+    if (k == next && j < n_pf) {
+      const uint8_t* ahead = pf_rows[j++];
+      next += pf_every;
+      for (int64_t b = pf0; b < pf1; b += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
+      }
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + pf1 - 1), _MM_HINT_T1);
     }
     hn::Vec<decltype(df)> v[kV];
     LoadV<kType, kV>(rows[k], d, v);
@@ -359,16 +370,18 @@ HWY_NOINLINE void VAcc(const uint8_t* const* rows, int64_t n, int64_t d, const f
 
 template <GgmlType kType, int kQ, bool kL>
 void VAccVecsL(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
-               float* const* acc, float* l, int64_t n_pf, int64_t pf0, int64_t pf1) {
+               float* const* acc, float* l, const uint8_t* const* pf_rows, int64_t n_pf,
+               int64_t pf_every, int64_t pf0, int64_t pf1) {
   switch (n_vec) {
     case 1:
-      return VAcc<kType, kQ, 1, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      return VAcc<kType, kQ, 1, kL>(rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
     case 2:
-      return VAcc<kType, kQ, 2, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      return VAcc<kType, kQ, 2, kL>(rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
     default:
       if constexpr (kVVecs >= 4) {
-        if (n_vec == 3) return VAcc<kType, kQ, 3, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
-        return VAcc<kType, kQ, 4, kL>(rows, n, d, p, acc, l, n_pf, pf0, pf1);
+        if (n_vec == 3)
+          return VAcc<kType, kQ, 3, kL>(rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
+        return VAcc<kType, kQ, 4, kL>(rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
       }
       CHECK(false) << "bad vector count " << n_vec;
   }
@@ -377,37 +390,43 @@ void VAccVecsL(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, cons
 /// VAcc with l summed (l given) or not (null).
 template <GgmlType kType, int kQ>
 void VAccVecs(int n_vec, const uint8_t* const* rows, int64_t n, int64_t d, const float* const* p,
-              float* const* acc, float* l, int64_t n_pf, int64_t pf0, int64_t pf1) {
-  if (l != nullptr) return VAccVecsL<kType, kQ, true>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
-  return VAccVecsL<kType, kQ, false>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+              float* const* acc, float* l, const uint8_t* const* pf_rows, int64_t n_pf,
+              int64_t pf_every, int64_t pf0, int64_t pf1) {
+  if (l != nullptr)
+    return VAccVecsL<kType, kQ, true>(n_vec, rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0,
+                                      pf1);
+  return VAccVecsL<kType, kQ, false>(n_vec, rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0,
+                                     pf1);
 }
 
 template <GgmlType kType>
 void VAccRows(int n_q, int n_vec, const uint8_t* const* rows, int64_t n, int64_t d,
-              const float* const* p, float* const* acc, float* l, int64_t n_pf, int64_t pf0,
-              int64_t pf1) {
+              const float* const* p, float* const* acc, float* l, const uint8_t* const* pf_rows,
+              int64_t n_pf, int64_t pf_every, int64_t pf0, int64_t pf1) {
   switch (n_q) {
     case 1:
-      return VAccVecs<kType, 1>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      return VAccVecs<kType, 1>(n_vec, rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
     case 2:
-      return VAccVecs<kType, 2>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      return VAccVecs<kType, 2>(n_vec, rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
     case 3:
-      return VAccVecs<kType, 3>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      return VAccVecs<kType, 3>(n_vec, rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
     case 4:
-      return VAccVecs<kType, 4>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      return VAccVecs<kType, 4>(n_vec, rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
     case 5:
-      return VAccVecs<kType, 5>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      return VAccVecs<kType, 5>(n_vec, rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
     case 6:
-      return VAccVecs<kType, 6>(n_vec, rows, n, d, p, acc, l, n_pf, pf0, pf1);
+      return VAccVecs<kType, 6>(n_vec, rows, n, d, p, acc, l, pf_rows, n_pf, pf_every, pf0, pf1);
     default:
       CHECK(false) << "bad row count " << n_q;
   }
 }
 
 using FloatScoresFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, const int32_t*, int64_t,
-                               int64_t, int64_t, const float* const*, int, float* const*, int64_t);
+                               int64_t, int64_t, const float* const*, int, int, float* const*,
+                               int64_t);
 using VAccFn = void (*)(int, int, const uint8_t* const*, int64_t, int64_t, const float* const*,
-                        float* const*, float*, int64_t, int64_t, int64_t);
+                        float* const*, float*, const uint8_t* const*, int64_t, int64_t, int64_t,
+                        int64_t);
 
 inline FloatScoresFn GetFloatScores(GgmlType t) {
   switch (t) {
