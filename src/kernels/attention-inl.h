@@ -315,13 +315,16 @@ inline void ScoreTile(const Call& c, int64_t g, const int64_t* qrows, int64_t n_
     }
 #endif
   } else if (c.fscore != nullptr) {
-    // The passes of whole rows go group of cells by group (each K row read once, fetched
-    // ahead); a shorter last pass goes over the tile again and finds its rows in the cache.
+    // The first call's passes of whole rows go group of cells by group (each K row read once,
+    // fetched ahead); the rows left (a shorter last pass, or the passes past kMaxPtrs rows when
+    // the group is that large) go over the tile again, a pass per call, and find its rows in
+    // the cache. kMaxPtrs covers kRowsPerTask rows, so that is one call for most tasks.
     const int64_t per_pass = RowsPerPass(n_rows, kScoreRowsMax);
     const int64_t n_full = n_rows / per_pass;
     for (int64_t i = 0; i < n_rows;) {
       const int n_q = static_cast<int>(std::min<int64_t>(per_pass, n_rows - i));
       constexpr int64_t kMaxPtrs = 6 * kDirectRows;
+      static_assert(kMaxPtrs >= kRowsPerTask);
       const int n_pass = static_cast<int>(i == 0 ? std::min<int64_t>(n_full, kMaxPtrs / n_q) : 1);
       const float* qp[kMaxPtrs];
       for (int64_t r = 0; r < n_pass * n_q; ++r) qp[r] = c.qf + qrows[i + r] * hd_pad;
