@@ -249,14 +249,19 @@ void BM_AttentionDecode(benchmark::State& state) {
   const int64_t n_tokens = state.range(6);
   const int64_t n_kv = depth + n_tokens;
   const int64_t n = n_head_kv * hd;
-  // Layers of K/V visited in turn, like a model's (together past the last-level cache, so that
-  // the rows come from memory): 28 when the caches are deep.
-  const int64_t n_layers = n_kv >= 4096 ? 28 : 1;
-  // In AlignedBuffers (transparent huge pages from 2 MiB on), as the model's K/V tensors are.
+  // Layers of K/V visited in turn, as a model's are between two visits of one layer the whole
+  // model is read: when the caches are deep, at least 1 GiB of K/V in all, past any last-level
+  // cache (some server CPUs report hundreds of MiB), so that the rows come from memory.
+  const int64_t layer_bytes = 2 * n_kv * static_cast<int64_t>(row_size(type, n));
+  const int64_t n_layers =
+      n_kv >= 4096 ? std::max<int64_t>(28, ((int64_t{1} << 30) + layer_bytes - 1) / layer_bytes)
+                   : 1;
+  // In AlignedBuffers (transparent huge pages from 2 MiB on), as the model's K/V tensors are;
+  // every layer a copy of the same random rows.
   std::vector<AlignedBuffer> k, v;
   std::vector<KvView> kvs;
+  const std::vector<uint8_t> rows = make_rows(type, n_kv, n);
   const auto mapped_rows = [&](std::vector<AlignedBuffer>* bufs) {
-    const std::vector<uint8_t> rows = make_rows(type, n_kv, n);
     Result<AlignedBuffer> buf = AlignedBuffer::allocate(rows.size());
     if (!buf.ok()) return false;
     std::memcpy(buf->data(), rows.data(), rows.size());

@@ -20,8 +20,9 @@
 //     and shared by the chunk's rows), then accumulates V tile by tile;
 //   - for few such tasks (decoding, a speculative verify batch) three phases: scores over
 //     ranges of cells, every K/V head of a range in one task (whole K rows, in memory order),
-//     into a call-wide matrix; each row's weights; V over whole head rows (split into output
-//     ranges only to give every thread a task), each task summing l for its rows as it goes.
+//     into a call-wide matrix; each row's weights (computed by the V task of the row when V
+//     tasks take whole head rows); V over whole head rows (split into output ranges only to give
+//     every thread a task), each task summing l for its rows as it goes.
 
 #if defined(MNEMO_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef MNEMO_KERNELS_ATTENTION_INL_H_
@@ -67,6 +68,10 @@ inline constexpr int64_t kRowsPerTask = 32;
 inline constexpr int64_t kSplitBelowTasks = 16;
 inline constexpr int64_t kMinCellsPerSplit = 128;
 inline constexpr int64_t kMaxSplits = 16;
+/// Cell ranges per thread at most (and kMaxSplits in all): a range's first cells start cold
+/// (nothing fetched them ahead), so fewer, longer ranges keep the memory busier; two per thread
+/// leave the threads room to balance.
+inline constexpr int64_t kSplitsPerThread = 2;
 
 /// How one K or V head segment becomes dot-ready / float.
 struct RowCodec {
@@ -553,12 +558,15 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
   }
 
   // The cells some token of the call may see, in visiting order.
+  // Every cell is written at the list's end, and kept by advancing the count (no push_back).
   std::vector<int32_t>& act_all = ActScratch();
-  act_all.clear();
+  act_all.resize(static_cast<size_t>(n_list));
+  int64_t n_act_all = 0;
   for (int64_t j = 0; j < n_list; ++j) {
-    if (VisibleToAny(c, 0, p.n_tokens, c.cells[j])) act_all.push_back(c.cells[j]);
+    act_all[n_act_all] = c.cells[j];
+    n_act_all += VisibleToAny(c, 0, p.n_tokens, c.cells[j]) ? 1 : 0;
   }
-  const int64_t n_act_all = static_cast<int64_t>(act_all.size());
+  act_all.resize(static_cast<size_t>(n_act_all));
   if (n_act_all == 0) {
     std::fill(out, out + n_rows_all * hd, 0.0f);
     return;
@@ -571,7 +579,9 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     const int64_t s_stride = round_up(n_act_all, nf);
     std::vector<float>& scores = ScoreScratch();
     scores.resize(static_cast<size_t>(n_rows_all * s_stride));
-    const int64_t n_split = std::clamp<int64_t>(n_act_all / kMinCellsPerSplit, 1, kMaxSplits);
+    const int64_t n_split = std::clamp<int64_t>(
+        n_act_all / kMinCellsPerSplit, 1,
+        std::min<int64_t>(kMaxSplits, kSplitsPerThread * internal::n_threads_of(pool)));
     const int64_t cells_per_split = round_up(ceil_div(n_act_all, n_split), kCellTile);
     const int64_t n_ranges = ceil_div(n_act_all, cells_per_split);
     // A task scores a range of cells for every K/V head, head by head per tile of cells: it
@@ -644,7 +654,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       }
     });
     // ---- phase 2: per row, the weights exp(s - max) in place ----
-    internal::parallel_for(pool, n_rows_all, [&](int64_t r, int) {
+    const auto weights = [&](int64_t r) {
       float* si = scores.data() + r * s_stride;
       const float m = RowMax(si, s_stride);
       if (m == -INFINITY) {
@@ -652,7 +662,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       } else {
         ExpShifted(si, m, s_stride, si);
       }
-    });
+    };
     // ---- phase 3: V over ranges of output dimensions: as few as give every thread a task,
     // so that a task reads whole head rows of V. Each task also sums its rows' weights l (the
     // same sequential chain in visiting order, inside the V loop where it costs nothing) ----
@@ -660,6 +670,13 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     while (base_tasks * n_dblocks < internal::n_threads_of(pool) &&
            (hd / (2 * n_dblocks)) % 32 == 0) {
       n_dblocks *= 2;
+    }
+    // With whole head rows (one task per row), each V task computes its own rows' weights
+    // first, fetching its first V tile meanwhile: no call-wide step between scores and V, and
+    // the memory is busy during the exponentials. Split rows share their weights: a phase.
+    const bool weights_in_v = n_dblocks == 1;
+    if (!weights_in_v) {
+      internal::parallel_for(pool, n_rows_all, [&](int64_t r, int) { weights(r); });
     }
     const int64_t width = hd / n_dblocks;
     const int64_t v_stride = round_up(width, kPadElems);
@@ -686,6 +703,19 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       const float* p0 = scores.data() + srow0 * s_stride;
       std::fill(acc, acc + n_rows * v_stride, 0.0f);
       const uint8_t* vhead = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
+      if (weights_in_v) {
+        // Row i's weights, with 1 / n_rows of the first tile's rows fetched before each row.
+        const int64_t n_first = std::min(kCellTile, n_act_all);
+        const size_t seg = row_size(kv.v_type, hd);
+        for (int64_t i = 0; i < n_rows; ++i) {
+          for (int64_t k = i * n_first / n_rows; k < (i + 1) * n_first / n_rows; ++k) {
+            const char* row = reinterpret_cast<const char*>(vhead + act_all[k] * kv.v_stride);
+            for (size_t b = 0; b < seg; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
+            _mm_prefetch(row + seg - 1, _MM_HINT_T1);
+          }
+          weights(srow0 + i);
+        }
+      }
       for (int64_t k0 = 0; k0 < n_act_all; k0 += kCellTile) {
         const int64_t n = std::min(kCellTile, n_act_all - k0);
         AccumulateTile(c, vhead, act_all.data() + k0, n, n_act_all - k0 - n, db * width, width,

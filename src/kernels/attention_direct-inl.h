@@ -52,9 +52,11 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> Widen(const uint8_t* row, int64_t i) 
 /// Cells ahead of the group being scored whose K lines are fetched into L1 (T0) and into L2
 /// (T2), one line of each at a time between the group's vectors (a burst of whole rows would
 /// hold the core's fill buffers and stall it). One core's reads are bound by its lines in
-/// flight; the far fetch keeps more of them in flight (docs/benchmarks.md).
+/// flight; the far fetch keeps more of them in flight (docs/benchmarks.md). 64 cells (32 KiB of a
+/// 1.5B model's K rows) ahead: with the rows coming from memory rather than the last-level
+/// cache, 16 left the memory idle part of the time.
 inline constexpr int64_t kScoreAheadL1 = 4;
-inline constexpr int64_t kScoreAheadL2 = 16;
+inline constexpr int64_t kScoreAheadL2 = 64;
 
 /// Scores of kQ query rows qf[r] (float, hd elements) against 4 float-type K rows (cells;
 /// repeats past n_cells are computed and dropped): y[r * y_stride + j]. Per (row, cell) the same
