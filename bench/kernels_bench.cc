@@ -268,13 +268,22 @@ void BM_AttentionDecode(benchmark::State& state) {
     bufs->push_back(std::move(*buf));
     return true;
   };
+  const bool planes = getenv("VPLANES") != nullptr;
+  const size_t hb = row_size(type, hd);
   for (int64_t i = 0; i < n_layers; ++i) {
     if (!mapped_rows(&k) || !mapped_rows(&v)) {
       state.SkipWithError("no memory for the K/V rows");
       return;
     }
+    if (planes) {
+      uint8_t* d = v.back().data();
+      for (int64_t g = 0; g < n_head_kv; ++g)
+        for (int64_t c = 0; c < n_kv; ++c)
+          std::memcpy(d + (g * n_kv + c) * hb, rows.data() + c * row_size(type, n) + g * hb, hb);
+    }
     kvs.push_back(KvView{type, k.back().data(), row_size(type, n), type, v.back().data(),
-                         row_size(type, n), n_kv});
+                         planes ? hb : row_size(type, n), n_kv});
+    if (planes) kvs.back().v_head_stride = n_kv * hb;
   }
   const AttentionParams p{n_tokens, n_head, n_head_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
                           0.0f};

@@ -51,6 +51,7 @@ void fill(KvCache& c) {
   auto ctx = c.init_batch(b, 512);
   CHECK(ctx->ok());
   std::vector<float> row(kWidth);
+  std::vector<uint8_t> bytes;
   do {
     CHECK(ctx->apply().ok());
     const auto& kv = static_cast<const KvCacheContext&>(*ctx);
@@ -58,10 +59,11 @@ void fill(KvCache& c) {
       for (const StreamSlots& sl : kv.placement()) {
         for (uint32_t cell : sl.cells) {
           for (uint32_t e = 0; e < kWidth; ++e) row[e] = float((cell * 31 + e * 7 + il) % 97) / 50;
-          CHECK(quantize_row(kv.k_view(il, 0).type, row.data(), kv.k_view(il, 0).row(cell), kWidth)
-                    .ok());
-          CHECK(quantize_row(kv.v_view(il, 0).type, row.data(), kv.v_view(il, 0).row(cell), kWidth)
-                    .ok());
+          for (const KvRows& view : {kv.k_view(il, 0), kv.v_view(il, 0)}) {
+            bytes.resize(view.row_bytes);
+            CHECK(quantize_row(view.type, row.data(), bytes.data(), kWidth).ok());
+            view.set_rows(cell, 1, bytes.data());
+          }
         }
       }
     }

@@ -7,6 +7,7 @@ MemoryParams memory_params(const HParams& hp, const ContextParams& params, uint3
   MemoryParams p;
   p.kv.n_embd_k_gqa.assign(hp.n_layer, hp.n_embd_k_gqa());
   p.kv.n_embd_v_gqa.assign(hp.n_layer, hp.n_embd_v_gqa());
+  p.kv.head_dim_v = hp.head_dim_v;
   p.head_dim = hp.head_dim_k;
   p.swa_type = hp.swa_type;
   p.n_swa = hp.n_swa;

@@ -73,6 +73,12 @@ inline constexpr int64_t kMaxSplits = 16;
 /// leave the threads room to balance.
 inline constexpr int64_t kSplitsPerThread = 2;
 
+/// K/V head g's V segment of cell 0 (KvView: heads side by side in a row, or V planes).
+inline const uint8_t* VHead(const KvView& kv, int64_t g, int64_t hd) {
+  const uint8_t* v = static_cast<const uint8_t*>(kv.v);
+  return kv.v_head_stride == 0 ? v + row_size(kv.v_type, g * hd) : v + g * kv.v_head_stride;
+}
+
 /// How one K or V head segment becomes dot-ready / float.
 struct RowCodec {
   GgmlType type = GgmlType::F32;
@@ -702,7 +708,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
       const int64_t srow0 = (g * p.n_tokens + t0) * gqa;
       const float* p0 = scores.data() + srow0 * s_stride;
       std::fill(acc, acc + n_rows * v_stride, 0.0f);
-      const uint8_t* vhead = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
+      const uint8_t* vhead = VHead(kv, g, hd);
       if (weights_in_v) {
         // Row i's weights, with 1 / n_rows of the first tile's rows fetched before each row.
         const int64_t n_first = std::min(kCellTile, n_act_all);
@@ -784,7 +790,7 @@ void Attention(const AttentionParams& p, const float* q, const KvView& kv, const
     }
     std::fill(acc, acc + n_rows * hd_pad, 0.0f);
     // 3. acc_i = sum_k p_ik v_k and l_i = sum_k p_ik, in visiting order.
-    const uint8_t* vhead = static_cast<const uint8_t*>(kv.v) + row_size(kv.v_type, g * hd);
+    const uint8_t* vhead = VHead(kv, g, hd);
     for (int64_t k0 = 0; k0 < n_act; k0 += kCellTile) {
       const int64_t n = std::min(kCellTile, n_act - k0);
       AccumulateTile(c, vhead, act.data() + k0, n, n_act - k0 - n, 0, hd, s + k0, s_stride, n_rows,

@@ -30,8 +30,10 @@ void attention(const AttentionParams& p, const float* q, const KvView& kv, const
       << "attention: head_dim " << p.head_dim << " does not fit the cache block size";
   CHECK(p.n_tokens >= 0 && kv.n_kv >= 0) << "attention: negative size";
   CHECK(mask == nullptr || mask_stride >= kv.n_kv) << "attention: mask_stride < n_kv";
-  CHECK(kv.n_kv == 0 || (kv.k_stride >= row_size(kv.k_type, p.n_head_kv * p.head_dim) &&
-                         kv.v_stride >= row_size(kv.v_type, p.n_head_kv * p.head_dim)))
+  CHECK(kv.n_kv == 0 ||
+        (kv.k_stride >= row_size(kv.k_type, p.n_head_kv * p.head_dim) &&
+         kv.v_stride >=
+             row_size(kv.v_type, kv.v_head_stride == 0 ? p.n_head_kv * p.head_dim : p.head_dim)))
       << "attention: K/V row stride smaller than a row";
   if (p.n_tokens == 0) return;
   if (kv.n_kv == 0) {

@@ -357,5 +357,68 @@ TEST(AttentionTest, PromptAndDecodeSchedulesAgree) {
   }
 }
 
+// V stored per head (KvView::v_head_stride, the cache's V planes) gives the bits of V stored as
+// rows, on every target and thread count, for both schedules (decoding with few tasks, a prompt
+// chunk with many), every V type's read path, an order that skips cells and a mask with holes.
+TEST(AttentionTest, VPlanesGiveTheBitsOfRows) {
+  std::mt19937 rng(47);
+  struct Shape {
+    int64_t n_tokens, n_head, n_head_kv, hd, n_kv;
+  };
+  for (const Shape& sh :
+       {Shape{1, 12, 2, 128, 600}, Shape{3, 9, 3, 64, 300}, Shape{40, 8, 2, 64, 200}}) {
+    for (GgmlType vt : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                        GgmlType::Q4_0, GgmlType::IQ4_NL}) {
+      const GgmlType kt = GgmlType::F16;
+      SCOPED_TRACE(std::string("V ") + std::string(type_name(vt)) + " tokens " +
+                   std::to_string(sh.n_tokens) + " heads " + std::to_string(sh.n_head));
+      const int64_t n_elems = sh.n_head_kv * sh.hd;
+      std::vector<float> kd, vd;
+      const std::vector<uint8_t> k = make_rows(kt, sh.n_kv, n_elems, rng, kd);
+      const std::vector<uint8_t> v = make_rows(vt, sh.n_kv, n_elems, rng, vd);
+      // The planes: head g's segment of cell c at g * n_kv * seg + c * seg.
+      const size_t row = row_size(vt, n_elems), seg = row_size(vt, sh.hd);
+      std::vector<uint8_t> planes(v.size());
+      for (int64_t g = 0; g < sh.n_head_kv; ++g) {
+        for (int64_t c = 0; c < sh.n_kv; ++c) {
+          std::memcpy(planes.data() + (g * sh.n_kv + c) * seg, v.data() + c * row + g * seg, seg);
+        }
+      }
+      // Every third cell left out of the order.
+      std::vector<int32_t> order;
+      for (int32_t c = 0; c < sh.n_kv; ++c) {
+        if (c % 3 != 1) order.push_back(c);
+      }
+      KvView rows_kv{kt, k.data(), row_size(kt, n_elems), vt, v.data(), row, sh.n_kv};
+      rows_kv.order = order.data();
+      rows_kv.n_order = static_cast<int64_t>(order.size());
+      KvView planes_kv = rows_kv;
+      planes_kv.v = planes.data();
+      planes_kv.v_stride = seg;
+      planes_kv.v_head_stride = sh.n_kv * seg;
+      const AttentionParams p{sh.n_tokens, sh.n_head, sh.n_head_kv, sh.hd, 0.1f, 0.0f};
+      const std::vector<float> q = random_floats(rng, sh.n_tokens * sh.n_head * sh.hd, 1.0f, 23);
+      std::vector<float> mask(sh.n_tokens * sh.n_kv, 0.0f);
+      std::bernoulli_distribution hole(0.1);
+      for (float& m : mask) m = hole(rng) ? -INFINITY : 0.0f;
+      const size_t n_out = sh.n_tokens * sh.n_head * sh.hd;
+      std::vector<float> want(n_out), want_ref(n_out), got_ref(n_out);
+      ref::attention(p, q.data(), rows_kv, mask.data(), sh.n_kv, want_ref.data(), false);
+      ref::attention(p, q.data(), planes_kv, mask.data(), sh.n_kv, got_ref.data(), false);
+      ASSERT_EQ(0, std::memcmp(want_ref.data(), got_ref.data(), n_out * sizeof(float)));
+      ThreadPool pool(2);
+      for_each_target([&] {
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> a(n_out, NAN), b(n_out, NAN);
+          attention(p, q.data(), rows_kv, mask.data(), sh.n_kv, a.data(), tp);
+          attention(p, q.data(), planes_kv, mask.data(), sh.n_kv, b.data(), tp);
+          ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n_out * sizeof(float)))
+              << "threads=" << (tp ? 2 : 1);
+        }
+      });
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mnemo::kernels

@@ -327,7 +327,10 @@ void rope_shift(const RopeParams& p, GgmlType type, void* rows, size_t row_strid
 // Attention over KV-cache rows
 
 /// K and V of n_kv cache cells. Cell c's K row (n_head_kv * head_dim elements of k_type, head h
-/// at element h * head_dim) starts at k + c * k_stride bytes; likewise V. Non-owning.
+/// at element h * head_dim) starts at k + c * k_stride bytes. V likewise when v_head_stride is 0;
+/// otherwise V is stored per head ("V planes"): head h's head_dim elements of cell c start at
+/// v + h * v_head_stride + c * v_stride bytes (v_stride >= row_size(v_type, head_dim)), so that
+/// a task accumulating one head's V reads one contiguous range. Non-owning.
 /// order (optional, n_order entries, each in [0, n_kv), no repeats): the cells attention visits,
 /// in this order; cells not listed are not seen by any row. The memory lists the occupied
 /// cells by position (KvCacheContext::build_order), which makes a row's result independent of
@@ -342,6 +345,7 @@ struct KvView {
   int64_t n_kv = 0;
   const int32_t* order = nullptr;
   int64_t n_order = 0;
+  size_t v_head_stride = 0;  // 0: V rows hold every head side by side; else bytes between heads
 };
 
 /// Shapes and constants of one attention call.

@@ -143,7 +143,16 @@ void attention(const AttentionParams& p, const float* q, const KvView& kv, const
   std::vector<std::vector<float>> k(kv.n_kv), v(kv.n_kv);
   for (int64_t c = 0; c < kv.n_kv; ++c) {
     k[c] = dequantize(kv.k_type, static_cast<const uint8_t*>(kv.k) + c * kv.k_stride, n_kv_elems);
-    v[c] = dequantize(kv.v_type, static_cast<const uint8_t*>(kv.v) + c * kv.v_stride, n_kv_elems);
+    if (kv.v_head_stride == 0) {
+      v[c] = dequantize(kv.v_type, static_cast<const uint8_t*>(kv.v) + c * kv.v_stride, n_kv_elems);
+    } else {
+      for (int64_t g = 0; g < p.n_head_kv; ++g) {
+        const std::vector<float> seg = dequantize(
+            kv.v_type, static_cast<const uint8_t*>(kv.v) + g * kv.v_head_stride + c * kv.v_stride,
+            d);
+        v[c].insert(v[c].end(), seg.begin(), seg.end());
+      }
+    }
   }
   // Cells outside kv.order (when given) are seen by no row.
   std::vector<bool> listed(kv.n_kv, kv.order == nullptr);

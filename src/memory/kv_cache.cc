@@ -69,7 +69,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(KvCacheConfig config) {
   for (uint32_t il = 0; il < config.n_embd_k_gqa.size(); ++il) {
     if (config.layer_filter && !config.layer_filter(il)) continue;
     layer_index[il] = static_cast<int32_t>(layers.size());
-    layers.push_back({il, config.n_embd_k_gqa[il], config.n_embd_v_gqa[il]});
+    layers.push_back({il, config.n_embd_k_gqa[il], config.n_embd_v_gqa[il], config.head_dim_v});
   }
   std::vector<KvStorage::StreamTypes> types = config.stream_types;
   if (types.empty()) types.assign(n_stream, {config.k_type, config.v_type});

@@ -71,6 +71,9 @@ struct KvCacheShape {
   GgmlType v_type = GgmlType::F16;
   std::vector<uint32_t> n_embd_k_gqa;  // [n_layer] K row width (elements) of each model layer
   std::vector<uint32_t> n_embd_v_gqa;  // [n_layer] V row width
+  /// V head size (elements): > 0 lets layers of several K/V heads store V per head (V planes,
+  /// kv_storage.h); 0 keeps V as rows. Only the layout in memory differs, never a row's bytes.
+  uint32_t head_dim_v = 0;
 };
 
 /// A KvCache: its shape (KvCacheShape: n_ctx, n_seq_max, unified, k_type / v_type, row widths)

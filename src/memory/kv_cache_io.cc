@@ -176,7 +176,7 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
     // KVLY per layer: il, K rows, V rows. Runs of consecutive cells are one contiguous put;
     // converted rows go one by one through a scratch row.
     const uint64_t n = b.cells.size();
-    std::vector<uint8_t> row_out;
+    std::vector<uint8_t> row_in, row_out;
     std::vector<float> scratch;
     for (uint32_t l = 0; l < n_layer; ++l) {
       const KvRows k = storage_.k(l, s);
@@ -194,20 +194,31 @@ Status KvCache::state_write_part(StateWriter& w, const StateWriteSpec& spec,
           continue;
         }
         if (ot != view.type || out_rot != src_rot) {
+          row_in.resize(view.row_bytes);
           row_out.resize(out_bytes);
           scratch.resize(view.n_embd);
           for (uint32_t cell : b.cells) {
-            MNEMO_RETURN_IF_ERROR(kv_row_convert(view.type, src_rot, view.row(cell), ot, out_rot,
+            view.get_rows(cell, 1, row_in.data());
+            MNEMO_RETURN_IF_ERROR(kv_row_convert(view.type, src_rot, row_in.data(), ot, out_rot,
                                                  row_out.data(), view.n_embd, scratch.data()));
             MNEMO_RETURN_IF_ERROR(w.put(row_out.data(), out_bytes));
           }
           continue;
         }
+        // Planes are gathered into rows, up to kGatherRows at a time.
+        constexpr size_t kGatherRows = 256;
         size_t i = 0;
         while (i < b.cells.size()) {
           size_t e = i + 1;
-          while (e < b.cells.size() && b.cells[e] == b.cells[e - 1] + 1) ++e;
-          MNEMO_RETURN_IF_ERROR(w.put(view.row(b.cells[i]), (e - i) * view.row_bytes));
+          const size_t cap = view.is_rows() ? b.cells.size() : i + kGatherRows;
+          while (e < std::min(cap, b.cells.size()) && b.cells[e] == b.cells[e - 1] + 1) ++e;
+          if (view.is_rows()) {
+            MNEMO_RETURN_IF_ERROR(w.put(view.row(b.cells[i]), (e - i) * view.row_bytes));
+          } else {
+            row_in.resize((e - i) * view.row_bytes);
+            view.get_rows(b.cells[i], uint32_t(e - i), row_in.data());
+            MNEMO_RETURN_IF_ERROR(w.put(row_in.data(), row_in.size()));
+          }
           i = e;
         }
       }
@@ -647,6 +658,7 @@ void KvPartReader::write_rows(uint32_t l, int kind, const Block& b, const BlockP
   const size_t row = size_t(kind == 0 ? li.k_row : li.v_row);
   KvStorage& storage = c_.storage_;
   const auto& begin = plan.begin;
+  std::vector<uint8_t> converted;  // a converted row bound for planes
   for (uint32_t j = 0; j < m; ++j) {
     const uint8_t* s = src + size_t(j) * row;
     const uint32_t i = first + j;
@@ -662,7 +674,7 @@ void KvPartReader::write_rows(uint32_t l, int kind, const Block& b, const BlockP
           if (te.stream != t0.stream || te.cell != t0.cell + (e - j)) break;
           ++e;
         }
-        std::memcpy(dv.row(t0.cell), s, size_t(e - j) * row);
+        dv.set_rows(t0.cell, e - j, s);
         j = e - 1;
         continue;
       }
@@ -670,10 +682,12 @@ void KvPartReader::write_rows(uint32_t l, int kind, const Block& b, const BlockP
     for (uint32_t t = begin[i]; t < begin[i + 1]; ++t) {
       const Target& tg = plan.targets[t];
       const KvRows dv = kind == 0 ? storage.k(l, tg.stream) : storage.v(l, tg.stream);
-      const Status st =
-          kv_row_convert(src_type, b.rotation, s, dv.type, storage.rotation(tg.stream),
-                         dv.row(tg.cell), n_embd, scratch->data());
+      converted.resize(dv.is_rows() ? 0 : dv.row_bytes);
+      const Status st = kv_row_convert(
+          src_type, b.rotation, s, dv.type, storage.rotation(tg.stream),
+          dv.is_rows() ? dv.row(tg.cell) : converted.data(), n_embd, scratch->data());
       CHECK(st.ok()) << st.to_string();
+      if (!dv.is_rows()) dv.set_rows(tg.cell, 1, converted.data());
     }
   }
 }

@@ -38,14 +38,21 @@ void write_row(GgmlType type, const float* src, uint8_t* dst, int64_t n, uint32_
 
 void KvCacheContext::store_kv(uint32_t il, const float* k, const float* v) const {
   std::vector<float> tmp;
+  std::vector<uint8_t> v_row;  // a V row bound for planes
   for (const StreamSlots& ss : placement()) {
     const KvRows kr = k_view(il, ss.stream);
     const KvRows vr = v_view(il, ss.stream);
     const uint32_t rot = cache_->storage().rotation(ss.stream);
+    v_row.resize(vr.is_rows() ? 0 : vr.row_bytes);
     for (size_t j = 0; j < ss.rows.size(); ++j) {
       const uint32_t r = ss.rows[j];
       write_row(kr.type, k + size_t(r) * kr.n_embd, kr.row(ss.cells[j]), kr.n_embd, rot, &tmp);
-      write_row(vr.type, v + size_t(r) * vr.n_embd, vr.row(ss.cells[j]), vr.n_embd, rot, &tmp);
+      if (vr.is_rows()) {
+        write_row(vr.type, v + size_t(r) * vr.n_embd, vr.row(ss.cells[j]), vr.n_embd, rot, &tmp);
+      } else {
+        write_row(vr.type, v + size_t(r) * vr.n_embd, v_row.data(), vr.n_embd, rot, &tmp);
+        vr.set_rows(ss.cells[j], 1, v_row.data());
+      }
     }
   }
 }
@@ -72,7 +79,8 @@ KvCacheContext::AttentionInput KvCacheContext::attention_input(uint32_t il, size
   in.kv.k_stride = kr.row_bytes;
   in.kv.v_type = vr.type;
   in.kv.v = vr.data;
-  in.kv.v_stride = vr.row_bytes;
+  in.kv.v_stride = vr.cell_stride();
+  in.kv.v_head_stride = vr.plane_bytes();
   in.kv.n_kv = n_kv;
   in.kv.order = orders_[i].data();
   in.kv.n_order = int64_t(orders_[i].size());

@@ -23,8 +23,16 @@ KvCacheConfig small(uint32_t n_ctx, uint32_t n_seq_max, bool unified) {
   c.unified = unified;
   c.n_embd_k_gqa = {32, 64};
   c.n_embd_v_gqa = {32, 32};
+  c.head_dim_v = 16;  // f16 V as 2 planes; q8_0 V (blocks of 32) as rows
   c.n_pad = 4;
   return c;
+}
+
+// Cell `cell`'s row of a K or V view (rows or planes).
+std::vector<uint8_t> row_of(const KvRows& view, uint32_t cell) {
+  std::vector<uint8_t> row(view.row_bytes);
+  view.get_rows(cell, 1, row.data());
+  return row;
 }
 
 std::unique_ptr<KvCache> make(KvCacheConfig c) {
@@ -436,7 +444,9 @@ TEST(KvCacheTest, SeqCpAcrossStreamsCopiesAnyRangeAndConvertsTypes) {
       for (size_t j = 0; j < sl.cells.size(); ++j) {
         for (uint32_t i = 0; i < v.n_embd; ++i)
           row[i] = value(il, kind, ctx->ubatch().pos[sl.rows[j]], i);
-        ASSERT_TRUE(quantize_row(v.type, row.data(), v.row(sl.cells[j]), v.n_embd).ok());
+        std::vector<uint8_t> bytes(v.row_bytes);
+        ASSERT_TRUE(quantize_row(v.type, row.data(), bytes.data(), v.n_embd).ok());
+        v.set_rows(sl.cells[j], 1, bytes.data());
       }
     }
   }
@@ -455,12 +465,8 @@ TEST(KvCacheTest, SeqCpAcrossStreamsCopiesAnyRangeAndConvertsTypes) {
     const uint32_t s = static_cast<uint32_t>(c2.pos(d));  // stream 0 holds pos p in cell p
     ASSERT_EQ(c0.pos(s), c2.pos(d));
     for (uint32_t il = 0; il < 2; ++il) {
-      EXPECT_EQ(std::memcmp(kv->k_view(il, 2).row(d), kv->k_view(il, 0).row(s),
-                            kv->k_view(il, 0).row_bytes),
-                0);
-      EXPECT_EQ(std::memcmp(kv->v_view(il, 2).row(d), kv->v_view(il, 0).row(s),
-                            kv->v_view(il, 0).row_bytes),
-                0);
+      EXPECT_EQ(row_of(kv->k_view(il, 2), d), row_of(kv->k_view(il, 0), s));
+      EXPECT_EQ(row_of(kv->v_view(il, 2), d), row_of(kv->v_view(il, 0), s));
     }
   }
 
@@ -475,12 +481,16 @@ TEST(KvCacheTest, SeqCpAcrossStreamsCopiesAnyRangeAndConvertsTypes) {
     n_shifted += c1.shift(d) == 2;
     const Pos written = c1.pos(d) - c1.shift(d);  // the position K/V were computed at
     for (uint32_t il = 0; il < 2; ++il) {
-      const KvRows k = kv->k_view(il, 1);
-      std::vector<float> got(k.n_embd);
-      ASSERT_TRUE(dequantize_row(k.type, k.row(d), got.data(), k.n_embd).ok());
-      for (uint32_t i = 0; i < k.n_embd; ++i) {
-        // f16 then q8_0 of values in [-1, 1]: within one q8_0 step (max / 127) plus f16 error.
-        EXPECT_NEAR(got[i], value(il, 'K', written, i), 1.0f / 127 + 1e-3f);
+      // K rows, and V from f16 planes into q8_0 rows.
+      for (char kind : {'K', 'V'}) {
+        const KvRows view = kind == 'K' ? kv->k_view(il, 1) : kv->v_view(il, 1);
+        std::vector<float> got(view.n_embd);
+        ASSERT_TRUE(
+            dequantize_row(view.type, row_of(view, d).data(), got.data(), view.n_embd).ok());
+        for (uint32_t i = 0; i < view.n_embd; ++i) {
+          // f16 then q8_0 of values in [-1, 1]: within one q8_0 step (max / 127) plus f16 error.
+          EXPECT_NEAR(got[i], value(il, kind, written, i), 1.0f / 127 + 1e-3f);
+        }
       }
     }
   }

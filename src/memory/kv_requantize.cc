@@ -52,31 +52,48 @@ void KvStorage::commit_convert(Prepared p, const std::vector<uint32_t>& cells, T
   // One task per (layer, K or V); large streams are converted on the pool's threads (the work
   // is independent per tensor), small ones on the calling thread.
   const uint32_t n_tasks = uint32_t(layers_.size()) * 2;
-  auto convert = [&](uint32_t task, std::vector<float>* scratch) {
-    const size_t l = task / 2;
+  // Views of a stream's tensor (the stream need not be installed yet).
+  const auto view = [&](const Stream& st, uint32_t l, bool is_k) {
+    if (is_k) {
+      return KvRows{st.types.k_type, const_cast<uint8_t*>(st.buf.data()) + st.k_off[l], st.k_row[l],
+                    layers_[l].n_embd_k, n_cells_};
+    }
+    return KvRows{st.types.v_type,
+                  const_cast<uint8_t*>(st.buf.data()) + st.v_off[l],
+                  st.v_row[l],
+                  layers_[l].n_embd_v,
+                  n_cells_,
+                  st.v_seg[l],
+                  st.v_row[l] / st.v_seg[l]};
+  };
+  struct Scratch {
+    std::vector<float> f;
+    std::vector<uint8_t> src, dst;
+  };
+  auto convert = [&](uint32_t task, Scratch* scratch) {
+    const uint32_t l = task / 2;
     const bool is_k = task % 2 == 0;
-    const uint32_t n = is_k ? layers_[l].n_embd_k : layers_[l].n_embd_v;
-    const GgmlType src_t = is_k ? old.k_type : old.v_type;
-    const GgmlType dst_t = is_k ? types.k_type : types.v_type;
-    const size_t src_row = is_k ? cur.k_row[l] : cur.v_row[l];
-    const size_t dst_row = is_k ? fresh.k_row[l] : fresh.v_row[l];
-    const uint8_t* src = cur.buf.data() + (is_k ? cur.k_off[l] : cur.v_off[l]);
-    uint8_t* dst = fresh.buf.data() + (is_k ? fresh.k_off[l] : fresh.v_off[l]);
-    scratch->resize(n);
+    const KvRows a = view(cur, l, is_k);
+    const KvRows b = view(fresh, l, is_k);
+    scratch->f.resize(a.n_embd);
+    scratch->src.resize(a.row_bytes);
+    scratch->dst.resize(b.row_bytes);
     for (uint32_t cell : cells) {
       // Types were checked above and at creation: the conversion exists.
+      a.get_rows(cell, 1, scratch->src.data());
       const Status st =
-          kv_row_convert(src_t, old.rotation, src + size_t(cell) * src_row, dst_t, types.rotation,
-                         dst + size_t(cell) * dst_row, n, scratch->data());
+          kv_row_convert(a.type, old.rotation, scratch->src.data(), b.type, types.rotation,
+                         scratch->dst.data(), a.n_embd, scratch->f.data());
       CHECK(st.ok()) << st.to_string();
+      b.set_rows(cell, 1, scratch->dst.data());
     }
   };
   const size_t work = cells.size() * n_tasks;
   if (pool == nullptr || work < (size_t{1} << 14)) {
-    std::vector<float> scratch;
+    Scratch scratch;
     for (uint32_t t = 0; t < n_tasks; ++t) convert(t, &scratch);
   } else {
-    std::vector<std::vector<float>> scratch(size_t(pool->n_threads()));  // one per thread
+    std::vector<Scratch> scratch(size_t(pool->n_threads()));  // one per thread
     pool->parallel_for(n_tasks, [&](int64_t task, int thread) {
       convert(uint32_t(task), &scratch[size_t(thread)]);
     });

@@ -16,7 +16,43 @@ constexpr size_t kTensorAlign = 64;
 
 size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTensorAlign; }
 
+// V planes per cell row for layer l under V type t (1: rows): one per K/V head when the head
+// size is whole blocks of t and the row holds more than one head.
+uint32_t v_planes(const KvStorage::Layer& l, GgmlType t) {
+  const uint32_t hd = l.head_dim_v;
+  if (hd == 0 || l.n_embd_v % hd != 0 || l.n_embd_v / hd < 2 || hd % block_size(t) != 0) return 1;
+  return l.n_embd_v / hd;
+}
+
 }  // namespace
+
+void KvRows::get_rows(uint32_t cell, uint32_t n, uint8_t* out) const {
+  if (n_seg == 1) {
+    std::memcpy(out, data + size_t(cell) * row_bytes, size_t(n) * row_bytes);
+    return;
+  }
+  const size_t plane = plane_bytes();
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint8_t* src = data + size_t(cell + i) * seg_bytes;
+    for (uint32_t h = 0; h < n_seg; ++h, out += seg_bytes) {
+      std::memcpy(out, src + h * plane, seg_bytes);
+    }
+  }
+}
+
+void KvRows::set_rows(uint32_t cell, uint32_t n, const uint8_t* in) const {
+  if (n_seg == 1) {
+    std::memmove(data + size_t(cell) * row_bytes, in, size_t(n) * row_bytes);
+    return;
+  }
+  const size_t plane = plane_bytes();
+  for (uint32_t i = 0; i < n; ++i) {
+    uint8_t* dst = data + size_t(cell + i) * seg_bytes;
+    for (uint32_t h = 0; h < n_seg; ++h, in += seg_bytes) {
+      std::memmove(dst + h * plane, in, seg_bytes);
+    }
+  }
+}
 
 bool is_supported_kv_type(GgmlType t) { return is_kv_cache_type(t); }
 
@@ -75,6 +111,7 @@ Result<KvStorage::Stream> KvStorage::make_stream(uint32_t n_cells, const std::ve
     off = align_up(off + v_row * n_cells);
     st.k_row.push_back(k_row);
     st.v_row.push_back(v_row);
+    st.v_seg.push_back(v_planes(l, types.v_type));
     st.cell_bytes += k_row + v_row;
   }
   MNEMO_ASSIGN_OR_RETURN(st.buf, AlignedBuffer::allocate(off));
@@ -120,48 +157,56 @@ KvRows KvStorage::k(uint32_t l, uint32_t s) const {
 
 KvRows KvStorage::v(uint32_t l, uint32_t s) const {
   const Stream& st = streams_[s];
-  return KvRows{st.types.v_type, const_cast<uint8_t*>(st.buf.data()) + st.v_off[l], st.v_row[l],
-                layers_[l].n_embd_v, n_cells_};
+  return KvRows{st.types.v_type,
+                const_cast<uint8_t*>(st.buf.data()) + st.v_off[l],
+                st.v_row[l],
+                layers_[l].n_embd_v,
+                n_cells_,
+                st.v_seg[l],
+                st.v_row[l] / st.v_seg[l]};
 }
 
 void KvStorage::save_cell(uint32_t s, uint32_t cell, uint8_t* out) const {
   const Stream& st = streams_[s];
-  const uint8_t* base = st.buf.data();
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    std::memcpy(out, base + st.k_off[l] + cell * st.k_row[l], st.k_row[l]);
+  for (uint32_t l = 0; l < n_layer(); ++l) {
+    k(l, s).get_rows(cell, 1, out);
     out += st.k_row[l];
-    std::memcpy(out, base + st.v_off[l] + cell * st.v_row[l], st.v_row[l]);
+    v(l, s).get_rows(cell, 1, out);
     out += st.v_row[l];
   }
 }
 
 void KvStorage::restore_cell(uint32_t s, uint32_t cell, const uint8_t* in) {
-  Stream& st = streams_[s];
-  uint8_t* base = st.buf.data();
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    std::memcpy(base + st.k_off[l] + cell * st.k_row[l], in, st.k_row[l]);
+  const Stream& st = streams_[s];
+  for (uint32_t l = 0; l < n_layer(); ++l) {
+    k(l, s).set_rows(cell, 1, in);
     in += st.k_row[l];
-    std::memcpy(base + st.v_off[l] + cell * st.v_row[l], in, st.v_row[l]);
+    v(l, s).set_rows(cell, 1, in);
     in += st.v_row[l];
   }
 }
 
 void KvStorage::copy_cell(uint32_t src_s, uint32_t src_cell, uint32_t dst_s, uint32_t dst_cell) {
   std::vector<float> tmp;
+  std::vector<uint8_t> row_a, row_b;
   const uint32_t src_rot = rotation(src_s);
   const uint32_t dst_rot = rotation(dst_s);
   for (uint32_t l = 0; l < n_layer(); ++l) {
     for (int kind = 0; kind < 2; ++kind) {
       const KvRows a = kind == 0 ? k(l, src_s) : v(l, src_s);
       const KvRows b = kind == 0 ? k(l, dst_s) : v(l, dst_s);
+      row_a.resize(a.row_bytes);
+      a.get_rows(src_cell, 1, row_a.data());
       if (a.type == b.type && src_rot == dst_rot) {
-        std::memmove(b.row(dst_cell), a.row(src_cell), a.row_bytes);
+        b.set_rows(dst_cell, 1, row_a.data());
       } else {
         tmp.resize(a.n_embd);
+        row_b.resize(b.row_bytes);
         // Types and rotations were validated at creation: the conversion exists.
-        const Status st = kv_row_convert(a.type, src_rot, a.row(src_cell), b.type, dst_rot,
-                                         b.row(dst_cell), a.n_embd, tmp.data());
+        const Status st = kv_row_convert(a.type, src_rot, row_a.data(), b.type, dst_rot,
+                                         row_b.data(), a.n_embd, tmp.data());
         CHECK(st.ok()) << st.to_string();
+        b.set_rows(dst_cell, 1, row_b.data());
       }
     }
   }

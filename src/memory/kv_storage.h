@@ -2,8 +2,17 @@
 //
 // For every held layer l and stream s there is one K tensor and one V tensor, each n_cells rows:
 //   K[l][s]: [n_embd_k_gqa(l), n_cells] of k_type(s), row i = cell i, row_size(k_type, n_embd)
-//   V[l][s]: [n_embd_v_gqa(l), n_cells] of v_type(s), same layout (rows per cell, NOT transposed:
-//            attention reads quantized K/V straight from rows)
+//   V[l][s]: [n_embd_v_gqa(l), n_cells] of v_type(s), rows per cell (NOT transposed: attention
+//            reads quantized K/V straight from rows); for a layer of several K/V heads whose head
+//            size is whole blocks of v_type, stored per head ("V planes"): head h's segment of
+//            every cell in one plane [head_dim_v, n_cells], the planes one after another. Decoding
+//            accumulates V one head per thread; with planes each thread reads one contiguous
+//            range instead of every other part of each row (docs/benchmarks.md: 11-13% less
+//            time per decoding attention call at depth 4096 on a 1.5B model's shape).
+// A cell's row, whatever the layout, is the concatenation of its heads' segments in head order:
+// KvRows::get_row / set_row move it as such (state files, the prompt cache, copies and type
+// conversions all see rows).
+
 // Each stream has its own K/V types and its own mapping (AlignedBuffer) holding all its layers,
 // so one stream can be freed and replaced with other types (requantization) on its own.
 //
@@ -20,6 +29,7 @@
 #include <vector>
 
 #include "base/buffer.h"
+#include "mnemo/check.h"
 #include "mnemo/quant.h"
 #include "mnemo/status.h"
 
@@ -27,15 +37,34 @@ namespace mnemo {
 
 class ThreadPool;
 
-/// A view of one K or V tensor of one (layer, stream): [n_embd, n_cells] of `type`.
+/// A view of one K or V tensor of one (layer, stream): [n_embd, n_cells] of `type`, as rows
+/// (n_seg 1: cell c's row at data + c * row_bytes) or as n_seg planes (V planes: segment h of
+/// cell c, seg_bytes long, at data + h * n_cells * seg_bytes + c * seg_bytes; the row is the
+/// segments in order).
 struct KvRows {
   GgmlType type = GgmlType::F16;
-  uint8_t* data = nullptr;  // row of cell 0
-  size_t row_bytes = 0;     // bytes per row = stride between cells = row_size(type, n_embd)
+  uint8_t* data = nullptr;  // row (rows) or segment 0 (planes) of cell 0
+  size_t row_bytes = 0;     // bytes of one cell's row = row_size(type, n_embd)
   uint32_t n_embd = 0;      // elements per row
   uint32_t n_cells = 0;     // rows
+  uint32_t n_seg = 1;       // 1: rows; > 1: planes of seg_bytes per cell
+  size_t seg_bytes = 0;     // planes: row_bytes / n_seg (whole blocks of `type`)
 
-  uint8_t* row(uint32_t cell) const { return data + static_cast<size_t>(cell) * row_bytes; }
+  /// Whether cells' rows are contiguous (row() is usable).
+  bool is_rows() const { return n_seg == 1; }
+  /// Cell c's row; rows only (CHECKed).
+  uint8_t* row(uint32_t cell) const {
+    CHECK(n_seg == 1) << "KvRows::row on a tensor stored as planes";
+    return data + static_cast<size_t>(cell) * row_bytes;
+  }
+  /// Bytes from one cell to the next within a segment: row_bytes (rows) or seg_bytes (planes).
+  size_t cell_stride() const { return n_seg == 1 ? row_bytes : seg_bytes; }
+  /// Bytes from one plane to the next (planes), 0 for rows.
+  size_t plane_bytes() const { return n_seg == 1 ? 0 : static_cast<size_t>(n_cells) * seg_bytes; }
+  /// Copies the rows of cells [cell, cell + n) to out[0, n * row_bytes), one after another.
+  void get_rows(uint32_t cell, uint32_t n, uint8_t* out) const;
+  /// The inverse of get_rows: rows of cells [cell, cell + n) from in[0, n * row_bytes).
+  void set_rows(uint32_t cell, uint32_t n, const uint8_t* in) const;
 };
 
 /// True for the types a KV cache may store (list in the header comment).
@@ -43,11 +72,14 @@ bool is_supported_kv_type(GgmlType t);
 
 class KvStorage {
  public:
-  /// One held layer: its model layer index and K / V row widths (elements).
+  /// One held layer: its model layer index, K / V row widths (elements) and V head size
+  /// (elements; 0: V kept as rows; otherwise V planes wherever the head size is whole blocks of
+  /// the stream's V type and the row holds more than one head).
   struct Layer {
     uint32_t il = 0;
     uint32_t n_embd_k = 0;
     uint32_t n_embd_v = 0;
+    uint32_t head_dim_v = 0;
   };
   /// K / V types of one stream, and the Hadamard rotation of its rows (kv_rotation.h): 0 = rows
   /// as computed, d = every head of d elements stored rotated by H_d (d must divide every width).
@@ -129,6 +161,7 @@ class KvStorage {
     std::vector<size_t> v_off;  // [n_layer] byte offset of V[l] in buf
     std::vector<size_t> k_row;  // [n_layer] K row bytes
     std::vector<size_t> v_row;  // [n_layer] V row bytes
+    std::vector<uint32_t> v_seg;  // [n_layer] V planes (1: rows)
     size_t cell_bytes = 0;      // sum of k_row + v_row
   };
 

@@ -72,8 +72,12 @@ void write_fake_kv(const MemoryContext& ctx, uint32_t n_layer, uint64_t generati
       const KvRows v = kv->v_view(il, sl.stream);
       for (size_t j = 0; j < sl.rows.size(); ++j) {
         const uint64_t tag = make_tag(generation, ub.batch_row[sl.rows[j]]);
-        fill_row(k.row(sl.cells[j]), k.row_bytes, il, 'K', tag);
-        fill_row(v.row(sl.cells[j]), v.row_bytes, il, 'V', tag);
+        for (char kind : {'K', 'V'}) {
+          const KvRows& view = kind == 'K' ? k : v;
+          std::vector<uint8_t> row(view.row_bytes);
+          fill_row(row.data(), row.size(), il, kind, tag);
+          view.set_rows(sl.cells[j], 1, row.data());
+        }
       }
     }
   }
@@ -85,8 +89,11 @@ void scribble_kv(const MemoryContext& ctx, uint32_t n_layer) {
     if (kv == nullptr) continue;
     for (const StreamSlots& sl : kv->placement()) {
       for (uint32_t cell : sl.cells) {
-        std::memset(kv->k_view(il, sl.stream).row(cell), 0xAB, kv->k_view(il, sl.stream).row_bytes);
-        std::memset(kv->v_view(il, sl.stream).row(cell), 0xCD, kv->v_view(il, sl.stream).row_bytes);
+        for (char kind : {'K', 'V'}) {
+          const KvRows view = kind == 'K' ? kv->k_view(il, sl.stream) : kv->v_view(il, sl.stream);
+          const std::vector<uint8_t> row(view.row_bytes, kind == 'K' ? 0xAB : 0xCD);
+          view.set_rows(cell, 1, row.data());
+        }
       }
     }
   }
@@ -110,8 +117,11 @@ std::string snapshot(const KvCache& cache) {
         if (!cache.holds_layer(il)) continue;
         const KvRows k = cache.k_view(il, s);
         const KvRows v = cache.v_view(il, s);
-        out.append(reinterpret_cast<const char*>(k.row(i)), k.row_bytes);
-        out.append(reinterpret_cast<const char*>(v.row(i)), v.row_bytes);
+        for (const KvRows& view : {k, v}) {
+          std::vector<uint8_t> row(view.row_bytes);
+          view.get_rows(i, 1, row.data());
+          out.append(reinterpret_cast<const char*>(row.data()), row.size());
+        }
       }
     }
     for (SeqId q = 0; q < static_cast<SeqId>(cache.n_seq_max()); ++q) {
@@ -249,7 +259,9 @@ std::string RefMemory::reconcile(const KvCache& cache, const std::vector<Pos>& p
         for (char kind : {'K', 'V'}) {
           const KvRows v = kind == 'K' ? cache.k_view(il, s) : cache.v_view(il, s);
           uint64_t t = 0;
-          if (!decode_row(v.row(i), v.row_bytes, il, kind, &t) || (have_tag && t != tag)) {
+          std::vector<uint8_t> row(v.row_bytes);
+          v.get_rows(i, 1, row.data());
+          if (!decode_row(row.data(), row.size(), il, kind, &t) || (have_tag && t != tag)) {
             return "stream " + std::to_string(s) + " cell " + std::to_string(i) + " pos " +
                    std::to_string(c.pos(i)) + ": layer " + std::to_string(il) + " " + kind +
                    " row does not hold the pattern of its token";

@@ -141,7 +141,9 @@ inline void write_real_kv(const MemoryContext& ctx, uint32_t n_layer, uint64_t g
           std::vector<float> x(view.n_embd);
           for (uint32_t e = 0; e < view.n_embd; ++e) x[e] = kv_value(tag, il, kind, e);
           if (rot != 0) x = ref_hadamard(x, rot);
-          CHECK(quantize_row(view.type, x.data(), view.row(sl.cells[j]), view.n_embd).ok());
+          std::vector<uint8_t> row(view.row_bytes);
+          CHECK(quantize_row(view.type, x.data(), row.data(), view.n_embd).ok());
+          view.set_rows(sl.cells[j], 1, row.data());
         }
       }
     }
@@ -184,8 +186,11 @@ inline std::vector<StoredCell> seq_bytes(const KvCache& c, SeqId s) {
     for (uint32_t l = 0; l < c.storage().n_layer(); ++l) {
       const KvRows k = c.storage().k(l, st);
       const KvRows v = c.storage().v(l, st);
-      sc.rows.append(reinterpret_cast<const char*>(k.row(cell)), k.row_bytes);
-      sc.rows.append(reinterpret_cast<const char*>(v.row(cell)), v.row_bytes);
+      for (const KvRows& view : {k, v}) {
+        std::vector<uint8_t> row(view.row_bytes);
+        view.get_rows(cell, 1, row.data());
+        sc.rows.append(reinterpret_cast<const char*>(row.data()), row.size());
+      }
     }
     out.push_back(std::move(sc));
   }
@@ -207,7 +212,9 @@ inline std::vector<std::vector<float>> seq_values(const KvCache& c, SeqId s,
     for (uint32_t l = 0; l < c.storage().n_layer(); ++l) {
       for (const KvRows& view : {c.storage().k(l, st), c.storage().v(l, st)}) {
         std::vector<float> x(view.n_embd);
-        CHECK(dequantize_row(view.type, view.row(cell), x.data(), view.n_embd).ok());
+        std::vector<uint8_t> row(view.row_bytes);
+        view.get_rows(cell, 1, row.data());
+        CHECK(dequantize_row(view.type, row.data(), x.data(), view.n_embd).ok());
         if (rot != 0) x = ref_hadamard(x, rot);
         all.insert(all.end(), x.begin(), x.end());
       }
