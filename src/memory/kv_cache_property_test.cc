@@ -62,6 +62,7 @@ class PropertyRun {
     kv.v_type = p.v_type;
     kv.n_embd_k_gqa = {32, 64, 32};
     kv.n_embd_v_gqa = {64, 32, 32};
+    kv.head_dim_v = 16;  // V planes: 4 and 2 per row (2-byte types), rows for q8_0 and the like
     kv.swa_type = p.swa_type;
     kv.n_swa = p.n_swa;
     kv.n_pad = 8;

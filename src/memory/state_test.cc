@@ -111,6 +111,42 @@ TEST(StateTest, EmptySequenceRestoresToEmpty) {
   EXPECT_EQ(dst->cells(1).used(), 0u);
 }
 
+// V planes are a layout in memory only: a cache keeping V as rows and one keeping V planes write
+// the same state bytes for the same contents, and each restores the other's file exactly (f16
+// copies, and q8_0 with rotation through the converting path).
+TEST(StateTest, VPlanesAndRowsWriteAndReadTheSameFiles) {
+  for (const auto& [type, rot] : {std::pair{GgmlType::F16, 0u}, std::pair{GgmlType::Q8_0, kHead}}) {
+    KvCacheConfig rows_cfg = state_config(64, 2, false, type, type, rot);
+    rows_cfg.head_dim_v = 0;
+    const KvCacheConfig planes_cfg = state_config(64, 2, false, type, type, rot);
+    auto rows = make_cache(rows_cfg);
+    auto planes = make_cache(planes_cfg);
+    ASSERT_TRUE(planes->storage().v(0, 0).n_seg == 2 && rows->storage().v(0, 0).n_seg == 1);
+    fill(*rows, 0, 21, 3);
+    fill(*planes, 0, 21, 3);
+    EXPECT_EQ(seq_bytes(*rows, 0), seq_bytes(*planes, 0));
+    const std::vector<uint8_t> from_rows = save_seq(*rows, 0);
+    EXPECT_EQ(save_seq(*planes, 0), from_rows);
+    // Into the other layout, and into another type (converted row by row).
+    auto planes2 = make_cache(planes_cfg);
+    ASSERT_TRUE(state_seq_set_data(*planes2, test_fingerprint(), from_rows, 1).ok());
+    EXPECT_EQ(seq_bytes(*planes2, 1), seq_bytes(*rows, 0));
+    auto rows2 = make_cache(rows_cfg);
+    ASSERT_TRUE(state_seq_set_data(*rows2, test_fingerprint(), save_seq(*planes, 0), 1).ok());
+    EXPECT_EQ(seq_bytes(*rows2, 1), seq_bytes(*planes, 0));
+    KvCacheConfig other = planes_cfg;
+    other.k_type = other.v_type = type == GgmlType::F16 ? GgmlType::F32 : GgmlType::F16;
+    other.rotation_dim = 0;
+    auto converted = make_cache(other);
+    ASSERT_TRUE(state_seq_set_data(*converted, test_fingerprint(), from_rows, 0).ok());
+    KvCacheConfig other_rows = other;
+    other_rows.head_dim_v = 0;
+    auto converted_rows = make_cache(other_rows);
+    ASSERT_TRUE(state_seq_set_data(*converted_rows, test_fingerprint(), from_rows, 0).ok());
+    EXPECT_EQ(seq_bytes(*converted, 0), seq_bytes(*converted_rows, 0));
+  }
+}
+
 TEST(StateTest, SmallerAndLargerContexts) {
   auto src = make_cache(state_config(64, 1, false));
   fill(*src, 0, 20, 1);

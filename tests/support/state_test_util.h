@@ -37,6 +37,7 @@ inline KvCacheConfig state_config(uint32_t n_ctx, uint32_t n_seq_max, bool unifi
   c.v_type = v;
   c.n_embd_k_gqa = {64, 128};
   c.n_embd_v_gqa = {64, 64};
+  c.head_dim_v = kHead;  // V as 2 planes (kv_storage.h) for every type
   c.n_pad = 8;
   c.rotation_dim = rotation_dim;
   return c;
@@ -51,6 +52,7 @@ inline SwaKvCacheConfig swa_state_config(uint32_t n_ctx, uint32_t n_seq_max, boo
   c.kv.unified = unified;
   c.kv.n_embd_k_gqa = {64, 128};
   c.kv.n_embd_v_gqa = {64, 64};
+  c.kv.head_dim_v = kHead;
   c.is_swa_layer = [](uint32_t il) { return il == 0; };
   c.kv.swa_type = SwaType::kStandard;
   c.kv.n_swa = 8;
