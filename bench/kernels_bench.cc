@@ -239,8 +239,9 @@ BENCHMARK(BM_MatmulStream)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// Args: cache type id, n_head, n_head_kv, head_dim, depth, n_threads, n_tokens. n_tokens > 1 is a
-// speculative verify step: the new tokens attend causally to the depth cells and to each other.
+// Args: cache type id, n_head, n_head_kv, head_dim, depth, n_threads, n_tokens, V planes (1: V
+// per head as the cache keeps it, 0: as rows). n_tokens > 1 is a speculative verify step: the new
+// tokens attend causally to the depth cells and to each other.
 void BM_AttentionDecode(benchmark::State& state) {
   const GgmlType type = static_cast<GgmlType>(state.range(0));
   const int64_t n_head = state.range(1), n_head_kv = state.range(2), hd = state.range(3);
@@ -268,7 +269,8 @@ void BM_AttentionDecode(benchmark::State& state) {
     bufs->push_back(std::move(*buf));
     return true;
   };
-  const bool planes = getenv("VPLANES") != nullptr;
+  // V per head (the cache's V planes, kv_storage.h) or as rows.
+  const bool planes = state.range(7) != 0 && n_head_kv > 1;
   const size_t hb = row_size(type, hd);
   for (int64_t i = 0; i < n_layers; ++i) {
     if (!mapped_rows(&k) || !mapped_rows(&v)) {
@@ -277,9 +279,11 @@ void BM_AttentionDecode(benchmark::State& state) {
     }
     if (planes) {
       uint8_t* d = v.back().data();
-      for (int64_t g = 0; g < n_head_kv; ++g)
-        for (int64_t c = 0; c < n_kv; ++c)
+      for (int64_t g = 0; g < n_head_kv; ++g) {
+        for (int64_t c = 0; c < n_kv; ++c) {
           std::memcpy(d + (g * n_kv + c) * hb, rows.data() + c * row_size(type, n) + g * hb, hb);
+        }
+      }
     }
     kvs.push_back(KvView{type, k.back().data(), row_size(type, n), type, v.back().data(),
                          planes ? hb : row_size(type, n), n_kv});
@@ -316,6 +320,7 @@ BENCHMARK(BM_AttentionDecode)
                    {64},
                    {2048},
                    {1, 2},
+                   {1},
                    {1}})
     ->ArgsProduct({{static_cast<int64_t>(GgmlType::F16), static_cast<int64_t>(GgmlType::Q8_0)},
                    {4},
@@ -323,6 +328,7 @@ BENCHMARK(BM_AttentionDecode)
                    {256},
                    {2048},
                    {1, 2},
+                   {1},
                    {1}})
     // Qwen2.5 1.5B's layer shape (12 heads over 2 K/V heads of 128), decoding and verifying a
     // 16-token draft at depth 4096.
@@ -332,10 +338,11 @@ BENCHMARK(BM_AttentionDecode)
                    {128},
                    {4096},
                    {2},
-                   {1, 17}})
+                   {1, 17},
+                   {0, 1}})
     // Qwen2.5 0.5B's (14 heads over 2 K/V heads of 64), drafting for the 1.5B.
-    ->Args({static_cast<int64_t>(GgmlType::F16), 14, 2, 64, 4096, 2, 1})
-    ->ArgNames({"type", "heads", "kv_heads", "head_dim", "depth", "threads", "tokens"})
+    ->Args({static_cast<int64_t>(GgmlType::F16), 14, 2, 64, 4096, 2, 1, 1})
+    ->ArgNames({"type", "heads", "kv_heads", "head_dim", "depth", "threads", "tokens", "planes"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
