@@ -2,7 +2,8 @@
 // and requantization throughput (docs/benchmarks.md, "State save / restore and requantization").
 //
 // The cache has SmolLM2-135M's geometry: 30 layers, K and V rows of 192 elements (3 KV heads of
-// 64), f16: 23,040 bytes per cell; the sequence holds 4096 cells (90 MiB of K/V).
+// 64), f16: 23,040 bytes per cell; the sequence holds 4096 cells (90 MiB of K/V). V is kept as
+// a model's cache keeps it (3 planes of 64, kv_storage.h) unless a benchmark says rows.
 //
 //   build-state/src/memory/state_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -31,7 +32,7 @@ ModelFingerprint bench_fingerprint() {
   return fp;
 }
 
-std::unique_ptr<KvCache> make(GgmlType t, uint32_t n_seq = 1) {
+std::unique_ptr<KvCache> make(GgmlType t, uint32_t n_seq = 1, bool v_planes = true) {
   KvCacheConfig c;
   c.n_ctx = kCells;
   c.n_seq_max = n_seq;
@@ -39,6 +40,7 @@ std::unique_ptr<KvCache> make(GgmlType t, uint32_t n_seq = 1) {
   c.n_embd_k_gqa.assign(kLayers, kWidth);
   c.n_embd_v_gqa.assign(kLayers, kWidth);
   c.rotation_dim = 64;
+  c.head_dim_v = v_planes ? 64 : 0;
   auto r = KvCache::create(c);
   CHECK(r.ok()) << r.status().to_string();
   return std::move(r).value();
@@ -84,8 +86,9 @@ void BM_Memcpy(benchmark::State& st) {
 }
 BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond);
 
+// Arg: V planes (1, as a model's cache) or V rows (0).
 void BM_SaveSeq(benchmark::State& st) {
-  auto c = make(GgmlType::F16);
+  auto c = make(GgmlType::F16, 1, st.range(0) != 0);
   fill(*c);
   const size_t n = *state_seq_get_size(*c, bench_fingerprint(), 0);
   std::vector<uint8_t> buf(n);
@@ -94,25 +97,34 @@ void BM_SaveSeq(benchmark::State& st) {
     benchmark::ClobberMemory();
   }
   st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(n));
+  st.SetLabel(st.range(0) != 0 ? "V planes" : "V rows");
 }
-BENCHMARK(BM_SaveSeq)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SaveSeq)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
 
-// Restore into a cache of type `arg` (0: f16, the same type: a copy; 1: q8_0, converted).
+// Restore into a cache of type `arg` 0 (0: f16, the same type: a copy; 1: q8_0, converted), V
+// planes (arg 1 = 1) or rows (0) in both caches.
 void BM_RestoreSeq(benchmark::State& st) {
-  auto c = make(GgmlType::F16);
+  const bool planes = st.range(1) != 0;
+  auto c = make(GgmlType::F16, 1, planes);
   fill(*c);
   const size_t n = *state_seq_get_size(*c, bench_fingerprint(), 0);
   std::vector<uint8_t> buf(n);
   CHECK(state_seq_get_data(*c, bench_fingerprint(), 0, buf).ok());
-  auto dst = make(st.range(0) == 0 ? GgmlType::F16 : GgmlType::Q8_0);
+  auto dst = make(st.range(0) == 0 ? GgmlType::F16 : GgmlType::Q8_0, 1, planes);
   for (auto _ : st) {
     Status s = state_seq_set_data(*dst, bench_fingerprint(), buf, 0);
     CHECK(s.ok()) << s.to_string();
   }
   st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(n));
-  st.SetLabel(st.range(0) == 0 ? "f16 -> f16" : "f16 -> q8_0");
+  st.SetLabel(std::string(st.range(0) == 0 ? "f16 -> f16" : "f16 -> q8_0") +
+              (planes ? ", V planes" : ", V rows"));
 }
-BENCHMARK(BM_RestoreSeq)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RestoreSeq)
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_SaveLoadFile(benchmark::State& st) {
   auto c = make(GgmlType::F16);
