@@ -35,6 +35,8 @@ void attention(const AttentionParams& p, const float* q, const KvView& kv, const
          kv.v_stride >=
              row_size(kv.v_type, kv.v_head_stride == 0 ? p.n_head_kv * p.head_dim : p.head_dim)))
       << "attention: K/V row stride smaller than a row";
+  CHECK(kv.v_head_stride == 0 || kv.v_head_stride >= kv.n_kv * kv.v_stride)
+      << "attention: V planes overlap (v_head_stride < n_kv * v_stride)";
   if (p.n_tokens == 0) return;
   if (kv.n_kv == 0) {
     std::fill(out, out + p.n_tokens * p.n_head * p.head_dim, 0.0f);

@@ -7,12 +7,13 @@
 //            size is whole blocks of v_type, stored per head ("V planes"): head h's segment of
 //            every cell in one plane [head_dim_v, n_cells], the planes one after another. Decoding
 //            accumulates V one head per thread; with planes each thread reads one contiguous
-//            range instead of every other part of each row (docs/benchmarks.md: 11-13% less
-//            time per decoding attention call at depth 4096 on a 1.5B model's shape).
+//            range instead of every other part of each row (docs/benchmarks.md, "V planes":
+//            8-13% less time per f16 decoding attention call at depth 4096 on a 1.5B model's
+//            shape).
 // A cell's row, whatever the layout, is the concatenation of its heads' segments in head order:
-// KvRows::get_row / set_row move it as such (state files, the prompt cache, copies and type
+// KvRows::get_rows / set_rows move it as such (state files, the prompt cache, copies and type
 // conversions all see rows).
-
+//
 // Each stream has its own K/V types and its own mapping (AlignedBuffer) holding all its layers,
 // so one stream can be freed and replaced with other types (requantization) on its own.
 //
