@@ -402,7 +402,7 @@ TEST(AttentionTest, VPlanesGiveTheBitsOfRows) {
       std::bernoulli_distribution hole(0.1);
       for (float& m : mask) m = hole(rng) ? -INFINITY : 0.0f;
       const size_t n_out = sh.n_tokens * sh.n_head * sh.hd;
-      std::vector<float> want(n_out), want_ref(n_out), got_ref(n_out);
+      std::vector<float> want_ref(n_out), got_ref(n_out);
       ref::attention(p, q.data(), rows_kv, mask.data(), sh.n_kv, want_ref.data(), false);
       ref::attention(p, q.data(), planes_kv, mask.data(), sh.n_kv, got_ref.data(), false);
       ASSERT_EQ(0, std::memcmp(want_ref.data(), got_ref.data(), n_out * sizeof(float)));
