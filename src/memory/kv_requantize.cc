@@ -52,20 +52,6 @@ void KvStorage::commit_convert(Prepared p, const std::vector<uint32_t>& cells, T
   // One task per (layer, K or V); large streams are converted on the pool's threads (the work
   // is independent per tensor), small ones on the calling thread.
   const uint32_t n_tasks = uint32_t(layers_.size()) * 2;
-  // Views of a stream's tensor (the stream need not be installed yet).
-  const auto view = [&](const Stream& st, uint32_t l, bool is_k) {
-    if (is_k) {
-      return KvRows{st.types.k_type, const_cast<uint8_t*>(st.buf.data()) + st.k_off[l], st.k_row[l],
-                    layers_[l].n_embd_k, n_cells_};
-    }
-    return KvRows{st.types.v_type,
-                  const_cast<uint8_t*>(st.buf.data()) + st.v_off[l],
-                  st.v_row[l],
-                  layers_[l].n_embd_v,
-                  n_cells_,
-                  st.v_seg[l],
-                  st.v_row[l] / st.v_seg[l]};
-  };
   struct Scratch {
     std::vector<float> f;
     std::vector<uint8_t> src, dst;

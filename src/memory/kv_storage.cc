@@ -149,14 +149,15 @@ Result<KvStorage> KvStorage::copy() const {
   return out;
 }
 
-KvRows KvStorage::k(uint32_t l, uint32_t s) const {
-  const Stream& st = streams_[s];
-  return KvRows{st.types.k_type, const_cast<uint8_t*>(st.buf.data()) + st.k_off[l], st.k_row[l],
-                layers_[l].n_embd_k, n_cells_};
-}
+KvRows KvStorage::k(uint32_t l, uint32_t s) const { return view(streams_[s], l, true); }
 
-KvRows KvStorage::v(uint32_t l, uint32_t s) const {
-  const Stream& st = streams_[s];
+KvRows KvStorage::v(uint32_t l, uint32_t s) const { return view(streams_[s], l, false); }
+
+KvRows KvStorage::view(const Stream& st, uint32_t l, bool is_k) const {
+  if (is_k) {
+    return KvRows{st.types.k_type, const_cast<uint8_t*>(st.buf.data()) + st.k_off[l], st.k_row[l],
+                  layers_[l].n_embd_k, n_cells_};
+  }
   return KvRows{st.types.v_type,
                 const_cast<uint8_t*>(st.buf.data()) + st.v_off[l],
                 st.v_row[l],

@@ -181,6 +181,9 @@ class KvStorage {
  private:
   KvStorage() = default;
   static Status check_types(const std::vector<Layer>& layers, uint32_t s, StreamTypes t);
+  /// The K (is_k) or V view of held layer l in stream `st` (installed or not: commit_convert
+  /// reads a new stream before it replaces the old).
+  KvRows view(const Stream& st, uint32_t l, bool is_k) const;
   static Result<Stream> make_stream(uint32_t n_cells, const std::vector<Layer>& layers,
                                     StreamTypes types);
 
