@@ -132,7 +132,8 @@ HWY_INLINE void SubScales(const uint8_t* span, const PackedLayout& L, int64_t k,
 }
 
 /// How far ahead of the sub-block being read Tile() prefetches, in bytes: into L1 (T0) at
-/// kPrefetchL1 and into L2 (T2) at kPrefetchL2. One core's reads are bound by how many lines it
+/// kPrefetchL1 and into L2 (T2) at internal::g_far_prefetch_bytes (which depends on the CPU
+/// kind; 4 KiB on the Xeon measured here). One core's reads are bound by how many lines it
 /// has in flight, not by the memory: the far T2 prefetches keep about 64 lines on their way to
 /// L2 without holding L1's few fill buffers, the near T0 ones bring them on to L1. Measured
 /// (`kernels_bench` BM_MatmulStream, Xeon with AMX, 2 threads) against one T0 prefetch 2 KiB
@@ -140,23 +141,22 @@ HWY_INLINE void SubScales(const uint8_t* span, const PackedLayout& L, int64_t k,
 /// 26.2 -> 31.0, beside a plain read of 32 GB/s. T1 for the far ones: 4-6% less; T2 at 3, 5, 6
 /// or 8 KiB: less; NTA: half.
 inline constexpr int64_t kPrefetchL1 = 1024;
-inline constexpr int64_t kPrefetchL2 = 4096;
 
 /// Software prefetch of sub-block k of a span (the hardware prefetchers stop at 4 KiB pages;
-/// decoding streams each group from memory once), kPrefetchL1 and kPrefetchL2 bytes ahead. A
+/// decoding streams each group from memory once), kPrefetchL1 and far bytes ahead. A
 /// K-quant group is one stream of spans (scales, then their quants), walked in equal steps of
 /// span_bytes / subs_per_span per sub-block so that no line of it is skipped.
 template <int kS, bool kF16>
-HWY_INLINE void PrefetchAhead(const uint8_t* span, const PackedLayout& L, int64_t k) {
+HWY_INLINE void PrefetchAhead(const uint8_t* span, const PackedLayout& L, int64_t k, int64_t far) {
   const int64_t step = kF16 ? L.sub_quant_bytes : L.span_bytes / (256 / kS);
   const char* p = reinterpret_cast<const char*>(span) + k * step;
   for (int64_t b = 0; b < step; b += 64) {
     _mm_prefetch(p + kPrefetchL1 + b, _MM_HINT_T0);
-    _mm_prefetch(p + kPrefetchL2 + b, _MM_HINT_T2);
+    _mm_prefetch(p + far + b, _MM_HINT_T2);
   }
   if (step % 64 != 0) {
     _mm_prefetch(p + kPrefetchL1 + step - 1, _MM_HINT_T0);
-    _mm_prefetch(p + kPrefetchL2 + step - 1, _MM_HINT_T2);
+    _mm_prefetch(p + far + step - 1, _MM_HINT_T2);
   }
 }
 
@@ -168,12 +168,13 @@ MNEMO_VNNI_ATTR HWY_NOINLINE void Tile(const uint8_t* group, const PackedLayout&
                                        int n_valid) {
   __m512 accf[kC];
   for (int c = 0; c < kC; ++c) accf[c] = _mm512_setzero_ps();
+  const int64_t far = internal::g_far_prefetch_bytes;
   for (int64_t s = 0; s < L.n_sub; ++s) {
     int64_t k;
     const uint8_t* span = SpanOf<kS, kF16>(group, L, s, k);
     const uint8_t* q = span + L.quants_offset + k * L.sub_quant_bytes;
     const int64_t e0 = s * kS;
-    PrefetchAhead<kS, kF16>(span, L, k);
+    PrefetchAhead<kS, kF16>(span, L, k, far);
     __m512i acci[kC];
     for (int c = 0; c < kC; ++c) acci[c] = _mm512_setzero_si512();
     if constexpr (kKind == internal::kPackU8) {

@@ -93,8 +93,10 @@ HWY_AFTER_NAMESPACE();
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
-#if defined(__x86_64__) && defined(__linux__)
+#if defined(__x86_64__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -222,6 +224,27 @@ bool amx_available() {
   }();
   return available;
 }
+
+namespace {
+int64_t far_prefetch_for_this_cpu() {
+  if (const char* env = std::getenv("MNEMO_PREFETCH_FAR"); env != nullptr) {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 64 && v <= (1 << 20)) return v / 64 * 64;
+  }
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  // Vendor string of leaf 0: "AuthenticAMD" is ebx "Auth", edx "enti", ecx "cAMD".
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == 0x68747541 && edx == 0x69746e65 &&
+      ecx == 0x444d4163) {
+    return 16384;
+  }
+#endif
+  return 4096;
+}
+}  // namespace
+
+const int64_t g_far_prefetch_bytes = far_prefetch_for_this_cpu();
 
 }  // namespace internal
 

@@ -337,13 +337,13 @@ HWY_INLINE void NibbleUnits(const uint8_t* rec, __m256i fifth, const int8_t* con
   }
 }
 
-/// How far ahead of the record being read Tile() prefetches, in bytes: into L1 (T0) at
-/// kPrefetchL1 and into L2 (T2) at kPrefetchL2, as the 16-row layout does (packed-inl.h, which
-/// says why). Measured (`MNEMO_SIMD=AVX2 kernels_bench` BM_MatmulStream, Xeon, 2 threads)
-/// against one T0 prefetch 2 KiB ahead: q4_K 1536 x 1536 20.6 -> 25.2 GB/s, 17920 x 1536
-/// 20.8 -> 26.5; q6_K 23.0 -> 31.5 and 24.2 -> 30.6, beside a plain read of 28-33 GB/s.
+/// How far ahead of the record being read Tile() prefetches into L1 (T0), in bytes; the far
+/// prefetch into L2 (T2) is internal::g_far_prefetch_bytes ahead (as the 16-row layout does:
+/// packed-inl.h says why). Measured (`MNEMO_SIMD=AVX2 kernels_bench` BM_MatmulStream, Xeon,
+/// 2 threads) against one T0 prefetch 2 KiB ahead, with T2 at 4 KiB: q4_K 1536 x 1536 20.6 ->
+/// 25.2 GB/s, 17920 x 1536 20.8 -> 26.5; q6_K 23.0 -> 31.5 and 24.2 -> 30.6, beside a plain
+/// read of 28-33 GB/s.
 inline constexpr int64_t kPrefetchL1 = 1024;
-inline constexpr int64_t kPrefetchL2 = 4096;
 
 /// One 8-row group x kC tokens: y[c * y_stride + r] for r < n_valid, c < kC.
 template <int kKind, int kS, bool kF16, int kOff, int kC>
@@ -360,6 +360,7 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
   for (int c = 0; c < kC; ++c) acc[c] = _mm256_setzero_ps();
   __m256 dsup = _mm256_setzero_ps(), msup = _mm256_setzero_ps();  // K-quant span scales
   const uint8_t* rec = group;
+  const int64_t far = internal::g_far_prefetch_bytes;
   for (int64_t s = 0; s < n_sub; ++s, rec += kRec) {
     // Software prefetch: the hardware prefetchers stop at 4 KiB pages, and a decode streams
     // each group from memory once (measured: 1.4x tg on a 1.5B model with the first, T0 only).
@@ -368,7 +369,7 @@ HWY_NOINLINE void Tile(const uint8_t* group, int64_t n_sub, const int8_t* const*
     for (int64_t b = 0; b < kRec; b += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchL1 + b, _MM_HINT_T0);
       if constexpr (kC < 8) {
-        _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchL2 + b, _MM_HINT_T2);
+        _mm_prefetch(reinterpret_cast<const char*>(rec) + far + b, _MM_HINT_T2);
       }
     }
     if constexpr (!kF16) {
