@@ -9,13 +9,17 @@
 // --bandwidth also measures how close generation comes to the machine's memory bandwidth: the
 // bytes one generated token reads (the weights of every matmul, repacked copies where there are
 // some, plus the K/V rows attention reads at that depth) times tokens/s, next to the read
-// bandwidth of the same number of threads streaming a buffer far larger than the caches,
-// measured after each repetition of the test (the best of 3 passes each time; the test's share
-// is against the mean of its measurements, so that a shared host's drift during a long run
-// moves both figures alike).
+// bandwidth of the same number of threads streaming a buffer far larger than the caches. The
+// yardstick is read between the generated tokens: after each run of tokens of about 0.2 s (and
+// a pause that lets the engine's idle workers go to sleep) one pass over the buffer, so that
+// tokens and passes take turns through the same seconds and a shared host's drift moves both
+// alike. A test's share is
+// its bytes over its tokens' time against the passes' bytes over their time; the best single
+// pass is reported beside it. The passes are not part of the timed tokens.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -49,11 +53,70 @@ struct TestResult {
   std::vector<double> samples_ns;
   std::vector<double> samples_ts;
   double avg_ns = 0, stddev_ns = 0, avg_ts = 0, stddev_ts = 0;
-  // --bandwidth, generation tests: the read bandwidth (bytes / s) measured right after each
-  // repetition, and their mean, the yardstick of this test (the machine's bandwidth drifts
-  // during a long run on a shared host).
+  // --bandwidth, generation tests: the read bandwidth (bytes / s) of each yardstick pass read
+  // between the tokens, the passes' bytes over their time (the yardstick of this test) and the
+  // best pass.
   std::vector<double> read_bw_samples;
-  double read_bw = 0;
+  double read_bw = 0, read_bw_best = 0;
+};
+
+// The yardstick of --bandwidth: n_threads threads each sum their slice of a 1 GiB buffer (far
+// past any cache; in transparent huge pages, as the packed weights and the K/V are).
+class ReadProbe {
+ public:
+  /// Maps and fills the buffer; ok() is false when it cannot be mapped.
+  explicit ReadProbe(int n_threads) : n_threads_(n_threads) {
+    Result<AlignedBuffer> mapped = AlignedBuffer::allocate(kBytes);
+    if (!mapped.ok()) return;
+    buf_ = std::move(*mapped);
+    uint64_t* w = words();
+    for (size_t i = 0; i < kBytes / sizeof(uint64_t); ++i) w[i] = i;
+  }
+  bool ok() const { return buf_.data() != nullptr; }
+  static constexpr size_t kBytes = size_t(1) << 30;
+
+  /// One pass over the whole buffer: returns its duration in ns (bytes read: kBytes).
+  double pass() {
+    const size_t n_words = kBytes / sizeof(uint64_t);
+    const uint64_t* buf = words();
+    std::vector<uint64_t> sums(static_cast<size_t>(n_threads_), 0);
+    const double t0 = now_ms();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n_threads_; ++t) {
+      threads.emplace_back([&, t] {
+        const size_t b = n_words * size_t(t) / size_t(n_threads_);
+        const size_t e = n_words * size_t(t + 1) / size_t(n_threads_);
+        uint64_t a[8] = {};
+        size_t i = b;
+        for (; i + 8 <= e; i += 8) {
+          for (int j = 0; j < 8; ++j) a[j] += buf[i + size_t(j)];
+        }
+        for (; i < e; ++i) a[0] += buf[i];
+        uint64_t s = 0;
+        for (uint64_t v : a) s += v;
+        sums[size_t(t)] = s;
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    const double ns = (now_ms() - t0) * 1e6;
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    if (total == 1) fmt::print(stderr, " ");  // keeps the sums alive
+    return ns;
+  }
+
+ private:
+  uint64_t* words() { return reinterpret_cast<uint64_t*>(buf_.data()); }
+  int n_threads_;
+  AlignedBuffer buf_;
+};
+
+// Passes of a ReadProbe read between the tokens of one test: their count, bytes / s of each,
+// total time, best.
+struct ProbeLog {
+  std::vector<double> bw;
+  double ns = 0;
+  double best = 0;
 };
 
 void mean_std(const std::vector<double>& v, double* mean, double* sd) {
@@ -79,52 +142,47 @@ Status decode_tokens(Context& ctx, std::mt19937& rng, int n, Pos* pos) {
   return Status();
 }
 
-// One timed repetition: returns nanoseconds of the timed part.
-Result<double> run_once(Context& ctx, std::mt19937& rng, int n_prompt, int n_gen, int n_depth) {
+// One timed repetition: returns nanoseconds of the timed part. With a probe (generation tests
+// under --bandwidth), the generated tokens go in runs of at least kProbeEveryMs of decoding
+// (and the last token ends one), each run followed by a pause of kProbePauseMs and one probe
+// pass, logged in *log; only the tokens are timed. Runs rather than single tokens, so that the
+// pass's disturbance (caches evicted, the pool's workers asleep) falls on one token in several
+// even for a small model.
+constexpr double kProbeEveryMs = 200;
+constexpr int kProbePauseMs = 3;  // past the thread pool's default spin (1 ms) before it sleeps
+Result<double> run_once(Context& ctx, std::mt19937& rng, int n_prompt, int n_gen, int n_depth,
+                        ReadProbe* probe = nullptr, ProbeLog* log = nullptr) {
   ctx.memory().clear();
   Pos pos = 0;
   MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, n_depth, &pos));
-  const double t0 = now_ms();
+  double ns = 0;
+  double t0 = now_ms();
   if (n_prompt > 0) MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, n_prompt, &pos));
-  for (int i = 0; i < n_gen; ++i) MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, 1, &pos));
-  return (now_ms() - t0) * 1e6;
+  for (int i = 0; i < n_gen; ++i) {
+    MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, 1, &pos));
+    if (probe == nullptr) continue;
+    const double run_ms = now_ms() - t0;
+    if (run_ms < kProbeEveryMs && i + 1 < n_gen) continue;
+    ns += run_ms * 1e6;
+    std::this_thread::sleep_for(std::chrono::milliseconds(kProbePauseMs));
+    const double pass_ns = probe->pass();
+    const double bw = double(ReadProbe::kBytes) / (pass_ns * 1e-9);
+    log->bw.push_back(bw);
+    log->ns += pass_ns;
+    log->best = std::max(log->best, bw);
+    t0 = now_ms();
+  }
+  return probe == nullptr ? (now_ms() - t0) * 1e6 : ns;
 }
 
-// Read bandwidth of n_threads threads, in bytes/s: each sums its slice of a 1 GiB buffer (far
-// past any cache; in transparent huge pages, as the packed weights and the K/V are); the best of
-// 3 passes. 0 when the buffer cannot be mapped.
+// Read bandwidth of n_threads threads, in bytes/s: the best of 3 passes of a ReadProbe. 0 when
+// its buffer cannot be mapped.
 double measure_read_bandwidth(int n_threads) {
-  const size_t n_words = (size_t(1) << 30) / sizeof(uint64_t);
-  Result<AlignedBuffer> mapped = AlignedBuffer::allocate(n_words * sizeof(uint64_t));
-  if (!mapped.ok()) return 0;
-  uint64_t* buf = reinterpret_cast<uint64_t*>(mapped->data());
-  for (size_t i = 0; i < n_words; ++i) buf[i] = i;
+  ReadProbe probe(n_threads);
+  if (!probe.ok()) return 0;
   double best = 0;
   for (int pass = 0; pass < 3; ++pass) {
-    std::vector<uint64_t> sums(static_cast<size_t>(n_threads), 0);
-    const double t0 = now_ms();
-    std::vector<std::thread> threads;
-    for (int t = 0; t < n_threads; ++t) {
-      threads.emplace_back([&, t] {
-        const size_t b = n_words * size_t(t) / size_t(n_threads);
-        const size_t e = n_words * size_t(t + 1) / size_t(n_threads);
-        uint64_t a[8] = {};
-        size_t i = b;
-        for (; i + 8 <= e; i += 8) {
-          for (int j = 0; j < 8; ++j) a[j] += buf[i + size_t(j)];
-        }
-        for (; i < e; ++i) a[0] += buf[i];
-        uint64_t s = 0;
-        for (uint64_t v : a) s += v;
-        sums[size_t(t)] = s;
-      });
-    }
-    for (std::thread& th : threads) th.join();
-    const double ms = now_ms() - t0;
-    uint64_t total = 0;
-    for (uint64_t v : sums) total += v;
-    if (total == 1) fmt::print(stderr, " ");  // keeps the sums alive
-    best = std::max(best, double(n_words * sizeof(uint64_t)) / (ms * 1e-3));
+    best = std::max(best, double(ReadProbe::kBytes) / (probe.pass() * 1e-9));
   }
   return best;
 }
@@ -199,6 +257,7 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
         out.back()["bytes_per_token"] = token_bytes(r);
         out.back()["read_bytes_per_s"] = token_bytes(r) * r.avg_ts;
         out.back()["bandwidth_bytes_per_s"] = r.read_bw;
+        out.back()["bandwidth_best_bytes_per_s"] = r.read_bw_best;
         out.back()["bandwidth_samples"] = r.read_bw_samples;
       }
     }
@@ -220,19 +279,23 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
     if (f.bandwidth && read_bw <= 0) {
       fmt::print("\nread bandwidth: not measured (no memory for its 1 GiB buffer)\n");
     } else if (f.bandwidth) {
-      fmt::print(
-          "\nread bandwidth, {} threads: {:.2f} GB/s (mean of the measurements after each "
-          "generation run)\n",
-          n_threads, read_bw / 1e9);
+      const bool between = std::any_of(results.begin(), results.end(),
+                                       [](const TestResult& r) { return r.read_bw > 0; });
+      fmt::print("\nread bandwidth, {} threads: {:.2f} GB/s ({})\n", n_threads, read_bw / 1e9,
+                 between ? "one pass of the yardstick after each 0.2 s of generated tokens"
+                         : "the best of 3 passes of the yardstick");
       for (const TestResult& r : results) {
         if (r.n_gen == 0 || r.n_prompt > 0 || r.read_bw <= 0) continue;
         const double b = token_bytes(r);
         fmt::print(
             "{}: {:.1f} MB per token (weights {:.1f}, K/V {:.1f}) x {:.2f} t/s = {:.2f} "
-            "GB/s, {:.0f}% of the read bandwidth beside it ({:.2f} GB/s)\n",
+            "GB/s, {:.0f}% of the read bandwidth between its tokens ({:.2f} GB/s over {} pass{}; "
+            "{:.0f}% of the best pass, {:.2f} GB/s)\n",
             test_name(r), b / 1e6, model.n_decode_bytes() / 1e6,
             (b - double(model.n_decode_bytes())) / 1e6, r.avg_ts, b * r.avg_ts / 1e9,
-            100.0 * b * r.avg_ts / r.read_bw, r.read_bw / 1e9);
+            100.0 * b * r.avg_ts / r.read_bw, r.read_bw / 1e9, r.read_bw_samples.size(),
+            r.read_bw_samples.size() == 1 ? "" : "es", 100.0 * b * r.avg_ts / r.read_bw_best,
+            r.read_bw_best / 1e9);
       }
     }
   }
@@ -278,6 +341,9 @@ int bench_main(BenchFlags& f) {
       }
     }
   }
+  // --bandwidth: the yardstick's buffer, mapped once (none: "not measured").
+  std::unique_ptr<ReadProbe> probe;
+  if (f.bandwidth) probe = std::make_unique<ReadProbe>(ctx.params().n_threads);
   for (TestResult& r : results) {
     // Warm-up (as llama-bench: one small run so first-touch costs are not timed).
     if (auto w = run_once(ctx, rng, r.n_prompt > 0 ? std::min(r.n_prompt, 32) : 0,
@@ -285,18 +351,19 @@ int bench_main(BenchFlags& f) {
         !w.ok()) {
       return fail("mnemo bench", w.status().to_string(), 1);
     }
-    const bool beside = f.bandwidth && r.n_gen > 0 && r.n_prompt == 0;
+    const bool beside = f.bandwidth && r.n_gen > 0 && r.n_prompt == 0 && probe && probe->ok();
+    ProbeLog log;
     for (int i = 0; i < f.reps; ++i) {
-      auto ns = run_once(ctx, rng, r.n_prompt, r.n_gen, r.n_depth);
+      auto ns =
+          run_once(ctx, rng, r.n_prompt, r.n_gen, r.n_depth, beside ? probe.get() : nullptr, &log);
       if (!ns.ok()) return fail("mnemo bench", ns.status().to_string(), 1);
       r.samples_ns.push_back(*ns);
       r.samples_ts.push_back((r.n_prompt + r.n_gen) * 1e9 / *ns);
-      const double bw = beside ? measure_read_bandwidth(ctx.params().n_threads) : 0;
-      if (bw > 0) r.read_bw_samples.push_back(bw);
     }
-    if (beside) {
-      double sd = 0;
-      mean_std(r.read_bw_samples, &r.read_bw, &sd);
+    if (beside && !log.bw.empty()) {
+      r.read_bw_samples = log.bw;
+      r.read_bw = double(log.bw.size()) * double(ReadProbe::kBytes) / (log.ns * 1e-9);
+      r.read_bw_best = log.best;
     }
     mean_std(r.samples_ns, &r.avg_ns, &r.stddev_ns);
     mean_std(r.samples_ts, &r.avg_ts, &r.stddev_ts);
@@ -304,17 +371,19 @@ int bench_main(BenchFlags& f) {
                r.stddev_ts);
   }
 
-  // The machine's read bandwidth (--bandwidth): the mean of the measurements beside the
-  // generation tests, or one measurement when there are none.
+  // The machine's read bandwidth (--bandwidth): over all passes read between generated tokens
+  // (their bytes over their time), or the best of 3 passes when no test generates.
   double read_bw = 0;
   if (f.bandwidth) {
-    std::vector<double> all;
+    double n = 0, secs = 0;
     for (const TestResult& r : results) {
-      all.insert(all.end(), r.read_bw_samples.begin(), r.read_bw_samples.end());
+      if (r.read_bw <= 0) continue;
+      n += double(r.read_bw_samples.size());
+      secs += double(r.read_bw_samples.size()) * double(ReadProbe::kBytes) / r.read_bw;
     }
-    if (all.empty()) all.push_back(measure_read_bandwidth(ctx.params().n_threads));  // 0: no memory
-    double sd = 0;
-    mean_std(all, &read_bw, &sd);
+    probe.reset();  // its 1 GiB before another is mapped
+    read_bw = n > 0 ? n * double(ReadProbe::kBytes) / secs
+                    : measure_read_bandwidth(ctx.params().n_threads);  // 0: no memory
   }
   print_results(f, model, cp, ctx.params().n_threads, results, read_bw);
   return 0;

@@ -95,6 +95,35 @@ def test_bench_json_has_llama_bench_fields(mnemo, smollm2):
             assert ts == pytest.approx(n_tokens * 1e9 / ns, rel=1e-6)
 
 
+def test_bench_bandwidth_reads_the_yardstick_between_tokens(mnemo, smollm2):
+    """--bandwidth: one pass of the 1 GiB yardstick after each 0.2 s of generated tokens and
+    after the last one (SmolLM2's 600 tokens take well over 0.6 s on 2 cores, 3 about 10 ms),
+    none for a prompt test; the test's bandwidth is the passes' bytes over their time (the
+    harmonic mean of the per-pass rates), never above the best pass."""
+    r = run(mnemo, "bench", "-m", smollm2, "-t", 2, "-p", 8, "-n", "3,600", "-r", 2,
+            "--bandwidth", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout[r.stdout.index("["):])
+    pp = next(x for x in rows if x["n_prompt"] == 8)
+    assert "bandwidth_samples" not in pp
+    short = next(x for x in rows if x["n_gen"] == 3)
+    assert len(short["bandwidth_samples"]) == 2  # one per repetition
+    tg = next(x for x in rows if x["n_gen"] == 600)
+    samples = tg["bandwidth_samples"]
+    # Each repetition ends a run at or after every 0.2 s of tokens, and at its last token.
+    run_s = [ns * 1e-9 for ns in tg["samples_ns"]]
+    assert 2 * 3 <= len(samples) <= sum(int(s / 0.2) + 1 for s in run_s), (len(samples), run_s)
+    assert all(s > 1e8 for s in samples)
+    harmonic = len(samples) / sum(1 / s for s in samples)
+    assert tg["bandwidth_bytes_per_s"] == pytest.approx(harmonic, rel=1e-9)
+    assert tg["bandwidth_best_bytes_per_s"] == pytest.approx(max(samples), rel=1e-12)
+    assert tg["read_bytes_per_s"] == pytest.approx(tg["bytes_per_token"] * tg["avg_ts"], rel=1e-9)
+    md = run(mnemo, "bench", "-m", smollm2, "-t", 2, "-p", 0, "-n", 2, "-r", 1, "--bandwidth")
+    assert md.returncode == 0, md.stderr
+    assert "of the read bandwidth between its tokens" in md.stdout
+    assert "over 1 pass;" in md.stdout
+
+
 def test_bench_markdown_table(mnemo, smollm2):
     r = run(mnemo, "bench", "-m", smollm2, "-p", 8, "-n", 2, "-r", 1, "-ctk", "q8_0", "-ctv",
             "q8_0")
