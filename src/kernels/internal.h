@@ -208,10 +208,11 @@ void set_amx_disabled_for_test(bool disabled);
 
 /// How far ahead of the bytes being read the packed tiles' far software prefetch (T2, into L2)
 /// reads, in bytes, set once at start-up: 16 KiB on AMD CPUs, 4 KiB on others. Measured with
-/// 2 threads on one 1.5B model (docs/benchmarks.md, "The far prefetch per CPU kind"): on an AMD
-/// EPYC Zen 4 generation reached 85-90% of the read bandwidth with 4 KiB and 93-103% with 12-32
-/// KiB; on an Intel Xeon 4 KiB beat 3, 5, 6 and 8. MNEMO_PREFETCH_FAR=BYTES (64 to 1048576)
-/// overrides it, for such measurements; another value is ignored.
+/// 2 threads on one 1.5B model (docs/benchmarks.md, "The far weight prefetch per CPU kind"): on
+/// an AMD EPYC Zen 4 generation reached 81-91% of the read bandwidth with 4 KiB and mostly
+/// 92-105% with 16 KiB; on an Intel Xeon 4 KiB beat 3, 5, 6 and 8. MNEMO_PREFETCH_FAR=BYTES (64
+/// to 1048576, rounded down to whole lines) overrides it, for such measurements; another value
+/// is ignored with a warning on stderr.
 extern const int64_t g_far_prefetch_bytes;
 
 /// The packed layouts (PackedMatrix::layout_): kRows16 is the 16-row VNNI layout of

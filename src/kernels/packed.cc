@@ -87,6 +87,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -231,6 +232,12 @@ int64_t far_prefetch_for_this_cpu() {
     char* end = nullptr;
     const long long v = std::strtoll(env, &end, 10);
     if (end != env && *end == '\0' && v >= 64 && v <= (1 << 20)) return v / 64 * 64;
+    if (*env != '\0') {
+      std::fprintf(stderr,
+                   "mnemo: MNEMO_PREFETCH_FAR=%s is not a byte count from 64 to 1048576; "
+                   "ignored\n",
+                   env);
+    }
   }
 #if defined(__x86_64__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
