@@ -25,6 +25,7 @@ WEATHER = {
                      "required": ["city"]},
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+HELLO = "Say hello."
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +96,12 @@ def slot_tokens(srv):
 
 
 def test_text_usage_and_stop_reasons(smol):
+    # Greedy answers differ between SIMD targets; SmolLM2 ends this one within 29-34 tokens on
+    # AVX3_DL, AVX3 and AVX2 (each CI machine's default), where "What is 2+2?" ran past 400
+    # tokens on AVX3.
     c = client(smol)
     m = c.messages.create(model="any", max_tokens=100, system="You are terse.",
-                          messages=[{"role": "user", "content": "What is 2+2?"}],
+                          messages=[{"role": "user", "content": HELLO}],
                           extra_body=GREEDY)
     assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
     assert [b.type for b in m.content] == ["text"] and m.content[0].text
@@ -109,14 +113,14 @@ def test_text_usage_and_stop_reasons(smol):
     # System as text blocks: the same prompt, the same answer.
     b = c.messages.create(model="any", max_tokens=100,
                           system=[{"type": "text", "text": "You are terse."}],
-                          messages=[{"role": "user", "content": "What is 2+2?"}],
+                          messages=[{"role": "user", "content": HELLO}],
                           extra_body=GREEDY)
     assert b.content[0].text == m.content[0].text
     assert (b.usage.input_tokens + b.usage.cache_read_input_tokens
             == u.input_tokens + u.cache_read_input_tokens)
 
     short = c.messages.create(model="any", max_tokens=3, system="You are terse.",
-                              messages=[{"role": "user", "content": "What is 2+2?"}],
+                              messages=[{"role": "user", "content": HELLO}],
                               extra_body=GREEDY)
     assert short.stop_reason == "max_tokens" and short.usage.output_tokens == 3
 
@@ -124,20 +128,20 @@ def test_text_usage_and_stop_reasons(smol):
     text = m.content[0].text
     word = text.split()[-1]
     s = c.messages.create(model="any", max_tokens=100, system="You are terse.",
-                          messages=[{"role": "user", "content": "What is 2+2?"}],
+                          messages=[{"role": "user", "content": HELLO}],
                           stop_sequences=[word], extra_body=GREEDY)
     assert s.stop_reason == "stop_sequence" and s.stop_sequence == word
     assert text.startswith(s.content[0].text if s.content else "")
 
     # Streamed: the same text, the events in order.
     with c.messages.stream(model="any", max_tokens=100, system="You are terse.",
-                           messages=[{"role": "user", "content": "What is 2+2?"}],
+                           messages=[{"role": "user", "content": HELLO}],
                            extra_body=GREEDY) as st:
         final = st.get_final_message()
     assert final.content[0].text == text and final.stop_reason == "end_turn"
     assert final.usage.output_tokens == u.output_tokens
     body = {"model": "any", "max_tokens": 100, "stream": True, "temperature": 0,
-            "system": "You are terse.", "messages": [{"role": "user", "content": "What is 2+2?"}]}
+            "system": "You are terse.", "messages": [{"role": "user", "content": HELLO}]}
     events = sse_events(raw(smol, "/v1/messages", body, stream=True))
     check_event_order(events)
     assert "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta") == text
