@@ -3,6 +3,7 @@ streamed text, the timing lines, llama-bench's JSON fields, repacking on and off
 errors (exit status 1 or 2, a message naming the problem, never a crash) for bad input.
 """
 import json
+import os
 import subprocess
 
 import pytest
@@ -122,6 +123,26 @@ def test_bench_bandwidth_reads_the_yardstick_between_tokens(mnemo, smollm2):
     assert md.returncode == 0, md.stderr
     assert "of the read bandwidth between its tokens" in md.stdout
     assert "over 1 pass;" in md.stdout
+
+
+@pytest.mark.parametrize("value", ["abc", "32", "2000000", "4096x", "-64"])
+def test_bad_prefetch_far_is_ignored_with_a_warning(mnemo, smollm2, value):
+    """MNEMO_PREFETCH_FAR outside 64..1048576 bytes (or not a number): one warning naming it,
+    then the default distance; generation runs as without it."""
+    env = dict(os.environ, MNEMO_PREFETCH_FAR=value)
+    r = subprocess.run([str(mnemo), "run", "-m", str(smollm2), "-p", "Hello", "-n", "4", "--temp",
+                        "0"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count(f"MNEMO_PREFETCH_FAR={value} is not a byte count") == 1, r.stderr
+    plain = run(mnemo, "run", "-m", smollm2, "-p", "Hello", "-n", 4, "--temp", 0)
+    assert r.stdout == plain.stdout and "MNEMO_PREFETCH_FAR" not in plain.stderr
+
+
+def test_good_prefetch_far_is_quiet(mnemo):
+    env = dict(os.environ, MNEMO_PREFETCH_FAR="16384")
+    r = subprocess.run([str(mnemo), "--version"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 0 and "MNEMO_PREFETCH_FAR" not in r.stderr, r.stderr
 
 
 def test_bench_markdown_table(mnemo, smollm2):
