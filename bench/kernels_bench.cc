@@ -342,6 +342,12 @@ BENCHMARK(BM_AttentionDecode)
                    {0, 1}})
     // Qwen2.5 0.5B's (14 heads over 2 K/V heads of 64), drafting for the 1.5B.
     ->Args({static_cast<int64_t>(GgmlType::F16), 14, 2, 64, 4096, 2, 1, 1})
+    // The 1.5B's decoding on one thread, and at depth 1024 (one layer of K/V, 1 MiB, stays in the
+    // caches): the same GMAC/s from the caches as from memory means the kernels, not the reads,
+    // bound the call.
+    ->Args({static_cast<int64_t>(GgmlType::F16), 12, 2, 128, 4096, 1, 1, 1})
+    ->Args({static_cast<int64_t>(GgmlType::F16), 12, 2, 128, 1024, 2, 1, 1})
+    ->Args({static_cast<int64_t>(GgmlType::F16), 12, 2, 128, 1024, 1, 1, 1})
     ->ArgNames({"type", "heads", "kv_heads", "head_dim", "depth", "threads", "tokens", "planes"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();

@@ -58,17 +58,19 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> Widen(const uint8_t* row, int64_t i) 
 inline constexpr int64_t kScoreAheadL1 = 4;
 inline constexpr int64_t kScoreAheadL2 = 64;
 
-/// Scores of kQ query rows qf[r] (float, hd elements) against 4 float-type K rows (cells;
+/// Scores of kQ query rows qf[r] (float, hd elements) against kC float-type K rows (cells;
 /// repeats past n_cells are computed and dropped): y[r * y_stride + j]. Per (row, cell) the same
 /// operations as FloatTile over unpacked rows: lane chains acc = fma(k_i, q_i, acc) over i in
-/// vectors, then the Reduce4 tree. hd is a multiple of the vector length. pf0 / pf2 (null:
-/// none): 4 rows whose bytes read here (the same offsets) are fetched into L1 / L2, a line per
-/// row at each line start.
-template <GgmlType kType, int kQ>
-HWY_INLINE void FloatScores4(const uint8_t* const* cells, int n_cells, int64_t hd,
-                             const float* const* qf, float* y, int64_t y_stride,
-                             const uint8_t* const* pf0, const uint8_t* const* pf2) {
-  constexpr int kC = 4;
+/// vectors, then the Reduce4 tree, whose result for a vector does not depend on the three others
+/// reduced with it (each output lane adds its own vector's lanes in the same order), so with
+/// kC = 2 one tree serves two rows. hd is a multiple of the
+/// vector length. pf0 / pf2 (null: none): kC rows whose bytes read here (the same offsets) are
+/// fetched into L1 / L2, a line per row at each line start.
+template <GgmlType kType, int kQ, int kC>
+HWY_INLINE void FloatScoresGroup(const uint8_t* const* cells, int n_cells, int64_t hd,
+                                 const float* const* qf, float* y, int64_t y_stride,
+                                 const uint8_t* const* pf0, const uint8_t* const* pf2) {
+  static_assert(kC == 2 || kC == 4);
   const hn::ScalableTag<float> df;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t kElem = kType == GgmlType::F32 ? 4 : 2;
@@ -96,23 +98,44 @@ HWY_INLINE void FloatScores4(const uint8_t* const* cells, int n_cells, int64_t h
     for (int j = 0; j < kC; ++j) k[j] = Widen<kType>(cells[j], i);
 #pragma GCC unroll 8
     for (int r = 0; r < kQ; ++r) {
-      const auto qv = hn::LoadU(df, qf[r] + i);
+      auto qv = hn::LoadU(df, qf[r] + i);
+#if HWY_TARGET != HWY_SCALAR
+      // One load per query vector: GCC would fold it into each of the kC multiply-adds as a
+      // memory operand, and the loads (not the multiply-adds) would bound the loop.
+      if constexpr (kC == 2) asm("" : "+x"(qv.raw));
+#endif
 #pragma GCC unroll 8
       for (int j = 0; j < kC; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
     }
   }
 #if HWY_TARGET != HWY_SCALAR
+  if constexpr (kC == 4) {
 #pragma GCC unroll 8
-  for (int r = 0; r < kQ; ++r) {
-    // Four cells (all but a span's last group) store in place: a copy of n_cells floats would
-    // be a library call per row.
-    if (n_cells == 4) {
-      Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * y_stride);
-      continue;
+    for (int r = 0; r < kQ; ++r) {
+      // Four cells (all but a span's last group) store in place: a copy of n_cells floats
+      // would be a library call per row.
+      if (n_cells == 4) {
+        Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * y_stride);
+        continue;
+      }
+      float tmp[4];
+      Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
+      for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
     }
-    float tmp[4];
-    Reduce4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], tmp);
-    for (int j = 0; j < n_cells; ++j) y[r * y_stride + j] = tmp[j];
+  } else {
+    // Two rows' two cells per tree (a last odd row twice).
+#pragma GCC unroll 8
+    for (int r = 0; r < kQ; r += 2) {
+      const int r1 = std::min(r + 1, kQ - 1);
+      float tmp[4];
+      Reduce4(df, acc[r][0], acc[r][1], acc[r1][0], acc[r1][1], tmp);
+      y[r * y_stride] = tmp[0];
+      if (n_cells == 2) y[r * y_stride + 1] = tmp[1];
+      if (r + 1 < kQ) {
+        y[(r + 1) * y_stride] = tmp[2];
+        if (n_cells == 2) y[(r + 1) * y_stride + 1] = tmp[3];
+      }
+    }
   }
 #else
   for (int r = 0; r < kQ; ++r) {
@@ -121,20 +144,23 @@ HWY_INLINE void FloatScores4(const uint8_t* const* cells, int n_cells, int64_t h
 #endif
 }
 
-/// Query rows per pass of the score kernel: with 4 cells, its accumulators, the K vectors and a
-/// query vector fit the register file (AVX-512: 6 x 4 + 4 + 1 of 32; AVX2: 3 x 4 + 4 + 1, one
-/// over 16, which measured faster than 6 rows x 2 cells, whose reduction trees cost more).
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_SCALAR
+/// Query rows per pass of the score kernel and cells per group: the accumulators, the K vectors
+/// and a query vector fit the register file. AVX-512: 6 rows x 4 cells (24 + 4 + 1 of 32). AVX2:
+/// 6 rows x 2 cells (12 + 2 + 1 of 16); 3 rows x 4 cells needs 17, and the accumulator the
+/// compiler keeps in memory then chains every step through a store and a load, which halved the
+/// kernel's speed (docs/benchmarks.md).
 inline constexpr int kScoreRowsMax = 6;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_SCALAR
+inline constexpr int kScoreCells = 4;
 #else
-inline constexpr int kScoreRowsMax = 3;
+inline constexpr int kScoreCells = 2;
 #endif
 
-/// FloatScores4 over the cells act[0, n_act) for n_heads K/V heads at once, in n_pass passes of
+/// FloatScoresGroup over the cells act[0, n_act) for n_heads K/V heads at once, in n_pass passes of
 /// kQ query rows: head g's segment of cell j starts at kbase + j * k_stride + g * head_bytes,
 /// pass i's query rows of head g are qf[(i * n_heads + g) * kQ, ... + kQ) and its scores go to
-/// y[g][(i * kQ + r) * y_stride + k] (r < kQ, k < n_act). Cells go in groups of 4 (the last
-/// group repeats its last cell, dropped), every head and every pass per group, so that whole K
+/// y[g][(i * kQ + r) * y_stride + k] (r < kQ, k < n_act). Cells go in groups of kScoreCells (the
+/// last group repeats its last cell, dropped), every head and every pass per group, so that whole K
 /// rows are read once, in memory order; the segments read of the cells kScoreAheadL1 and
 /// kScoreAheadL2 further on are fetched ahead while they are below n_pf (n_pf 0: none).
 template <GgmlType kType, int kQ>
@@ -142,7 +168,7 @@ HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_
                                   int64_t head_bytes, const int32_t* act, int64_t n_act,
                                   int64_t n_pf, int64_t hd, const float* const* qf, int n_pass,
                                   float* const* y, int64_t y_stride) {
-  constexpr int kC = 4;
+  constexpr int kC = kScoreCells;
   for (int64_t k = 0; k < n_act; k += kC) {
     const uint8_t* rows[kC];
     const uint8_t* ahead0[kC];
@@ -170,9 +196,9 @@ HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_
       }
       for (int i = 0; i < n_pass; ++i) {
         // The later passes find the group's rows in L1.
-        FloatScores4<kType, kQ>(cells, n_cells, hd, qf + (i * n_heads + g) * kQ,
-                                y[g] + i * kQ * y_stride + k, y_stride,
-                                fetch0 && i == 0 ? pf0 : nullptr, fetch2 && i == 0 ? pf2 : nullptr);
+        FloatScoresGroup<kType, kQ, kC>(
+            cells, n_cells, hd, qf + (i * n_heads + g) * kQ, y[g] + i * kQ * y_stride + k, y_stride,
+            fetch0 && i == 0 ? pf0 : nullptr, fetch2 && i == 0 ? pf2 : nullptr);
       }
     }
   }
@@ -269,13 +295,13 @@ void FloatScoresRows(const uint8_t* kbase, int64_t k_stride, int64_t n_heads, in
       return MNEMO_SCORES_SPAN(2);
     case 3:
       return MNEMO_SCORES_SPAN(3);
+    case 4:
+      return MNEMO_SCORES_SPAN(4);
+    case 5:
+      return MNEMO_SCORES_SPAN(5);
+    case 6:
+      return MNEMO_SCORES_SPAN(6);
     default:
-      // More rows per pass only where the registers hold them (no dead instantiations).
-      if constexpr (kScoreRowsMax >= 6) {
-        if (n_q == 4) return MNEMO_SCORES_SPAN(4);
-        if (n_q == 5) return MNEMO_SCORES_SPAN(5);
-        if (n_q == 6) return MNEMO_SCORES_SPAN(6);
-      }
       CHECK(false) << "bad row count " << n_q;
   }
 #undef MNEMO_SCORES_SPAN
