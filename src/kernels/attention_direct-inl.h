@@ -63,9 +63,9 @@ inline constexpr int64_t kScoreAheadL2 = 64;
 /// operations as FloatTile over unpacked rows: lane chains acc = fma(k_i, q_i, acc) over i in
 /// vectors, then the Reduce4 tree, whose result for a vector does not depend on the three others
 /// reduced with it (each output lane adds its own vector's lanes in the same order), so with
-/// kC = 2 one tree serves two rows. hd is a multiple of the
-/// vector length. pf0 / pf2 (null: none): kC rows whose bytes read here (the same offsets) are
-/// fetched into L1 / L2, a line per row at each line start.
+/// kC = 2 one tree serves two rows. hd is a multiple of the vector length. pf0 / pf2 (null:
+/// none): kC rows whose bytes read here (the same offsets) are fetched into L1 / L2, a line per
+/// row at each line start.
 template <GgmlType kType, int kQ, int kC>
 HWY_INLINE void FloatScoresGroup(const uint8_t* const* cells, int n_cells, int64_t hd,
                                  const float* const* qf, float* y, int64_t y_stride,
@@ -147,8 +147,8 @@ HWY_INLINE void FloatScoresGroup(const uint8_t* const* cells, int n_cells, int64
 /// Query rows per pass of the score kernel and cells per group: the accumulators, the K vectors
 /// and a query vector fit the register file. AVX-512: 6 rows x 4 cells (24 + 4 + 1 of 32). AVX2:
 /// 6 rows x 2 cells (12 + 2 + 1 of 16); 3 rows x 4 cells needs 17, and the accumulator the
-/// compiler keeps in memory then chains every step through a store and a load, which halved the
-/// kernel's speed (docs/benchmarks.md).
+/// compiler then keeps in memory chains every step through a store and a load (a third slower
+/// on the Zen 4, docs/benchmarks.md).
 inline constexpr int kScoreRowsMax = 6;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_SCALAR
 inline constexpr int kScoreCells = 4;
@@ -156,13 +156,14 @@ inline constexpr int kScoreCells = 4;
 inline constexpr int kScoreCells = 2;
 #endif
 
-/// FloatScoresGroup over the cells act[0, n_act) for n_heads K/V heads at once, in n_pass passes of
-/// kQ query rows: head g's segment of cell j starts at kbase + j * k_stride + g * head_bytes,
-/// pass i's query rows of head g are qf[(i * n_heads + g) * kQ, ... + kQ) and its scores go to
-/// y[g][(i * kQ + r) * y_stride + k] (r < kQ, k < n_act). Cells go in groups of kScoreCells (the
-/// last group repeats its last cell, dropped), every head and every pass per group, so that whole K
-/// rows are read once, in memory order; the segments read of the cells kScoreAheadL1 and
-/// kScoreAheadL2 further on are fetched ahead while they are below n_pf (n_pf 0: none).
+/// FloatScoresGroup over the cells act[0, n_act) for n_heads K/V heads at once, in n_pass
+/// passes of kQ query rows: head g's segment of cell j starts at kbase + j * k_stride + g *
+/// head_bytes, pass i's query rows of head g are qf[(i * n_heads + g) * kQ, ... + kQ) and its
+/// scores go to y[g][(i * kQ + r) * y_stride + k] (r < kQ, k < n_act). Cells go in groups of
+/// kScoreCells (the last group repeats its last cell, dropped), every head and every pass per
+/// group, so that whole K rows are read once, in memory order; the segments read of the cells
+/// kScoreAheadL1 and kScoreAheadL2 further on are fetched ahead while they are below n_pf (n_pf
+/// 0: none).
 template <GgmlType kType, int kQ>
 HWY_NOINLINE void FloatScoresSpan(const uint8_t* kbase, int64_t k_stride, int64_t n_heads,
                                   int64_t head_bytes, const int32_t* act, int64_t n_act,
