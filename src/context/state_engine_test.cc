@@ -245,7 +245,9 @@ TEST_P(SmolConvert, RestoreIntoAnotherTypeIsWithinTolerance) {
   // stays inside the bound above), so for q4_0 / q4_1 / iq4_nl the bound on the whole
   // distribution is the check.
   const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::IQ4_NL;
-  if (!four_bit) EXPECT_TRUE(orig.same_top1) << type_name(t);
+  if (!four_bit) {
+    EXPECT_TRUE(orig.same_top1) << type_name(t);
+  }
   std::printf(
       "[ restore f16 -> %-6s ] rel L2 vs native %.5f, vs f16 run %.5f (max |diff| %.3f, "
       "top-1 gap %.3f)\n",

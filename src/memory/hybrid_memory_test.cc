@@ -140,7 +140,9 @@ TEST(HybridMemoryTest, SeqInfoCountsBothChildren) {
       EXPECT_EQ(info->bytes, kv_bytes + rs_per_seq) << (unified ? "unified" : "split") << s;
       sum += info->bytes;
     }
-    if (!unified) EXPECT_EQ(sum, m->breakdown().tensor_bytes);
+    if (!unified) {
+      EXPECT_EQ(sum, m->breakdown().tensor_bytes);
+    }
     EXPECT_EQ(m->seq_info(3).status().code(), StatusCode::kInvalidArgument);
   }
 }

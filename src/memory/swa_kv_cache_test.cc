@@ -130,7 +130,9 @@ TEST(SwaKvCacheTest, SeqInfoCountsBothChildren) {
     const uint32_t n = s == 0 ? 60 : 20;
     // The window child holds a gap-free range of the sequence's last positions.
     const uint32_t n_swa_held = uni->swa().seq_pos_max(s) - uni->swa().seq_pos_min(s) + 1;
-    if (s == 0) EXPECT_LT(n_swa_held, n);  // 80 positions in 56 SWA cells: some were reused
+    if (s == 0) {
+      EXPECT_LT(n_swa_held, n);  // 80 positions in 56 SWA cells: some were reused
+    }
     EXPECT_EQ(info->stream, 0u);
     EXPECT_EQ(info->cells, n);
     EXPECT_EQ(info->free_cells, 256u - 80u);
