@@ -99,10 +99,14 @@ HWY_INLINE void FloatScoresGroup(const uint8_t* const* cells, int n_cells, int64
 #pragma GCC unroll 8
     for (int r = 0; r < kQ; ++r) {
       auto qv = hn::LoadU(df, qf[r] + i);
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
       // One load per query vector: GCC would fold it into each of the kC multiply-adds as a
       // memory operand, and the loads (not the multiply-adds) would bound the loop.
-      if constexpr (kC == 2) asm("" : "+x"(qv.raw));
+      if constexpr (kC == 2) {
+        auto raw = qv.raw;  // a plain local: clang takes no member as an asm operand
+        asm("" : "+x"(raw));
+        qv.raw = raw;
+      }
 #endif
 #pragma GCC unroll 8
       for (int j = 0; j < kC; ++j) acc[r][j] = hn::MulAdd(k[j], qv, acc[r][j]);
