@@ -230,8 +230,16 @@ struct Acts {
 inline void QuantizeActs(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t n_in,
                          int sub, int mult, const Acts& out) {
   const DF32 df;
+  const hn::Rebind<int32_t, DF32> di;
   const hn::Rebind<int8_t, DF32> d8;
-  const size_t nf = hn::Lanes(df);
+  const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
+  // Sub-blocks of 16 or 32 elements within the 32-element blocks of x's scales, each a whole
+  // number of vectors: the integer sums are summed as vectors (exact, so in any order) from
+  // the rounded values before they are narrowed to bytes. This runs on one thread while the
+  // others wait (decoding quantizes one row per matmul), so it is kept short.
+  const bool vector_sums = sub > 0 && sub <= 32 && 32 % sub == 0 && sub % nf == 0;
+  const int64_t sub_vectors = vector_sums ? sub / nf : 0;
+  const int64_t subs_per_block = vector_sums ? 32 / sub : 0;
   for (int64_t t = t0; t < t1; ++t) {
     const float* xr = x + t * x_stride;
     int8_t* q = out.q + t * out.n_pad;
@@ -240,11 +248,29 @@ inline void QuantizeActs(const float* x, int64_t x_stride, int64_t t0, int64_t t
     for (int64_t b = 0; b < n_in / 32; ++b) {
       const float* xb = xr + 32 * b;
       auto vmax = hn::Zero(df);
-      for (size_t j = 0; j < 32; j += nf) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + j)));
+      for (int64_t j = 0; j < 32; j += nf) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + j)));
       const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
       const float d = amax / 127.0f;
       const auto inv = hn::Set(df, amax > 0.0f ? 127.0f / amax : 0.0f);
-      for (size_t j = 0; j < 32; j += nf) {
+      if (vector_sums) {
+        int64_t s = b * subs_per_block;
+        int64_t k = 0;
+        auto isum = hn::Zero(di);
+        for (int64_t j = 0; j < 32; j += nf) {
+          const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv));
+          hn::StoreU(hn::DemoteTo(d8, qi), d8, q + 32 * b + j);
+          isum = hn::Add(isum, qi);
+          if (++k == sub_vectors) {
+            k = 0;
+            dx[s] = d;
+            sx[s] = d * static_cast<float>(mult * ReduceSum(di, isum));
+            ++s;
+            isum = hn::Zero(di);
+          }
+        }
+        continue;
+      }
+      for (int64_t j = 0; j < 32; j += nf) {
         const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv));
         hn::StoreU(hn::DemoteTo(d8, qi), d8, q + 32 * b + j);
       }
