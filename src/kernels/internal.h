@@ -80,6 +80,21 @@ void parallel_for(ThreadPool* pool, int64_t n_tasks, F&& fn) {
 
 inline int n_threads_of(const ThreadPool* pool) { return pool ? pool->n_threads() : 1; }
 
+/// Times one matmul() call into the set_matmul_timing total (kernels.h) when timing is on;
+/// calls nested in a timed one (a packed matrix read through its source) are not counted again.
+class MatmulTimer {
+ public:
+  MatmulTimer();
+  ~MatmulTimer();
+  MatmulTimer(const MatmulTimer&) = delete;
+  MatmulTimer& operator=(const MatmulTimer&) = delete;
+
+ private:
+  static constexpr int64_t kOff = -1;     // timing was off: nothing to undo
+  static constexpr int64_t kNested = -2;  // inside a timed call: counted by that one
+  int64_t t0_ns_ = kOff;                  // else the start of this call (steady clock, ns)
+};
+
 /// Guided self-scheduling (Polychronopoulos & Kuck, 1987) of n_items items over n_threads
 /// threads: task i covers items [bound[i], bound[i + 1]), each task a 1 / (2 n_threads) share of
 /// the items not yet handed out (at least one), the last of kMaxTasks taking what is left.

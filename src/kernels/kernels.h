@@ -227,6 +227,16 @@ void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_t
 /// The same with contiguous x ([n_tokens x n_in]) and y ([n_tokens x n_out]).
 void matmul(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
 
+/// Matmul timing, for benchmarks: while on, every matmul() call (either overload; a packed
+/// matrix read through its source counts once) adds its wall time in ns (steady clock, from entry
+/// to return on the calling thread: the activations' quantization, every task and the wait for
+/// the last) to one process-wide total, whichever thread calls. Off by default; on, a call costs
+/// two clock reads more. `mnemo bench --bandwidth` uses it to split a generated token's time into
+/// the weight streams and the rest (attention, norms, the threads' waits between calls).
+void set_matmul_timing(bool on);
+/// The total of set_matmul_timing so far, in ns (it only grows; take differences).
+int64_t matmul_time_ns();
+
 /// Embedding lookup: out[i] = dequantized row ids[i] of `w`, for i in [0, n_ids).
 ///   out: [n_ids x w.n_in] float. ids[i] in [0, w.n_out) (CHECKed).
 /// Exact: the same values as quant's dequantize_row (mnemo/quant.h).

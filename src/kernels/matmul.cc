@@ -1,6 +1,8 @@
 // Public matmul / get_rows entry points: argument checks, then the per-weight-type translation
 // unit (which dispatches to the best SIMD target). Also the per-thread scratch buffers.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -70,8 +72,36 @@ bool matmul_supports(GgmlType type) {
   }
 }
 
+namespace {
+std::atomic<bool> g_matmul_timing{false};
+std::atomic<int64_t> g_matmul_ns{0};
+thread_local int t_matmul_depth = 0;  // timed calls open on this thread
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void set_matmul_timing(bool on) { g_matmul_timing.store(on, std::memory_order_relaxed); }
+
+int64_t matmul_time_ns() { return g_matmul_ns.load(std::memory_order_relaxed); }
+
+internal::MatmulTimer::MatmulTimer() {
+  if (!g_matmul_timing.load(std::memory_order_relaxed)) return;
+  t0_ns_ = t_matmul_depth++ == 0 ? steady_ns() : kNested;
+}
+
+internal::MatmulTimer::~MatmulTimer() {
+  if (t0_ns_ == kOff) return;
+  --t_matmul_depth;
+  if (t0_ns_ >= 0) g_matmul_ns.fetch_add(steady_ns() - t0_ns_, std::memory_order_relaxed);
+}
+
 void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, ThreadPool* pool) {
+  const internal::MatmulTimer timer;
   CHECK(matmul_supports(w.type)) << "matmul: unsupported weight type " << type_name(w.type);
   CHECK(w.n_in > 0 && w.n_in % block_size(w.type) == 0)
       << "matmul: n_in " << w.n_in << " is not a multiple of the " << type_name(w.type)

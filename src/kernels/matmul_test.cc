@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -283,6 +284,43 @@ TEST(MatmulTest, StridedInputAndOutput) {
       }
     }
   }
+}
+
+// set_matmul_timing: nothing is added while it is off; on, each call adds its time once. On the
+// targets without packed kernels a packed matrix is read through its source, a call inside the
+// call: counted twice, the total would grow by about twice the call's wall time.
+TEST(MatmulTest, TimingCountsEachCallOnceAndOnlyWhenOn) {
+  std::mt19937 rng(11);
+  const int64_t n_out = 256, n_in = 1024;
+  const std::vector<uint8_t> wdata = random_weights(GgmlType::Q4_K, n_out, n_in, rng);
+  const WeightMatrix w{GgmlType::Q4_K, wdata.data(), n_out, n_in};
+  const PackedMatrix packed = pack_matrix(w, nullptr);
+  const std::vector<float> x = random_floats(rng, n_in);
+  std::vector<float> y(n_out);
+  set_matmul_timing(false);
+  const int64_t off0 = matmul_time_ns();
+  matmul(packed, x.data(), 1, y.data(), nullptr);
+  matmul(w, x.data(), 1, y.data(), nullptr);
+  EXPECT_EQ(matmul_time_ns(), off0);
+  set_matmul_timing(true);
+  for_each_target([&] {
+    for (int call = 0; call < 2; ++call) {
+      const int64_t before = matmul_time_ns();
+      const auto start = std::chrono::steady_clock::now();
+      if (call == 0) {
+        matmul(packed, x.data(), 1, y.data(), nullptr);
+      } else {
+        matmul(w, x.data(), 1, y.data(), nullptr);
+      }
+      const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+      const int64_t added = matmul_time_ns() - before;
+      EXPECT_GT(added, 0) << "call " << call;
+      EXPECT_LE(added, wall) << "call " << call;
+    }
+  });
+  set_matmul_timing(false);
 }
 
 TEST(GetRowsTest, EqualsDequantizeRow) {

@@ -454,6 +454,7 @@ PackedMatrix pack_like(const PackedMatrix& m, const WeightMatrix& w, ThreadPool*
 
 void matmul(const PackedMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, ThreadPool* pool) {
+  const internal::MatmulTimer timer;
   // Packed data is read only by the kernels of the layout it was packed for (the dispatch
   // target can change after packing: MNEMO_SIMD, tests); otherwise the source is used.
   if (!reads_packed(w)) {

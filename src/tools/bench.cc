@@ -15,7 +15,10 @@
 // tokens and passes take turns through the same seconds and a shared host's drift moves both
 // alike. A test's share is
 // its bytes over its tokens' time against the passes' bytes over their time; the best single
-// pass is reported beside it. The passes are not part of the timed tokens.
+// pass is reported beside it. The passes are not part of the timed tokens. It also splits each
+// generated token's time into its matmul calls (the weight streams, with the weights' bytes over
+// that time beside the yardstick) and the rest (attention, norms, the threads' waits between
+// calls), so that a share below the yardstick shows which part holds it back.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -58,6 +61,9 @@ struct TestResult {
   // best pass.
   std::vector<double> read_bw_samples;
   double read_bw = 0, read_bw_best = 0;
+  // --bandwidth, generation tests: ns per generated token spent inside matmul calls
+  // (kernels::set_matmul_timing), over all repetitions; 0 when not measured.
+  double matmul_ns_per_token = 0;
 };
 
 // The yardstick of --bandwidth: n_threads threads each sum their slice of a 1 GiB buffer (far
@@ -117,6 +123,7 @@ struct ProbeLog {
   std::vector<double> bw;
   double ns = 0;
   double best = 0;
+  double matmul_ns = 0;  // ns inside matmul calls during the timed tokens
 };
 
 void mean_std(const std::vector<double>& v, double* mean, double* sd) {
@@ -156,6 +163,8 @@ Result<double> run_once(Context& ctx, std::mt19937& rng, int n_prompt, int n_gen
   Pos pos = 0;
   MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, n_depth, &pos));
   double ns = 0;
+  // The passes call no matmul: the difference over the loop is the tokens' matmul time.
+  const int64_t matmul0 = kernels::matmul_time_ns();
   double t0 = now_ms();
   if (n_prompt > 0) MNEMO_RETURN_IF_ERROR(decode_tokens(ctx, rng, n_prompt, &pos));
   for (int i = 0; i < n_gen; ++i) {
@@ -172,6 +181,7 @@ Result<double> run_once(Context& ctx, std::mt19937& rng, int n_prompt, int n_gen
     log->best = std::max(log->best, bw);
     t0 = now_ms();
   }
+  if (log != nullptr) log->matmul_ns += double(kernels::matmul_time_ns() - matmul0);
   return probe == nullptr ? (now_ms() - t0) * 1e6 : ns;
 }
 
@@ -259,6 +269,9 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
         out.back()["bandwidth_bytes_per_s"] = r.read_bw;
         out.back()["bandwidth_best_bytes_per_s"] = r.read_bw_best;
         out.back()["bandwidth_samples"] = r.read_bw_samples;
+        out.back()["matmul_ns_per_token"] = r.matmul_ns_per_token;
+        out.back()["weights_read_bytes_per_s"] =
+            double(model.n_decode_bytes()) / (r.matmul_ns_per_token * 1e-9);
       }
     }
     fmt::print("{}\n", out.dump(2));
@@ -296,6 +309,15 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
             100.0 * b * r.avg_ts / r.read_bw, r.read_bw / 1e9, r.read_bw_samples.size(),
             r.read_bw_samples.size() == 1 ? "" : "es", 100.0 * b * r.avg_ts / r.read_bw_best,
             r.read_bw_best / 1e9);
+        // Where the token's time goes: the weight streams (matmul calls) and the rest.
+        const double token_ms = r.avg_ns / r.n_gen * 1e-6, matmul_ms = r.matmul_ns_per_token * 1e-6;
+        const double weights_bw = double(model.n_decode_bytes()) / (matmul_ms * 1e-3);
+        fmt::print(
+            "{}: matmuls {:.2f} of {:.2f} ms per token ({:.0f}%), their weights at {:.2f} GB/s "
+            "({:.0f}% of the read bandwidth between its tokens); the rest (attention, norms, "
+            "the threads' waits between calls) {:.2f} ms\n",
+            test_name(r), matmul_ms, token_ms, 100.0 * matmul_ms / token_ms, weights_bw / 1e9,
+            100.0 * weights_bw / r.read_bw, token_ms - matmul_ms);
       }
     }
   }
@@ -344,6 +366,7 @@ int bench_main(BenchFlags& f) {
   // --bandwidth: the yardstick's buffer, mapped once (none: "not measured").
   std::unique_ptr<ReadProbe> probe;
   if (f.bandwidth) probe = std::make_unique<ReadProbe>(ctx.params().n_threads);
+  kernels::set_matmul_timing(f.bandwidth);
   for (TestResult& r : results) {
     // Warm-up (as llama-bench: one small run so first-touch costs are not timed).
     if (auto w = run_once(ctx, rng, r.n_prompt > 0 ? std::min(r.n_prompt, 32) : 0,
@@ -364,6 +387,7 @@ int bench_main(BenchFlags& f) {
       r.read_bw_samples = log.bw;
       r.read_bw = double(log.bw.size()) * double(ReadProbe::kBytes) / (log.ns * 1e-9);
       r.read_bw_best = log.best;
+      r.matmul_ns_per_token = log.matmul_ns / (double(f.reps) * r.n_gen);
     }
     mean_std(r.samples_ns, &r.avg_ns, &r.stddev_ns);
     mean_std(r.samples_ts, &r.avg_ts, &r.stddev_ts);

@@ -3,6 +3,7 @@ streamed text, the timing lines, llama-bench's JSON fields, repacking on and off
 errors (exit status 1 or 2, a message naming the problem, never a crash) for bad input.
 """
 import json
+import re
 import os
 import subprocess
 
@@ -119,10 +120,21 @@ def test_bench_bandwidth_reads_the_yardstick_between_tokens(mnemo, smollm2):
     assert tg["bandwidth_bytes_per_s"] == pytest.approx(harmonic, rel=1e-9)
     assert tg["bandwidth_best_bytes_per_s"] == pytest.approx(max(samples), rel=1e-12)
     assert tg["read_bytes_per_s"] == pytest.approx(tg["bytes_per_token"] * tg["avg_ts"], rel=1e-9)
+    # The token's time split: the matmul calls take part of every token, not all of it (norms,
+    # attention and the sampling-free rest take the remainder), and the weights' rate is their
+    # bytes (the token's bytes less the few MB of K/V at this depth) over that time.
+    assert "matmul_ns_per_token" not in pp
+    for x in (short, tg):
+        tok_ns = x["avg_ns"] / x["n_gen"]
+        assert 0.3 * tok_ns < x["matmul_ns_per_token"] < tok_ns, (x["matmul_ns_per_token"], tok_ns)
+        weights = x["weights_read_bytes_per_s"] * x["matmul_ns_per_token"] * 1e-9
+        assert 0.9 * x["bytes_per_token"] < weights < x["bytes_per_token"], weights
     md = run(mnemo, "bench", "-m", smollm2, "-t", 2, "-p", 0, "-n", 2, "-r", 1, "--bandwidth")
     assert md.returncode == 0, md.stderr
     assert "of the read bandwidth between its tokens" in md.stdout
     assert "over 1 pass;" in md.stdout
+    assert re.search(r"tg2: matmuls [0-9.]+ of [0-9.]+ ms per token \([0-9]+%\), their weights at "
+                     r"[0-9.]+ GB/s", md.stdout), md.stdout
 
 
 @pytest.mark.parametrize("value", ["abc", "32", "2000000", "4096x", "-64"])
