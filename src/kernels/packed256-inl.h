@@ -234,9 +234,10 @@ inline void QuantizeActs(const float* x, int64_t x_stride, int64_t t0, int64_t t
   const hn::Rebind<int8_t, DF32> d8;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
   // Sub-blocks of 16 or 32 elements within the 32-element blocks of x's scales, each a whole
-  // number of vectors: the integer sums are summed as vectors (exact, so in any order) from
-  // the rounded values before they are narrowed to bytes. This runs on one thread while the
-  // others wait (decoding quantizes one row per matmul), so it is kept short.
+  // number of vectors: the stored bytes are summed as int32 vectors (exact, so in any order;
+  // the bytes, not the rounded values before narrowing, which saturates what a non-finite x
+  // rounds to). This runs on one thread while the others wait (decoding quantizes one row per
+  // matmul), so it is kept short.
   const bool vector_sums = sub > 0 && sub <= 32 && 32 % sub == 0 && sub % nf == 0;
   const int64_t sub_vectors = vector_sums ? sub / nf : 0;
   const int64_t subs_per_block = vector_sums ? 32 / sub : 0;
@@ -257,9 +258,9 @@ inline void QuantizeActs(const float* x, int64_t x_stride, int64_t t0, int64_t t
         int64_t k = 0;
         auto isum = hn::Zero(di);
         for (int64_t j = 0; j < 32; j += nf) {
-          const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv));
-          hn::StoreU(hn::DemoteTo(d8, qi), d8, q + 32 * b + j);
-          isum = hn::Add(isum, qi);
+          const auto q8 = hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv)));
+          hn::StoreU(q8, d8, q + 32 * b + j);
+          isum = hn::Add(isum, hn::PromoteTo(di, q8));
           if (++k == sub_vectors) {
             k = 0;
             dx[s] = d;

@@ -269,9 +269,11 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
         out.back()["bandwidth_bytes_per_s"] = r.read_bw;
         out.back()["bandwidth_best_bytes_per_s"] = r.read_bw_best;
         out.back()["bandwidth_samples"] = r.read_bw_samples;
-        out.back()["matmul_ns_per_token"] = r.matmul_ns_per_token;
-        out.back()["weights_read_bytes_per_s"] =
-            double(model.n_decode_bytes()) / (r.matmul_ns_per_token * 1e-9);
+        if (r.matmul_ns_per_token > 0) {
+          out.back()["matmul_ns_per_token"] = r.matmul_ns_per_token;
+          out.back()["weights_read_bytes_per_s"] =
+              double(model.n_decode_bytes()) / (r.matmul_ns_per_token * 1e-9);
+        }
       }
     }
     fmt::print("{}\n", out.dump(2));
@@ -310,6 +312,7 @@ void print_results(const BenchFlags& f, const Model& model, const ContextParams&
             r.read_bw_samples.size() == 1 ? "" : "es", 100.0 * b * r.avg_ts / r.read_bw_best,
             r.read_bw_best / 1e9);
         // Where the token's time goes: the weight streams (matmul calls) and the rest.
+        if (r.matmul_ns_per_token <= 0) continue;
         const double token_ms = r.avg_ns / r.n_gen * 1e-6, matmul_ms = r.matmul_ns_per_token * 1e-6;
         const double weights_bw = double(model.n_decode_bytes()) / (matmul_ms * 1e-3);
         fmt::print(
