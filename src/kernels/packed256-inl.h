@@ -233,14 +233,14 @@ inline void QuantizeActs(const float* x, int64_t x_stride, int64_t t0, int64_t t
   const hn::Rebind<int32_t, DF32> di;
   const hn::Rebind<int8_t, DF32> d8;
   const int64_t nf = static_cast<int64_t>(hn::Lanes(df));
-  // Sub-blocks of 16 or 32 elements within the 32-element blocks of x's scales, each a whole
-  // number of vectors: the stored bytes are summed as int32 vectors (exact, so in any order;
-  // the bytes, not the rounded values before narrowing, which saturates what a non-finite x
-  // rounds to). This runs on one thread while the others wait (decoding quantizes one row per
-  // matmul), so it is kept short.
-  const bool vector_sums = sub > 0 && sub <= 32 && 32 % sub == 0 && sub % nf == 0;
-  const int64_t sub_vectors = vector_sums ? sub / nf : 0;
-  const int64_t subs_per_block = vector_sums ? 32 / sub : 0;
+  // Every format's sub-blocks (16 or 32 elements) lie within the 32-element blocks of x's
+  // scales and are whole vectors on these targets (8 or 16 floats). Each sub-block's stored
+  // bytes are summed as int32 vectors, an exact sum in any order; the bytes, not the values
+  // before narrowing, since narrowing saturates what a non-finite x rounds to (INT_MIN). This
+  // runs on one thread while the others wait (decoding quantizes one row per matmul).
+  CHECK(sub > 0 && sub <= 32 && 32 % sub == 0 && sub % nf == 0) << "bad sub-block " << sub;
+  const int64_t sub_vectors = sub / nf;
+  const int64_t subs_per_block = 32 / sub;
   for (int64_t t = t0; t < t1; ++t) {
     const float* xr = x + t * x_stride;
     int8_t* q = out.q + t * out.n_pad;
@@ -253,33 +253,20 @@ inline void QuantizeActs(const float* x, int64_t x_stride, int64_t t0, int64_t t
       const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
       const float d = amax / 127.0f;
       const auto inv = hn::Set(df, amax > 0.0f ? 127.0f / amax : 0.0f);
-      if (vector_sums) {
-        int64_t s = b * subs_per_block;
-        int64_t k = 0;
-        auto isum = hn::Zero(di);
-        for (int64_t j = 0; j < 32; j += nf) {
-          const auto q8 = hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv)));
-          hn::StoreU(q8, d8, q + 32 * b + j);
-          isum = hn::Add(isum, hn::PromoteTo(di, q8));
-          if (++k == sub_vectors) {
-            k = 0;
-            dx[s] = d;
-            sx[s] = d * static_cast<float>(mult * ReduceSum(di, isum));
-            ++s;
-            isum = hn::Zero(di);
-          }
-        }
-        continue;
-      }
+      int64_t s = b * subs_per_block;
+      int64_t k = 0;
+      auto isum = hn::Zero(di);
       for (int64_t j = 0; j < 32; j += nf) {
-        const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv));
-        hn::StoreU(hn::DemoteTo(d8, qi), d8, q + 32 * b + j);
-      }
-      for (int64_t s = 32 * b / sub; s < 32 * (b + 1) / sub; ++s) {
-        int32_t isum = 0;
-        for (int e = 0; e < sub; ++e) isum += q[s * sub + e];
-        dx[s] = d;
-        sx[s] = d * static_cast<float>(mult * isum);
+        const auto q8 = hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv)));
+        hn::StoreU(q8, d8, q + 32 * b + j);
+        isum = hn::Add(isum, hn::PromoteTo(di, q8));
+        if (++k == sub_vectors) {
+          k = 0;
+          dx[s] = d;
+          sx[s] = d * static_cast<float>(mult * ReduceSum(di, isum));
+          ++s;
+          isum = hn::Zero(di);
+        }
       }
     }
     if (out.n_pad > n_in) std::memset(q + n_in, 0, out.n_pad - n_in);
